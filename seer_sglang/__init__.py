@@ -1,0 +1,3 @@
+"""seer_sglang: fast, exactly on-policy rollouts for synchronous RL on SGLang."""
+
+__version__ = "0.1.0"

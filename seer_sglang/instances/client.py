@@ -1,0 +1,139 @@
+"""Async HTTP client for one SGLang instance: generate (plain or streamed), load telemetry, admin calls."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import httpx
+
+
+class InstanceUnavailable(RuntimeError):
+    """The instance did not answer (connection refused, reset, timeout): retry elsewhere."""
+
+
+class InstanceRejected(RuntimeError):
+    """The instance answered with an error about the request itself: do not retry."""
+
+    def __init__(self, message: str, status_code: int = 400):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass
+class InstanceLoad:
+    """One telemetry sample from SGLang's ``/v1/loads``."""
+
+    running: int = 0
+    waiting: int = 0
+    used_tokens: int = 0
+    max_total_tokens: int = 0
+    token_usage: float = 0.0
+    retracted: int = 0
+    timestamp: float = 0.0
+
+    @classmethod
+    def from_v1_loads(cls, body: dict[str, Any]) -> "InstanceLoad":
+        loads = body.get("loads") or [{}]
+        agg = cls(timestamp=time.time())
+        for d in loads:  # one entry per DP rank
+            agg.running += int(d.get("num_running_reqs", 0))
+            agg.waiting += int(d.get("num_waiting_reqs", 0))
+            agg.used_tokens += int(d.get("num_used_tokens", 0))
+            agg.max_total_tokens += int(d.get("max_total_num_tokens", 0))
+            agg.retracted += int((d.get("queues") or {}).get("retracted", 0))
+        agg.token_usage = agg.used_tokens / agg.max_total_tokens if agg.max_total_tokens else 0.0
+        return agg
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return str(err.get("message", err))
+    return str(err)
+
+
+class InstanceClient:
+    def __init__(self, url: str, index: int, timeout_s: float | None = None):
+        self.url = url.rstrip("/")
+        self.index = index
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                       limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+
+    def __repr__(self) -> str:
+        return f"InstanceClient({self.index}, {self.url})"
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def generate(self, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = await self._http.post("/generate", json=payload)
+        except httpx.HTTPError as e:
+            raise InstanceUnavailable(f"{self.url}: {type(e).__name__}: {e}") from e
+        if r.status_code >= 500:
+            raise InstanceUnavailable(f"{self.url}: HTTP {r.status_code}: {_error_message(r)}")
+        if r.status_code != 200:
+            raise InstanceRejected(_error_message(r), r.status_code)
+        return r.json()
+
+    async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Yields SGLang's cumulative stream events; the last one carries ``finish_reason``."""
+        payload = {**payload, "stream": True}
+        try:
+            async with self._http.stream("POST", "/generate", json=payload) as r:
+                if r.status_code >= 500:
+                    raise InstanceUnavailable(f"{self.url}: HTTP {r.status_code}")
+                if r.status_code != 200:
+                    await r.aread()
+                    raise InstanceRejected(_error_message(r), r.status_code)
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    event = json.loads(data)
+                    if "error" in event:
+                        err = event["error"]
+                        raise InstanceRejected(str(err.get("message", err)), int(err.get("code", 400)))
+                    yield event
+        except httpx.HTTPError as e:
+            raise InstanceUnavailable(f"{self.url}: {type(e).__name__}: {e}") from e
+
+    async def load(self) -> InstanceLoad:
+        try:
+            r = await self._http.get("/v1/loads", timeout=5.0)
+            r.raise_for_status()
+        except httpx.HTTPError as e:
+            raise InstanceUnavailable(f"{self.url}: {e}") from e
+        return InstanceLoad.from_v1_loads(r.json())
+
+    async def healthy(self) -> bool:
+        try:
+            return (await self._http.get("/health", timeout=5.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def server_info(self) -> dict[str, Any]:
+        r = await self._http.get("/server_info", timeout=30.0)
+        r.raise_for_status()
+        return r.json()
+
+    async def post_admin(self, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+        """Forward an admin call (abort / pause / continue / update_weights); returns (status, body)."""
+        try:
+            r = await self._http.post(path, json=body or {}, timeout=None)
+        except httpx.HTTPError as e:
+            return 503, {"error": f"{type(e).__name__}: {e}"}
+        try:
+            content: Any = r.json()
+        except ValueError:
+            content = r.text
+        return r.status_code, content

@@ -1,0 +1,195 @@
+"""Starts and stops K real ``sglang.launch_server`` processes (the mechanism; no policy here).
+
+Each instance gets its own loopback port, log file and, on GPU, its own device. Processes are
+stopped by the pids we started: SIGTERM to the server's main pid (SGLang then stops its scheduler
+and detokenizer in a few seconds), then SIGKILL for any descendant still alive.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+
+
+def has_cuda() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def cuda_device_count() -> int:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU"))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: if the launcher dies (even by SIGKILL), the instance gets SIGTERM."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class InstanceSpec:
+    """Everything needed to start one SGLang server."""
+
+    model_path: str
+    port: int
+    host: str = "127.0.0.1"
+    sglang_args: list[str] = field(default_factory=list)
+    cpu: bool = True
+    gpu_id: int | None = None
+    with_plugin: bool = True  # False = plain SGLang (the benchmark baseline)
+    log_path: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def cpu_default_args(sglang_args: list[str]) -> list[str]:
+    """The flags SGLang needs on a CPU-only machine, unless the user gave them."""
+    args: list[str] = []
+    if "--device" not in sglang_args:
+        args += ["--device", "cpu"]
+    if "--max-total-tokens" not in sglang_args:
+        # Without a cap the KV pool takes ~72% of free RAM and 20 s to allocate.
+        args += ["--max-total-tokens", "16384"]
+    return args
+
+
+def build_command(spec: InstanceSpec) -> list[str]:
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", spec.model_path,
+           "--host", spec.host, "--port", str(spec.port)]
+    if spec.cpu:
+        cmd += cpu_default_args(spec.sglang_args)
+    return cmd + list(spec.sglang_args)
+
+
+def build_env(spec: InstanceSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    if spec.cpu:
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+    if spec.gpu_id is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_id)
+    if not spec.with_plugin:
+        env["SGLANG_PLUGINS"] = "none"  # a whitelist that matches no plugin: plain SGLang
+    env.update(spec.extra_env)
+    return env
+
+
+@dataclass
+class InstanceProcess:
+    spec: InstanceSpec
+    popen: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.spec.log_path
+        if path is None or not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_instance(spec: InstanceSpec) -> InstanceProcess:
+    log = open(spec.log_path, "ab") if spec.log_path else subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(build_command(spec), env=build_env(spec), stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 preexec_fn=_die_with_parent)
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()
+    return InstanceProcess(spec, popen)
+
+
+class InstanceStartError(RuntimeError):
+    pass
+
+
+def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, progress: bool = True) -> float:
+    """Block until every instance answers ``/health`` with 200; returns seconds waited."""
+    from tqdm import tqdm
+
+    start = time.monotonic()
+    pending = {inst.url: inst for inst in instances}
+    bar = tqdm(total=len(instances), desc="starting SGLang instances", unit="inst", disable=not progress,
+               file=sys.stderr)
+    try:
+        with httpx.Client(timeout=2.0) as client:
+            while pending:
+                for url, inst in list(pending.items()):
+                    if not inst.alive():
+                        raise InstanceStartError(
+                            f"instance {url} exited with code {inst.popen.returncode}; last log lines:\n"
+                            f"{inst.log_tail()}")
+                    try:
+                        if client.get(f"{url}/health").status_code == 200:
+                            del pending[url]
+                            bar.update(1)
+                    except httpx.HTTPError:
+                        pass
+                if time.monotonic() - start > timeout_s:
+                    raise InstanceStartError(f"instances not healthy after {timeout_s:.0f}s: {sorted(pending)}")
+                if pending:
+                    time.sleep(0.25)
+    finally:
+        bar.close()
+    return time.monotonic() - start
+
+
+def stop_instances(instances: list[InstanceProcess], grace_s: float = 15.0) -> None:
+    """Stop what we started: SIGTERM each main pid, wait, then SIGKILL surviving descendants."""
+    family: list[psutil.Process] = []
+    for inst in instances:
+        try:
+            proc = psutil.Process(inst.pid)
+            family += [proc] + proc.children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        if inst.alive():
+            inst.popen.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(family, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    for inst in instances:
+        try:
+            inst.popen.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass

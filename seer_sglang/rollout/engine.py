@@ -1,0 +1,307 @@
+"""The rollout engine (mechanism): buffer → policy → instance clients, and back.
+
+A group is split into G samples in the buffer. Whenever something changes (a new group, a chunk
+back, an instance up or down) the policy is asked for dispatches; each dispatched chunk runs as one
+``/generate`` call that continues from prompt + tokens so far. A chunk that returns unfinished goes
+back to the buffer. A chunk whose instance dies is re-dispatched from the tokens already received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+from ..instances.client import InstanceClient, InstanceRejected, InstanceUnavailable
+from .buffer import RequestBuffer
+from .policy import InstanceView, SchedulingPolicy, worst_case_tokens
+from .request import ChunkRecord, Group, Sample, SampleState
+
+logger = logging.getLogger("seer_sglang.rollout")
+
+
+class NoHealthyInstance(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class EngineHooks:
+    """Observers the frontend attaches (metrics); all optional and called synchronously."""
+
+    on_sample_done: Callable[[Sample], None] | None = None
+    on_load: Callable[[int, InstanceView], None] | None = None
+
+
+class RolloutEngine:
+    def __init__(self, clients: list[InstanceClient], policy: SchedulingPolicy, *,
+                 poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
+                 hooks: EngineHooks | None = None):
+        self.clients = clients
+        self.policy = policy
+        self.buffer = RequestBuffer()
+        self.views = [InstanceView(index=i) for i in range(len(clients))]
+        self.poll_interval_s = poll_interval_s
+        self.unavailable_timeout_s = unavailable_timeout_s
+        self.hooks = hooks or EngineHooks()
+        self.paused = False
+        self._wake = asyncio.Event()
+        self._group_done: dict[str, asyncio.Event] = {}
+        self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
+        self._sglang_rid: dict[str, str] = {}  # sample rid → SGLang rid of its running chunk
+        self._loops: list[asyncio.Task] = []
+        self._no_instance_since: float | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.poll_loads()
+        self._loops = [asyncio.create_task(self._dispatch_loop(), name="seer-dispatch"),
+                       asyncio.create_task(self._poll_loop(), name="seer-poll")]
+
+    async def stop(self) -> None:
+        for task in self._loops + list(self._chunk_tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._chunk_tasks.values(), return_exceptions=True)
+        for client in self.clients:
+            await client.close()
+
+    def healthy_count(self) -> int:
+        return sum(v.healthy for v in self.views)
+
+    # ---- submission ------------------------------------------------------------------------
+    def submit(self, group: Group) -> None:
+        if self.healthy_count() == 0:
+            raise NoHealthyInstance("no healthy SGLang instance")
+        self.buffer.add_group(group)
+        self._group_done[group.group_id] = asyncio.Event()
+        self._wake.set()
+
+    async def wait_group(self, group: Group) -> Group:
+        try:
+            await self._group_done[group.group_id].wait()
+        except asyncio.CancelledError:
+            self.abort_group(group.group_id)  # the client went away: free its work everywhere
+            raise
+        return group
+
+    async def run_group(self, group: Group) -> Group:
+        self.submit(group)
+        return await self.wait_group(group)
+
+    # ---- control ---------------------------------------------------------------------------
+    def abort_group(self, group_id: str) -> bool:
+        group = self.buffer.groups.get(group_id)
+        if group is None:
+            return False
+        for sample in group.samples:
+            self.abort_sample(sample)
+        return True
+
+    def abort_sample(self, sample: Sample) -> None:
+        if sample.done:
+            return
+        task = self._chunk_tasks.get(sample.rid)
+        if task is not None:
+            task.cancel()  # closing the HTTP request makes SGLang abort the chunk
+        sample.finish_reason = "abort"
+        self._complete(sample, SampleState.ABORTED)
+
+    def abort_all(self) -> int:
+        live = [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
+        for sample in live:
+            self.abort_sample(sample)
+        return len(live)
+
+    def find(self, rid: str) -> list[Sample]:
+        """Samples named by a group id or a sample rid."""
+        if rid in self.buffer.groups:
+            return list(self.buffer.groups[rid].samples)
+        group_id = rid.rsplit("-", 1)[0]
+        group = self.buffer.groups.get(group_id)
+        return [s for s in group.samples if s.rid == rid] if group else []
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        self._wake.set()
+
+    # ---- telemetry -------------------------------------------------------------------------
+    async def poll_loads(self) -> None:
+        results = await asyncio.gather(*(c.load() for c in self.clients), return_exceptions=True)
+        for view, result in zip(self.views, results):
+            was_healthy = view.healthy
+            if isinstance(result, BaseException):
+                view.healthy = False
+            else:
+                view.healthy = True
+                view.capacity_tokens = result.max_total_tokens
+                view.used_tokens = result.used_tokens
+                view.running = result.running
+                view.waiting = result.waiting
+            if was_healthy != view.healthy:
+                logger.warning("instance %d (%s) is %s", view.index, self.clients[view.index].url,
+                               "back up" if view.healthy else "DOWN")
+                self._wake.set()
+            if self.hooks.on_load:
+                self.hooks.on_load(view.index, view)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            await self.poll_loads()
+            if self.buffer.has_pending():
+                self._wake.set()
+
+    # ---- dispatch --------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.paused or not self.buffer.has_pending():
+                continue
+            self._fail_if_no_instance()
+            snapshot = [dataclasses.replace(v) for v in self.views]
+            for decision in self.policy.schedule(self.buffer, snapshot):
+                for sample, max_new in zip(decision.samples, decision.max_new_tokens):
+                    self._launch(sample, decision.instance, max_new)
+
+    def _fail_if_no_instance(self) -> None:
+        if self.healthy_count() > 0:
+            self._no_instance_since = None
+            return
+        now = time.monotonic()
+        self._no_instance_since = self._no_instance_since or now
+        if now - self._no_instance_since < self.unavailable_timeout_s:
+            return
+        for sample in self.buffer.pending():
+            sample.error, sample.error_status, sample.finish_reason = "no healthy SGLang instance", 503, "error"
+            self._complete(sample, SampleState.FAILED)
+
+    def _launch(self, sample: Sample, instance: int, max_new: int) -> None:
+        view = self.views[instance]
+        reserve = worst_case_tokens(sample, max_new)
+        view.reserved_tokens += reserve
+        view.inflight += 1
+        self.buffer.mark_running(sample, instance)
+        sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new))
+        task = asyncio.create_task(self._run_chunk(sample, instance, max_new, reserve))
+        self._chunk_tasks[sample.rid] = task
+
+    def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
+        sglang_rid = f"{sample.rid}-c{len(sample.chunks) - 1}"
+        self._sglang_rid[sample.rid] = sglang_rid
+        payload: dict[str, Any] = {
+            "rid": sglang_rid,
+            "input_ids": sample.context_ids,
+            "sampling_params": sample.params.to_sglang(max_new, sample.chunk_seed()),
+            "return_logprob": sample.params.logprobs,
+        }
+        if sample.params.logprobs:
+            payload["logprob_start_len"] = -1  # output tokens only
+            if sample.params.top_logprobs:
+                payload["top_logprobs_num"] = sample.params.top_logprobs
+        if sample.priority:
+            payload["priority"] = sample.priority
+        return payload
+
+    async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:
+        client = self.clients[instance]
+        chunk = sample.chunks[-1]
+        base = sample.generated
+        finish: dict[str, Any] | None = None
+        try:
+            payload = self._payload(sample, max_new)
+            if sample.on_tokens is not None:
+                async for event in client.generate_stream(payload):
+                    self._absorb(sample, base, event)
+                    finish = event["meta_info"].get("finish_reason") or finish
+                    chunk.cached_tokens = event["meta_info"].get("cached_tokens", 0)
+            else:
+                event = await client.generate(payload)
+                self._absorb(sample, base, event)
+                finish = event["meta_info"].get("finish_reason")
+                chunk.cached_tokens = event["meta_info"].get("cached_tokens", 0)
+        except InstanceUnavailable as e:
+            logger.warning("chunk of %s lost on instance %d (%s); re-dispatching", sample.rid, instance, e)
+            self.views[instance].healthy = False
+            self._settle(sample, instance, reserve, chunk)
+            self.buffer.requeue(sample)
+            return
+        except InstanceRejected as e:
+            self._settle(sample, instance, reserve, chunk)
+            sample.error, sample.error_status, sample.finish_reason = str(e), e.status_code, "error"
+            self._complete(sample, SampleState.FAILED)
+            return
+        except asyncio.CancelledError:
+            self._settle(sample, instance, reserve, chunk)
+            raise
+        except Exception as e:  # never lose a sample silently
+            logger.exception("chunk of %s failed", sample.rid)
+            self._settle(sample, instance, reserve, chunk)
+            sample.error, sample.error_status, sample.finish_reason = f"{type(e).__name__}: {e}", 500, "error"
+            self._complete(sample, SampleState.FAILED)
+            return
+        self._settle(sample, instance, reserve, chunk)
+        self._after_chunk(sample, finish)
+
+    def _settle(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> None:
+        view = self.views[instance]
+        view.reserved_tokens -= reserve
+        view.inflight -= 1
+        chunk.end = time.time()
+        self._chunk_tasks.pop(sample.rid, None)
+        self._wake.set()
+
+    def _absorb(self, sample: Sample, base: int, event: dict[str, Any]) -> None:
+        """Take SGLang's cumulative output of this chunk; append only what is new."""
+        ids = event.get("output_ids") or []
+        have = sample.generated - base
+        new_ids = ids[have:]
+        if not new_ids:
+            return
+        meta = event["meta_info"]
+        if sample.params.logprobs:
+            lps = meta.get("output_token_logprobs") or []
+            sample.logprobs.extend(float(lp[0]) for lp in lps[have:have + len(new_ids)])
+            tops = meta.get("output_top_logprobs") or []
+            for entry in tops[have:have + len(new_ids)]:
+                sample.top_logprobs.append([(int(t[1]), float(t[0])) for t in (entry or [])])
+        sample.output_ids.extend(new_ids)
+        sample.chunks[-1].new_tokens += len(new_ids)
+        if sample.first_token_at is None:
+            sample.first_token_at = time.time()
+        if sample.on_tokens is not None:
+            sample.on_tokens(sample, new_ids)
+
+    def _after_chunk(self, sample: Sample, finish: dict[str, Any] | None) -> None:
+        kind = (finish or {}).get("type")
+        if kind == "stop":
+            sample.finish_reason, sample.matched_stop = "stop", finish.get("matched")
+        elif kind == "abort":
+            sample.finish_reason, sample.error = "abort", str(finish.get("message", "aborted by SGLang"))
+            self._complete(sample, SampleState.ABORTED)
+            return
+        elif sample.remaining <= 0:
+            sample.finish_reason = "length"
+        if sample.finish_reason is not None:
+            self._complete(sample, SampleState.FINISHED)
+        else:
+            self.buffer.requeue(sample)
+
+    def _complete(self, sample: Sample, state: SampleState) -> None:
+        if sample.done:
+            return
+        sample.finished_at = time.time()
+        self.buffer.finish(sample, state)
+        self.policy.on_sample_finished(sample)
+        if self.hooks.on_sample_done:
+            self.hooks.on_sample_done(sample)
+        if sample.on_done is not None:
+            sample.on_done(sample)
+        group = self.buffer.groups.get(sample.group_id)
+        if group is not None and group.done:
+            self.buffer.remove_group(group.group_id)
+            event = self._group_done.pop(group.group_id, None)
+            if event:
+                event.set()
+        self._wake.set()

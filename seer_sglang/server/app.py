@@ -1,0 +1,147 @@
+"""The Seer frontend (FastAPI): OpenAI + rollout APIs, health, metrics, and admin fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..instances.client import InstanceClient
+from ..rollout.engine import EngineHooks, RolloutEngine
+from ..rollout.policy import make_policy
+from . import openai_api, rollout_api
+from .errors import APIError, install_error_handlers
+from .frontend import Frontend, ModelInfo
+from .metrics import Metrics
+from .protocol import AbortRequest
+from .tokenizer import PromptTokenizer
+
+logger = logging.getLogger("seer_sglang.server")
+
+
+async def _describe_model(client: InstanceClient, model_path: str | None) -> ModelInfo:
+    info = await client.server_info()
+    path = model_path or info.get("model_path")
+    context = info.get("context_length")
+    if not context:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path)
+        context = getattr(config, "max_position_embeddings", None) or 4096
+    return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context))
+
+
+def create_app(instance_urls: list[str], *, scheduler: str = "group", model_path: str | None = None,
+               policy_kwargs: dict[str, Any] | None = None) -> FastAPI:
+    """Build the app; the engine starts in the lifespan, once the instances answer."""
+    metrics = Metrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        clients = [InstanceClient(url, i) for i, url in enumerate(instance_urls)]
+        model = await _describe_model(clients[0], model_path)
+        tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
+        policy = make_policy(scheduler, **(policy_kwargs or {}))
+        engine = RolloutEngine(clients, policy, hooks=EngineHooks(on_sample_done=metrics.on_sample_done,
+                                                                  on_load=metrics.on_load))
+        await engine.start()
+        app.state.frontend = Frontend(engine, tokenizer, model, metrics)
+        logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
+                    len(clients), policy.name, model.served_name, model.context_length)
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = FastAPI(title="seer_sglang", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(openai_api.router)
+    app.include_router(rollout_api.router)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        response = await call_next(request)
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "unmatched")
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        return response
+
+    @app.get("/health")
+    async def health(request: Request):
+        fe: Frontend = request.app.state.frontend
+        healthy = fe.engine.healthy_count()
+        body = {"status": "ok" if healthy else "unavailable", "healthy_instances": healthy,
+                "instances": len(fe.engine.clients)}
+        return JSONResponse(body, status_code=200 if healthy else 503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/instances")
+    async def instances(request: Request):
+        fe: Frontend = request.app.state.frontend
+        return {"instances": [{"index": v.index, "url": fe.engine.clients[v.index].url, "healthy": v.healthy,
+                               "running": v.running, "waiting": v.waiting, "used_tokens": v.used_tokens,
+                               "capacity_tokens": v.capacity_tokens, "inflight_chunks": v.inflight}
+                              for v in fe.engine.views]}
+
+    async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | None) -> JSONResponse:
+        results = await asyncio.gather(*(c.post_admin(path, body) for c in fe.engine.clients))
+        per_instance = [{"instance": c.index, "url": c.url, "status": status, "body": content}
+                        for c, (status, content) in zip(fe.engine.clients, results)]
+        ok = all(status == 200 for status, _ in results)
+        return JSONResponse({"success": ok, "instances": per_instance}, status_code=200 if ok else 502)
+
+    @app.post("/abort_request")
+    async def abort_request(req: AbortRequest, request: Request):
+        fe: Frontend = request.app.state.frontend
+        if req.abort_all:
+            aborted = fe.engine.abort_all()
+        else:
+            if not req.rid:
+                raise APIError("give rid (a group id, sample rid or SGLang rid) or abort_all=true", param="rid")
+            samples = fe.engine.find(req.rid)
+            for sample in samples:
+                fe.engine.abort_sample(sample)
+            aborted = len(samples)
+        response = await fan_out(fe, "/abort_request", req.model_dump())
+        response.headers["x-seer-aborted-samples"] = str(aborted)
+        return response
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request):
+        fe: Frontend = request.app.state.frontend
+        fe.engine.set_paused(True)
+        return await fan_out(fe, "/pause_generation", await _json_body(request))
+
+    @app.post("/continue_generation")
+    async def continue_generation(request: Request):
+        fe: Frontend = request.app.state.frontend
+        fe.engine.set_paused(False)
+        return await fan_out(fe, "/continue_generation", await _json_body(request))
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        fe: Frontend = request.app.state.frontend
+        body = await _json_body(request)
+        if not isinstance(body, dict) or not body.get("model_path"):
+            raise APIError("model_path is required", param="model_path")
+        return await fan_out(fe, "/update_weights_from_disk", body)
+
+    return app
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise APIError(f"invalid JSON body: {e}") from e

@@ -1,0 +1,52 @@
+"""OpenAI-style error responses: every bad input gets a JSON error with a 4xx status."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class APIError(Exception):
+    def __init__(self, message: str, status_code: int = 400, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message, self.status_code, self.type, self.param, self.code = message, status_code, type_, param, code
+
+
+def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
+               code: str | int | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(message: str, status_code: int = 400, **kwargs) -> JSONResponse:
+    return JSONResponse(error_body(message, **kwargs), status_code=status_code)
+
+
+def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return f"invalid JSON body: {first.get('msg')}", None
+    param = ".".join(loc) or None
+    return f"{param or 'body'}: {first.get('msg')}", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError):
+        return error_response(exc.message, exc.status_code, type_=exc.type, param=exc.param, code=exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError):
+        message, param = _describe_validation(exc)
+        return error_response(message, 400, param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException):
+        return error_response(str(exc.detail), exc.status_code,
+                              type_="invalid_request_error" if exc.status_code < 500 else "server_error")

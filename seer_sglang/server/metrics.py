@@ -1,0 +1,50 @@
+"""Prometheus metrics of the frontend: requests, samples, tokens, chunks and per-instance load."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ..rollout.policy import InstanceView
+from ..rollout.request import Sample
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("seer_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
+        self.samples = Counter("seer_samples", "Finished samples by finish reason", ["finish_reason"], registry=r)
+        self.prompt_tokens = Counter("seer_prompt_tokens", "Prompt tokens of finished samples", registry=r)
+        self.generation_tokens = Counter("seer_generation_tokens", "Generated tokens of finished samples", registry=r)
+        self.chunks = Counter("seer_chunks", "Chunks dispatched, by instance", ["instance"], registry=r)
+        self.sample_latency = Histogram("seer_sample_latency_seconds", "Submit-to-finish time of a sample",
+                                        buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+                                        registry=r)
+        self.instance_healthy = Gauge("seer_instance_healthy", "1 if the instance answers", ["instance"], registry=r)
+        self.instance_running = Gauge("seer_instance_running_requests", "Running requests (SGLang telemetry)",
+                                      ["instance"], registry=r)
+        self.instance_waiting = Gauge("seer_instance_waiting_requests", "Waiting requests (SGLang telemetry)",
+                                      ["instance"], registry=r)
+        self.instance_kv_usage = Gauge("seer_instance_kv_usage", "Fraction of KV tokens in use", ["instance"], registry=r)
+        self.instance_inflight = Gauge("seer_instance_inflight_chunks", "Our chunks in flight", ["instance"], registry=r)
+
+    def on_sample_done(self, sample: Sample) -> None:
+        self.samples.labels(sample.finish_reason or "unknown").inc()
+        self.prompt_tokens.inc(len(sample.prompt_ids))
+        self.generation_tokens.inc(sample.generated)
+        for chunk in sample.chunks:
+            self.chunks.labels(str(chunk.instance)).inc()
+        if sample.finished_at:
+            self.sample_latency.observe(sample.finished_at - sample.submitted_at)
+
+    def on_load(self, index: int, view: InstanceView) -> None:
+        label = str(index)
+        self.instance_healthy.labels(label).set(1 if view.healthy else 0)
+        self.instance_running.labels(label).set(view.running)
+        self.instance_waiting.labels(label).set(view.waiting)
+        used = view.used_tokens / view.capacity_tokens if view.capacity_tokens else 0.0
+        self.instance_kv_usage.labels(label).set(used)
+        self.instance_inflight.labels(label).set(view.inflight)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
