@@ -42,4 +42,7 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
+    from . import seeded_sampling
+
+    seeded_sampling.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -193,7 +193,7 @@ class RolloutEngine:
         payload: dict[str, Any] = {
             "rid": sglang_rid,
             "input_ids": sample.context_ids,
-            "sampling_params": sample.params.to_sglang(max_new, sample.chunk_seed()),
+            "sampling_params": sample.params.to_sglang(max_new, sample.sampling_seed),
             "return_logprob": sample.params.logprobs,
         }
         if sample.params.logprobs:
@@ -278,6 +278,9 @@ class RolloutEngine:
         if kind == "stop":
             sample.finish_reason, sample.matched_stop = "stop", finish.get("matched")
         elif kind == "abort":
+            if self.paused:  # a pause (mode "abort") cut the chunk short: resume it later, lose nothing
+                self.buffer.requeue(sample)
+                return
             sample.finish_reason, sample.error = "abort", str(finish.get("message", "aborted by SGLang"))
             self._complete(sample, SampleState.ABORTED)
             return

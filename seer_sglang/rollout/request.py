@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -16,7 +17,6 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    min_p: float = 0.0
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None
@@ -31,7 +31,6 @@ class SamplingParams:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
-            "min_p": self.min_p,
             "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens,
         }
@@ -42,6 +41,13 @@ class SamplingParams:
         if seed is not None:
             params["sampling_seed"] = seed
         return params
+
+
+def derive_seed(user_seed: int | None, index: int) -> int:
+    """Sibling i of a seeded request gets its own reproducible seed; unseeded samples a random one."""
+    if user_seed is None:
+        return secrets.randbits(62)
+    return (user_seed * 1_000_003 + index * 7919 + 1) % (2**62)
 
 
 class SampleState(str, enum.Enum):
@@ -90,6 +96,9 @@ class Sample:
     is_probe: bool = False
     priority: int = 0
     oracle_length: int | None = None  # benchmarks only; ignored by every non-oracle policy
+    # Fixed for the sample's life and sent with every chunk: SGLang's seeded sampler hashes
+    # (seed, position), so chunking or migrating a sample does not change what it draws.
+    sampling_seed: int | None = None
     on_tokens: TokenCallback | None = None
     on_done: Callable[["Sample"], None] | None = None
     submitted_at: float = field(default_factory=time.time)
@@ -113,11 +122,9 @@ class Sample:
     def done(self) -> bool:
         return self.state in (SampleState.FINISHED, SampleState.FAILED, SampleState.ABORTED)
 
-    def chunk_seed(self) -> int | None:
-        """Distinct per sample and per continuation point, so siblings differ and reruns reproduce."""
-        if self.params.seed is None:
-            return None
-        return (self.params.seed * 1_000_003 + self.index * 7919 + self.generated) % (2**63)
+    def __post_init__(self) -> None:
+        if self.sampling_seed is None:
+            self.sampling_seed = derive_seed(self.params.seed, self.index)
 
 
 @dataclass

@@ -25,7 +25,13 @@ logger = logging.getLogger("seer_sglang.server")
 
 
 async def _describe_model(client: InstanceClient, model_path: str | None) -> ModelInfo:
-    info = await client.server_info()
+    try:
+        info = await client.server_info()
+    except Exception as e:  # the instance may be down now and come back later
+        if model_path is None:
+            raise RuntimeError(f"cannot reach {client.url} to learn the model; pass --model-path") from e
+        logger.warning("cannot reach %s (%s); describing the model from %s", client.url, e, model_path)
+        info = {}
     path = model_path or info.get("model_path")
     context = info.get("context_length")
     if not context:

@@ -28,7 +28,7 @@ def _frontend(request: Request) -> Frontend:
 def _params(req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
     return SamplingParams(
         max_new_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-        min_p=req.min_p, stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
+        stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
         seed=req.seed, logprobs=logprobs, top_logprobs=top_logprobs, ignore_eos=req.ignore_eos,
     )
 

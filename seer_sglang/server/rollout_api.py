@@ -42,7 +42,7 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
         params = SamplingParams(
             max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-            min_p=req.min_p, stop=stop, stop_token_ids=list(req.stop_token_ids or []), seed=req.seed,
+            stop=stop, stop_token_ids=list(req.stop_token_ids or []), seed=req.seed,
             logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=req.ignore_eos,
             skip_special_tokens=req.skip_special_tokens,
         )

@@ -48,7 +48,8 @@ class TextStreamer:
 
     def __init__(self, tokenizer: PromptTokenizer, stop: list[str], skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
-        self.holdback = max((len(s) for s in stop), default=1) - 1
+        self.stop = [s for s in stop if s]
+        self.holdback = max((len(s) for s in self.stop), default=1) - 1
         self.skip = skip_special_tokens
         self.sent = ""
 
@@ -56,6 +57,10 @@ class TextStreamer:
         text = self.tokenizer.decode(ids, self.skip)
         if text.endswith("\ufffd"):
             return ""
+        for stop in self.stop:
+            cut = text.find(stop)
+            if cut >= 0:
+                text = text[:cut]
         upto = max(len(self.sent), len(text) - self.holdback)
         out = text[len(self.sent):upto]
         self.sent += out

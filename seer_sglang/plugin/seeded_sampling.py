@@ -1,0 +1,98 @@
+"""Per-request seeded sampling inside SGLang, for chunk- and migration-invariant RL samples.
+
+SGLang's torch sampler can draw each token with Gumbel noise hashed from (seed, position, token),
+but only uses it under ``--enable-deterministic-inference``. This hook gives every request of a
+batch its seed tensor: the seed the request carries, or a random one fixed for its lifetime. The
+noise then depends only on (seed, absolute position), so a sample continued in another chunk, or on
+another instance, draws exactly the tokens the unchunked run would, and each draw is still an exact
+sample of the model's distribution.
+
+Only the torch sampling backend implements seeded draws; with another backend the hook does nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+TARGET = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch"
+
+
+def _batch_of(args, kwargs):
+    for value in list(args) + list(kwargs.values()):
+        if hasattr(value, "reqs"):
+            return value
+    return None
+
+
+def seed_every_request(result, *args, **kwargs):
+    """AFTER hook: fill ``sampling_seed`` for the whole batch (merges need it on every batch)."""
+    import torch
+    from sglang.srt.runtime_context import get_exec
+
+    if result.sampling_seed is not None or get_exec().kernel.sampling_backend != "pytorch":
+        return result
+    batch = _batch_of(args, kwargs)
+    if batch is None:
+        return result
+    seeds = []
+    for req in batch.reqs:
+        params = req.sampling_params
+        if params.sampling_seed is None:
+            params.sampling_seed = secrets.randbits(62)
+        seeds.append(params.sampling_seed)
+    result.sampling_seed = torch.tensor(seeds, dtype=torch.int64, device=result.temperatures.device)
+    return result
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _rotl32(x, r: int):
+    return ((x << r) | (x >> (32 - r))) & _MASK32
+
+
+def _murmur3_mix(h, k):
+    k = (k * 0xCC9E2D51) & _MASK32  # int64 products wrap, but their low 32 bits are exact
+    k = _rotl32(k, 15)
+    k = (k * 0x1B873593) & _MASK32
+    h = h ^ k
+    h = _rotl32(h, 13)
+    return (h * 5 + 0xE6546B64) & _MASK32
+
+
+def murmur_hash32_torch(seed, positions, col_indices):
+    """Torch twin of SGLang's Triton ``murmur_hash32_kernel`` (bit-identical), for CPU tensors.
+
+    SGLang's CPU path calls an ``sgl_kernel`` op that only its CUDA/AMX wheel provides.
+    """
+    import torch
+
+    seed = seed.to(torch.int64).view(-1, 1)
+    pos = positions.to(torch.int64).view(-1, 1) & _MASK32
+    col = col_indices.to(torch.int64).view(1, -1) & _MASK32
+    h = torch.zeros_like(seed)
+    h = _murmur3_mix(h, seed & _MASK32)
+    h = _murmur3_mix(h, (seed >> 32) & _MASK32)
+    h = _murmur3_mix(h, pos)
+    h = _murmur3_mix(h.expand(-1, col.shape[1]), col.expand(h.shape[0], -1))
+    h = h ^ 16
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _MASK32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _MASK32
+    return h ^ (h >> 16)
+
+
+def murmur_hash32_cpu_aware(original, seed, positions, col_indices):
+    """AROUND hook: CPU tensors take the torch twin, everything else SGLang's kernel."""
+    if seed.device.type == "cpu":
+        return murmur_hash32_torch(seed, positions, col_indices)
+    return original(seed, positions, col_indices)
+
+
+def register_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(TARGET, seed_every_request, HookType.AFTER)
+    HookRegistry.register("sglang.kernels.ops.sampling.murmur_hash.murmur_hash32", murmur_hash32_cpu_aware,
+                          HookType.AROUND)

@@ -1,0 +1,127 @@
+"""Shared fixtures: one plain SGLang instance and one seer_sglang server (2 instances), both on the
+tiny local model, started once per session and in parallel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from seer_sglang.instances.launcher import (InstanceProcess, InstanceSpec, free_port, has_cuda, start_instance,
+                                            stop_instances, wait_healthy)
+from seer_sglang.models import prepare
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    return str(prepare("tiny"))
+
+
+@dataclass
+class SeerServer:
+    url: str
+    proc: subprocess.Popen
+    log_dir: Path
+    log_path: Path
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+
+def start_seer(model: str, log_dir: Path, *extra: str) -> SeerServer:
+    port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "launch_server.log"
+    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model, "--port", str(port),
+           "--log-dir", str(log_dir), *extra]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return SeerServer(f"http://127.0.0.1:{port}", proc, log_dir, log_path)
+
+
+def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"launch_server exited {server.proc.returncode}:\n{server.log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{server.url} not healthy after {timeout_s}s:\n{server.log_path.read_text()[-3000:]}")
+
+
+def stop_seer(server: SeerServer, sig: int = signal.SIGTERM, timeout_s: float = 60) -> list[psutil.Process]:
+    """Signal the launcher; returns descendants still alive afterwards (killed, so nothing leaks)."""
+    family = server.descendants()
+    if server.proc.poll() is None:
+        server.proc.send_signal(sig)
+    try:
+        server.proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+    _, alive = psutil.wait_procs(family, timeout=10)
+    for p in alive:
+        p.kill()
+    return alive
+
+
+@dataclass
+class Servers:
+    seer: SeerServer
+    plain: InstanceProcess
+
+
+@pytest.fixture(scope="session")
+def servers(tiny_model: str, tmp_path_factory) -> Servers:
+    """Seer (2 instances with the plugin) and plain SGLang (no plugin), started side by side."""
+    logs = tmp_path_factory.mktemp("logs")
+    plain_spec = InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
+                              log_path=logs / "plain.log")
+    plain = start_instance(plain_spec)
+    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2")
+    try:
+        wait_healthy([plain], timeout_s=STARTUP_TIMEOUT_S, progress=False)
+        wait_server(seer)
+    except BaseException:
+        stop_seer(seer)
+        stop_instances([plain])
+        raise
+    yield Servers(seer, plain)
+    stop_seer(seer)
+    stop_instances([plain])
+
+
+@pytest.fixture(scope="session")
+def seer_url(servers: Servers) -> str:
+    return servers.seer.url
+
+
+@pytest.fixture(scope="session")
+def plain_url(servers: Servers) -> str:
+    return servers.plain.url
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_cuda():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)

@@ -1,0 +1,122 @@
+"""Admin fan-out (abort / pause / continue / update weights), health, metrics, and the plugin."""
+
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+
+def _post(url, path, body=None, timeout=300):
+    return httpx.post(f"{url}{path}", json=body or {}, timeout=timeout)
+
+
+class Background:
+    """Runs one rollout in a thread so the test can act while it is in flight."""
+
+    def __init__(self, url, body):
+        self.result = None
+        self.thread = threading.Thread(target=self._run, args=(url, body), daemon=True)
+        self.thread.start()
+
+    def _run(self, url, body):
+        self.result = _post(url, "/v1/rollout", body)
+
+    def join(self, timeout=300):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "rollout did not return"
+        return self.result
+
+
+def _wait_running(url, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        inst = httpx.get(f"{url}/instances", timeout=10).json()["instances"]
+        if any(i["inflight_chunks"] for i in inst):
+            return
+        time.sleep(0.1)
+    raise TimeoutError("nothing in flight")
+
+
+def _long(prompt, **kw):
+    return {"prompts": [{"text": prompt, **kw}], "n": 2, "max_tokens": 3000, "temperature": 1.0,
+            "ignore_eos": True}
+
+
+def test_plugin_logged_once_in_every_sglang_process(servers):
+    for log in sorted(servers.seer.log_dir.glob("instance-*.log")):
+        roles = re.findall(r"seer_sglang plugin loaded \(pid=\d+, role=(\w+)", log.read_text())
+        assert sorted(roles) == sorted(set(roles)), roles  # once per process
+        assert {"scheduler", "detokenizer_manager"} <= set(roles) and len(roles) >= 3, roles
+    plain_log = servers.plain.spec.log_path.read_text()
+    assert "seer_sglang plugin loaded" not in plain_log  # baseline runs without it
+
+
+def test_abort_by_group_id_frees_only_that_group(seer_url):
+    victim = Background(seer_url, _long("abort me", group_id="victim-group"))
+    _wait_running(seer_url)
+    other = _post(seer_url, "/v1/rollout", {"prompts": ["keep me"], "n": 2, "max_tokens": 8})
+    r = _post(seer_url, "/abort_request", {"rid": "victim-group"})
+    assert r.status_code == 200 and r.json()["success"]
+    assert r.headers["x-seer-aborted-samples"] == "2"
+    aborted = victim.join().json()["samples"]
+    assert [s["finish_reason"] for s in aborted] == ["abort", "abort"]
+    assert all(len(s["output_ids"]) < 3000 for s in aborted)
+    assert other.status_code == 200 and all(s["finish_reason"] == "length" for s in other.json()["samples"])
+
+
+def test_abort_all_fans_out_and_instances_drain(seer_url):
+    bg = Background(seer_url, _long("abort all"))
+    _wait_running(seer_url)
+    r = _post(seer_url, "/abort_request", {"abort_all": True})
+    assert r.status_code == 200 and len(r.json()["instances"]) == 2
+    assert all(i["status"] == 200 for i in r.json()["instances"])
+    assert all(s["finish_reason"] == "abort" for s in bg.join().json()["samples"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        inst = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]
+        if all(i["running"] == 0 and i["inflight_chunks"] == 0 for i in inst):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"instances still busy after abort: {inst}")
+
+
+def test_pause_and_continue_lose_nothing(seer_url):
+    body = {"prompts": ["pause me"], "n": 2, "max_tokens": 400, "temperature": 1.0, "ignore_eos": True}
+    bg = Background(seer_url, body)
+    _wait_running(seer_url)
+    r = _post(seer_url, "/pause_generation", {})
+    assert r.status_code == 200 and r.json()["success"] and len(r.json()["instances"]) == 2
+    time.sleep(1.5)
+    assert bg.thread.is_alive()  # paused, not finished
+    r = _post(seer_url, "/continue_generation", {})
+    assert r.status_code == 200 and r.json()["success"]
+    samples = bg.join().json()["samples"]
+    assert [s["finish_reason"] for s in samples] == ["length", "length"]
+    assert all(len(s["output_ids"]) == 400 == len(s["logprobs"]) for s in samples)
+
+
+def test_update_weights_from_disk_fans_out(seer_url, tiny_model):
+    before = _post(seer_url, "/v1/completions", {"prompt": "x y z", "max_tokens": 8, "temperature": 0}).json()
+    r = _post(seer_url, "/update_weights_from_disk", {"model_path": tiny_model})
+    assert r.status_code == 200, r.text
+    assert [i["status"] for i in r.json()["instances"]] == [200, 200]
+    after = _post(seer_url, "/v1/completions", {"prompt": "x y z", "max_tokens": 8, "temperature": 0}).json()
+    assert after["choices"][0]["text"] == before["choices"][0]["text"]
+    bad = _post(seer_url, "/update_weights_from_disk", {})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "model_path"
+
+
+def test_health_and_metrics(seer_url):
+    assert httpx.get(f"{seer_url}/health").json() == {"status": "ok", "healthy_instances": 2, "instances": 2}
+    _post(seer_url, "/v1/completions", {"prompt": "metrics", "max_tokens": 5, "n": 2})
+    time.sleep(1.0)  # one telemetry poll
+    text = httpx.get(f"{seer_url}/metrics").text
+    assert re.search(r'seer_requests_total\{endpoint="/v1/completions",status="200"\} [1-9]', text)
+    tokens = float(re.search(r"^seer_generation_tokens_total (\S+)", text, re.M).group(1))
+    assert tokens >= 10
+    assert 'seer_instance_healthy{instance="0"} 1.0' in text
+    assert 'seer_instance_healthy{instance="1"} 1.0' in text
+    assert "seer_instance_kv_usage" in text and "seer_sample_latency_seconds_bucket" in text

@@ -1,0 +1,97 @@
+"""The CPU shims, the local models and the launcher's CLI."""
+
+import importlib
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from seer_sglang import cpu_shims
+from seer_sglang.instances.launcher import has_cuda
+from seer_sglang.server.tokenizer import PromptTokenizer, TextStreamer
+
+cpu_only = pytest.mark.skipif(has_cuda(), reason="CPU shims are installed only without a GPU")
+
+
+@cpu_only
+def test_cpu_shims_are_installed_in_this_venv():
+    pth = Path(sysconfig.get_paths()["purelib"]) / cpu_shims.PTH_NAME
+    assert pth.read_text() == cpu_shims.pth_text()
+
+
+@cpu_only
+def test_sgl_kernel_stand_in_follows_sglang_fallback_rules():
+    code = """
+import importlib, torch, sgl_kernel
+assert sgl_kernel.SEER_CPU_STUB
+from sgl_kernel import some_cuda_op
+try:
+    some_cuda_op(1)
+    raise SystemExit('stub did not raise')
+except RuntimeError as e:
+    assert 'not available on the CPU engine' in str(e)
+import sgl_kernel.speculative as spec
+assert callable(spec.tree_speculative_sampling_target_only)
+try:
+    importlib.import_module('sgl_kernel.quantization')
+    raise SystemExit('generic submodule resolved')
+except ImportError:
+    pass
+from sglang.srt.utils import cpu_has_amx_support
+assert not cpu_has_amx_support(), 'AMX path would be taken'
+import torchvision  # needs the op-schema fix on CPU torch
+print('ok')
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_cpu_shims_install_and_uninstall_roundtrip(tmp_path):
+    target = cpu_shims.install(str(tmp_path))
+    assert target.exists() and str(cpu_shims.SHIM_DIR) in target.read_text()
+    cpu_shims.uninstall(str(tmp_path))
+    assert not target.exists()
+
+
+def test_models_cli_prints_path_last(tiny_model):
+    out = subprocess.run([sys.executable, "-m", "seer_sglang.models", "tiny"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    path = Path(out.stdout.strip().splitlines()[-1])
+    assert path == Path(tiny_model)
+    config = json.loads((path / "config.json").read_text())
+    assert config["num_key_value_heads"] < config["num_attention_heads"]  # GQA
+    tok = PromptTokenizer(str(path))
+    ids = tok.encode_chat([{"role": "user", "content": "What is 2+3?"}])
+    assert tok.decode(ids, skip_special_tokens=False).startswith("<|im_start|>user\nWhat is 2+3?<|im_end|>")
+
+
+def test_text_streamer_holds_back_possible_stop_prefix(tiny_model):
+    tok = PromptTokenizer(tiny_model)
+    ids = tok.encode_text("the sum is 12 then stop here")
+    streamer = TextStreamer(tok, stop=["stop here"])
+    pieces = [streamer.delta(ids[:i]) for i in range(1, len(ids) + 1)]
+    assert "stop here" not in "".join(pieces)  # never streamed before the stop is known
+    final = streamer.final("the sum is 12 then ")
+    assert "".join(pieces) + final == "the sum is 12 then "
+
+
+def test_launch_server_help_lists_seer_and_sglang_flags():
+    out = subprocess.run([sys.executable, "-m", "seer_sglang.launch_server", "--help"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for flag in ("--num-instances", "--instance-urls", "--scheduler", "--port", "--host"):
+        assert flag in out.stdout
+    for flag in ("--max-total-tokens", "--dtype", "--schedule-policy", "--mem-fraction-static"):
+        assert flag in out.stdout
+
+
+def test_launch_server_rejects_unknown_flag_before_starting_anything(tiny_model):
+    out = subprocess.run([sys.executable, "-m", "seer_sglang.launch_server", "--model-path", tiny_model,
+                          "--no-such-flag"], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "--no-such-flag" in out.stderr
