@@ -42,12 +42,13 @@ class SeerServer:
             return []
 
 
-def start_seer(model: str, log_dir: Path, *extra: str) -> SeerServer:
+def start_seer(model: str | None, log_dir: Path, *extra: str) -> SeerServer:
+    """Start ``python -m seer_sglang.launch_server``; ``model=None`` means the embedded default."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "launch_server.log"
-    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model, "--port", str(port),
-           "--log-dir", str(log_dir), *extra]
+    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--port", str(port), "--log-dir", str(log_dir),
+           *(["--model-path", model] if model else []), *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return SeerServer(f"http://127.0.0.1:{port}", proc, log_dir, log_path)
