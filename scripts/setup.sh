@@ -34,7 +34,13 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PY" -m venv "$VENV"
 fi
 VPY="$VENV/bin/python"
-PIP=("$VPY" -m pip install --disable-pip-version-check --progress-bar off)
+# pip, minus the harmless "Location ... is ignored" warnings some pip configurations print per package.
+pip_install() {
+  "$VPY" -m pip install --disable-pip-version-check --progress-bar off "$@" 2>&1 \
+    | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+  return "${PIPESTATUS[0]}"
+}
+PIP=(pip_install)
 
 if [[ $MODE == cpu ]]; then
   KEY=$(key_of scripts/requirements-cpu.txt scripts/constraints-cpu.txt)

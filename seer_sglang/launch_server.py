@@ -30,7 +30,15 @@ def seer_parser() -> argparse.ArgumentParser:
                    help="SGLang instances to start (default: one per GPU, or 2 on CPU)")
     g.add_argument("--instance-urls", nargs="+", default=None,
                    help="attach to these running SGLang instances instead of starting any")
-    g.add_argument("--scheduler", default="group", help="rollout scheduling policy (default: group)")
+    g.add_argument("--scheduler", default="context", choices=["group", "divided", "context", "oracle"],
+                   help="rollout policy: group = whole groups unchunked (veRL-like), divided = chunks to the "
+                        "least-loaded instance, context = divided + Seer's length context (default), oracle = "
+                        "benchmarks only")
+    g.add_argument("--chunk-size", type=int, default=8192, help="max new tokens per dispatch (default: 8192)")
+    g.add_argument("--kv-headroom", type=float, default=0.9,
+                   help="fraction of an instance's KV our in-flight chunks may claim, worst case (default: 0.9)")
+    g.add_argument("--starvation-bound", type=int, default=256,
+                   help="dispatches a waiting sample may be passed over before it goes first (default: 256)")
     g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")
     g.add_argument("--log-dir", default=None, help="where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     g.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for instances to be healthy")
@@ -110,7 +118,9 @@ def main(argv: list[str] | None = None) -> None:
 
         from .server.app import create_app
 
-        app = create_app(urls, scheduler=args.scheduler, model_path=model_path)
+        app = create_app(urls, scheduler=args.scheduler, model_path=model_path,
+                         policy_kwargs={"chunk_size": args.chunk_size, "kv_headroom": args.kv_headroom,
+                                        "starvation_bound": args.starvation_bound})
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)

@@ -93,10 +93,11 @@ class Servers:
 def servers(tiny_model: str, tmp_path_factory) -> Servers:
     """Seer (2 instances with the plugin) and plain SGLang (no plugin), started side by side."""
     logs = tmp_path_factory.mktemp("logs")
+    # float32: exact token equality across different batch and prefill shapes (bf16 can flip near-ties)
     plain_spec = InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
-                              log_path=logs / "plain.log")
+                              sglang_args=["--dtype", "float32"], log_path=logs / "plain.log")
     plain = start_instance(plain_spec)
-    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2")
+    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32")
     try:
         wait_healthy([plain], timeout_s=STARTUP_TIMEOUT_S, progress=False)
         wait_server(seer)

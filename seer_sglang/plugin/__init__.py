@@ -42,7 +42,8 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
-    from . import seeded_sampling
+    from . import queue_order, seeded_sampling
 
     seeded_sampling.register_hooks()
+    queue_order.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -9,6 +9,7 @@ back to the buffer. A chunk whose instance dies is re-dispatched from the tokens
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -32,12 +33,30 @@ class EngineHooks:
 
     on_sample_done: Callable[[Sample], None] | None = None
     on_load: Callable[[int, InstanceView], None] | None = None
+    # Finds a stop string that SGLang could not see because it spans a chunk boundary; returns
+    # (tokens to keep, matched string) or None. Set by the frontend, which owns the tokenizer.
+    find_stop: Callable[[Sample], tuple[int, str] | None] | None = None
+
+
+@dataclasses.dataclass
+class LoadPoint:
+    """One telemetry sample of one instance, for timelines (KV usage, running, retractions)."""
+
+    t: float
+    instance: int
+    healthy: bool
+    kv_used: int
+    kv_capacity: int
+    running: int
+    waiting: int
+    inflight: int
+    retractions: int  # retractions reported by finished chunks on this instance so far
 
 
 class RolloutEngine:
     def __init__(self, clients: list[InstanceClient], policy: SchedulingPolicy, *,
                  poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
-                 hooks: EngineHooks | None = None):
+                 hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8):
         self.clients = clients
         self.policy = policy
         self.buffer = RequestBuffer()
@@ -45,6 +64,7 @@ class RolloutEngine:
         self.poll_interval_s = poll_interval_s
         self.unavailable_timeout_s = unavailable_timeout_s
         self.hooks = hooks or EngineHooks()
+        self.max_chunk_failures = max_chunk_failures
         self.paused = False
         self._wake = asyncio.Event()
         self._group_done: dict[str, asyncio.Event] = {}
@@ -52,6 +72,8 @@ class RolloutEngine:
         self._sglang_rid: dict[str, str] = {}  # sample rid → SGLang rid of its running chunk
         self._loops: list[asyncio.Task] = []
         self._no_instance_since: float | None = None
+        self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
+        self.retractions = [0] * len(clients)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -121,6 +143,12 @@ class RolloutEngine:
         group = self.buffer.groups.get(group_id)
         return [s for s in group.samples if s.rid == rid] if group else []
 
+    def set_policy(self, policy: SchedulingPolicy) -> None:
+        """Swap the scheduling policy; only between rollouts, since policies keep per-group state."""
+        if self.buffer.groups:
+            raise RuntimeError("cannot change the scheduler while a rollout is in flight")
+        self.policy = policy
+
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
         self._wake.set()
@@ -142,6 +170,10 @@ class RolloutEngine:
                 logger.warning("instance %d (%s) is %s", view.index, self.clients[view.index].url,
                                "back up" if view.healthy else "DOWN")
                 self._wake.set()
+            view.retractions = self.retractions[view.index]
+            self.timeline.append(LoadPoint(time.time(), view.index, view.healthy, view.used_tokens,
+                                           view.capacity_tokens, view.running, view.waiting, view.inflight,
+                                           self.retractions[view.index]))
             if self.hooks.on_load:
                 self.hooks.on_load(view.index, view)
 
@@ -162,7 +194,9 @@ class RolloutEngine:
             self._fail_if_no_instance()
             snapshot = [dataclasses.replace(v) for v in self.views]
             for decision in self.policy.schedule(self.buffer, snapshot):
-                for sample, max_new in zip(decision.samples, decision.max_new_tokens):
+                priorities = decision.priorities or [0] * len(decision.samples)
+                for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):
+                    sample.priority = priority
                     self._launch(sample, decision.instance, max_new)
 
     def _fail_if_no_instance(self) -> None:
@@ -202,6 +236,10 @@ class RolloutEngine:
                 payload["top_logprobs_num"] = sample.params.top_logprobs
         if sample.priority:
             payload["priority"] = sample.priority
+        if sample.params.custom_logit_processor:
+            payload["custom_logit_processor"] = sample.params.custom_logit_processor
+            if sample.custom_params is not None:
+                payload["sampling_params"]["custom_params"] = sample.custom_params
         return payload
 
     async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:
@@ -215,16 +253,23 @@ class RolloutEngine:
                 async for event in client.generate_stream(payload):
                     self._absorb(sample, base, event)
                     finish = event["meta_info"].get("finish_reason") or finish
-                    chunk.cached_tokens = event["meta_info"].get("cached_tokens", 0)
+                    self._chunk_meta(chunk, instance, event["meta_info"])
             else:
                 event = await client.generate(payload)
                 self._absorb(sample, base, event)
                 finish = event["meta_info"].get("finish_reason")
-                chunk.cached_tokens = event["meta_info"].get("cached_tokens", 0)
+                self._chunk_meta(chunk, instance, event["meta_info"])
         except InstanceUnavailable as e:
-            logger.warning("chunk of %s lost on instance %d (%s); re-dispatching", sample.rid, instance, e)
             self.views[instance].healthy = False
             self._settle(sample, instance, reserve, chunk)
+            sample.failures += 1
+            if sample.failures > self.max_chunk_failures:
+                sample.error, sample.error_status, sample.finish_reason = (
+                    f"gave up after {sample.failures} failed dispatches: {e}", 503, "error")
+                self._complete(sample, SampleState.FAILED)
+                return
+            logger.warning("chunk of %s lost on instance %d (%s); re-dispatching from %d tokens",
+                           sample.rid, instance, e, sample.generated)
             self.buffer.requeue(sample)
             return
         except InstanceRejected as e:
@@ -243,6 +288,12 @@ class RolloutEngine:
             return
         self._settle(sample, instance, reserve, chunk)
         self._after_chunk(sample, finish)
+
+    def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
+        chunk.cached_tokens = meta.get("cached_tokens", 0)
+        retractions = int(meta.get("num_retractions") or 0)
+        self.retractions[instance] += retractions - chunk.retractions  # stream events are cumulative
+        chunk.retractions = retractions
 
     def _settle(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> None:
         view = self.views[instance]
@@ -275,6 +326,14 @@ class RolloutEngine:
 
     def _after_chunk(self, sample: Sample, finish: dict[str, Any] | None) -> None:
         kind = (finish or {}).get("type")
+        if kind != "abort" and len(sample.chunks) > 1 and sample.params.stop and self.hooks.find_stop:
+            found = self.hooks.find_stop(sample)
+            if found:  # a stop string across a chunk boundary, which no single chunk could see
+                keep, matched = found
+                del sample.output_ids[keep:], sample.logprobs[keep:], sample.top_logprobs[keep:]
+                sample.finish_reason, sample.matched_stop = "stop", matched
+                self._complete(sample, SampleState.FINISHED)
+                return
         if kind == "stop":
             sample.finish_reason, sample.matched_stop = "stop", finish.get("matched")
         elif kind == "abort":
@@ -304,6 +363,7 @@ class RolloutEngine:
         group = self.buffer.groups.get(sample.group_id)
         if group is not None and group.done:
             self.buffer.remove_group(group.group_id)
+            self.policy.on_group_done(group.group_id)
             event = self._group_done.pop(group.group_id, None)
             if event:
                 event.set()

@@ -21,6 +21,7 @@ class InstanceView:
     waiting: int = 0
     reserved_tokens: int = 0  # worst-case tokens of our chunks in flight there
     inflight: int = 0  # our chunks in flight there
+    retractions: int = 0  # SGLang retractions our chunks there have seen (preemption pressure)
 
     @property
     def load(self) -> float:
@@ -37,6 +38,7 @@ class Dispatch:
     instance: int
     samples: list[Sample]
     max_new_tokens: list[int] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)  # for the instance's own queue; higher first
 
 
 def chunk_tokens(sample: Sample, chunk_size: int | None) -> int:
@@ -57,6 +59,9 @@ class SchedulingPolicy:
 
     def on_sample_finished(self, sample: Sample) -> None:
         """Hook for policies that learn from finished samples (length estimates)."""
+
+    def on_group_done(self, group_id: str) -> None:
+        """Hook: the group left the buffer; forget what was kept about it."""
 
 
 def least_loaded(instances: list[InstanceView]) -> InstanceView | None:
@@ -89,11 +94,152 @@ class WholeGroupPolicy(SchedulingPolicy):
         return decisions
 
 
-POLICIES: dict[str, type[SchedulingPolicy]] = {WholeGroupPolicy.name: WholeGroupPolicy}
+class ChunkedPolicy(SchedulingPolicy):
+    """Divided rollout: every dispatch is one chunk of at most ``chunk_size`` new tokens, sent to the
+    least-loaded instance that has room for it; the sample then returns to the buffer.
+
+    Admission keeps each instance below the point where SGLang would retract: the worst-case KV of
+    our chunks in flight there (prompt + generated + chunk, per sample) stays within
+    ``kv_headroom`` of its capacity. An idle instance always takes one chunk, so a request larger
+    than the headroom still runs. Subclasses only choose the order in which samples are served.
+    """
+
+    name = "divided"
+
+    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.9, affinity_slack: float = 0.05):
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        self.chunk_size = chunk_size
+        self.kv_headroom = kv_headroom
+        # A continuation stays on its last instance (its KV is cached there) unless another
+        # instance is less loaded by more than this share of capacity.
+        self.affinity_slack = affinity_slack
+
+    def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
+        return pending  # arrival order
+
+    def _fits(self, view: InstanceView, tokens: int) -> bool:
+        if not view.healthy:
+            return False
+        if view.inflight == 0 or view.capacity_tokens <= 0:
+            return True
+        return view.reserved_tokens + tokens <= self.kv_headroom * view.capacity_tokens
+
+    def select_instance(self, instances: list[InstanceView], tokens: int,
+                        previous: int | None = None) -> InstanceView | None:
+        """SELECT_INSTANCE: the least-loaded healthy instance with room for ``tokens``; the
+        sample's previous instance when it is nearly as unloaded (a cache hit beats a re-prefill)."""
+        best = None
+        for view in instances:
+            if self._fits(view, tokens) and (best is None or (view.load, view.inflight, view.index)
+                                             < (best.load, best.inflight, best.index)):
+                best = view
+        if best is not None and previous is not None and previous != best.index and previous < len(instances):
+            prev = instances[previous]
+            if prev.index == previous and self._fits(prev, tokens) and prev.load <= best.load + self.affinity_slack:
+                return prev
+        return best
+
+    def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
+        by_instance: dict[int, Dispatch] = {}
+        ordered = self.order(buffer.pending(), buffer)
+        for rank, sample in enumerate(ordered):
+            budget = chunk_tokens(sample, self.chunk_size)
+            tokens = worst_case_tokens(sample, budget)
+            target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None)
+            if target is None:
+                if not any(v.healthy and v.inflight == 0 for v in instances):
+                    break  # every instance is full: the rest waits for chunks to come back
+                continue
+            target.reserved_tokens += tokens
+            target.inflight += 1
+            self.on_dispatch(sample)
+            d = by_instance.setdefault(target.index, Dispatch(target.index, []))
+            d.samples.append(sample)
+            d.max_new_tokens.append(budget)
+            d.priorities.append(len(ordered) - rank)
+        return list(by_instance.values())
+
+    def on_dispatch(self, sample: Sample) -> None:
+        """Hook for policies that track waiting (starvation bound)."""
+
+
+class ContextPolicy(ChunkedPolicy):
+    """Seer's context-aware scheduling on top of divided rollout.
+
+    - Each group's first sample is its probe; probes go first, smallest-generated-first (SFS), so
+      every group quickly reveals how long it writes.
+    - The other samples go largest-estimated-group-length-first (approximate LFS): a group's
+      estimate is its longest finished sibling, or ``max_tokens`` while none has finished.
+    - Starvation bound: a sample that has waited through ``starvation_bound`` dispatches since it
+      entered the buffer is served first, oldest first, whatever its estimate.
+    """
+
+    name = "context"
+
+    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.9, affinity_slack: float = 0.05,
+                 starvation_bound: int = 256):
+        super().__init__(chunk_size, kv_headroom, affinity_slack)
+        self.starvation_bound = starvation_bound
+        self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
+        self._waiting_since: dict[str, int] = {}
+        self._finished_longest: dict[str, int] = {}
+
+    def estimate(self, sample: Sample) -> int:
+        """Estimated total output length of the sample's group."""
+        return self._finished_longest.get(sample.group_id, sample.params.max_new_tokens)
+
+    def on_sample_finished(self, sample: Sample) -> None:
+        longest = self._finished_longest.get(sample.group_id, 0)
+        self._finished_longest[sample.group_id] = max(longest, sample.generated)
+        self._waiting_since.pop(sample.rid, None)
+
+    def on_group_done(self, group_id: str) -> None:
+        self._finished_longest.pop(group_id, None)
+
+    def on_dispatch(self, sample: Sample) -> None:
+        self.clock += 1
+        self._waiting_since.pop(sample.rid, None)
+
+    def priority(self, sample: Sample) -> tuple:
+        """Sort key (smaller first): starving, then probes by SFS, then the rest by LFS estimate."""
+        since = self._waiting_since.setdefault(sample.rid, self.clock)
+        if self.clock - since >= self.starvation_bound:
+            return (0, since, 0)
+        if sample.is_probe:
+            return (1, sample.generated, since)
+        return (2, -self.estimate(sample), since)
+
+    def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
+        return sorted(pending, key=self.priority)
+
+
+class OraclePolicy(ContextPolicy):
+    """Benchmark-only upper reference: knows each sample's true length (``Sample.oracle_length``)
+    and serves the longest remaining work first (exact LFS). Every other policy ignores that field."""
+
+    name = "oracle"
+
+    def priority(self, sample: Sample) -> tuple:
+        since = self._waiting_since.setdefault(sample.rid, self.clock)
+        if self.clock - since >= self.starvation_bound:
+            return (0, since, 0)
+        true_len = sample.oracle_length if sample.oracle_length is not None else sample.params.max_new_tokens
+        return (2, -(true_len - sample.generated), since)
+
+
+POLICIES: dict[str, type[SchedulingPolicy]] = {
+    p.name: p for p in (WholeGroupPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy)
+}
 
 
 def make_policy(name: str, **kwargs) -> SchedulingPolicy:
+    """Build a policy by name; ``chunk_size``/``kv_headroom``/``starvation_bound`` go where they apply."""
     try:
-        return POLICIES[name](**kwargs)
+        cls = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown scheduler {name!r}; choose one of {sorted(POLICIES)}") from None
+    import inspect
+
+    accepted = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in kwargs.items() if k in accepted and v is not None})

@@ -24,6 +24,7 @@ class SamplingParams:
     top_logprobs: int = 0
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    custom_logit_processor: str | None = None  # SGLang's serialized processor (instances need the flag)
 
     def to_sglang(self, max_new_tokens: int, seed: int | None) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -68,6 +69,7 @@ class ChunkRecord:
     end: float | None = None
     new_tokens: int = 0
     cached_tokens: int = 0
+    retractions: int = 0
 
 
 # Called with (sample, new_token_ids) as tokens arrive, when the caller asked to stream.
@@ -93,9 +95,11 @@ class Sample:
     error_status: int = 500
     chunks: list[ChunkRecord] = field(default_factory=list)
     instance: int | None = None  # where the running chunk is
+    failures: int = 0  # chunks lost to an instance that stopped answering
     is_probe: bool = False
     priority: int = 0
     oracle_length: int | None = None  # benchmarks only; ignored by every non-oracle policy
+    custom_params: dict[str, Any] | None = None  # for the custom logit processor; opaque to policies
     # Fixed for the sample's life and sent with every chunk: SGLang's seeded sampler hashes
     # (seed, position), so chunking or migrating a sample does not change what it draws.
     sampling_seed: int | None = None
@@ -142,11 +146,13 @@ class Group:
 
     @classmethod
     def make(cls, group_id: str, prompt_ids: list[int], n: int, params: SamplingParams,
-             oracle_lengths: list[int] | None = None) -> "Group":
+             oracle_lengths: list[int] | None = None,
+             custom_params: list[dict[str, Any]] | None = None) -> "Group":
         samples = [
             Sample(rid=f"{group_id}-{i}", group_id=group_id, index=i, prompt_ids=list(prompt_ids),
                    params=params, is_probe=(i == 0),
-                   oracle_length=oracle_lengths[i] if oracle_lengths else None)
+                   oracle_length=oracle_lengths[i] if oracle_lengths else None,
+                   custom_params=custom_params[i] if custom_params else None)
             for i in range(n)
         ]
         return cls(group_id=group_id, prompt_ids=list(prompt_ids), samples=samples)

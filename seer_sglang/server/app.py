@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -18,7 +19,7 @@ from . import openai_api, rollout_api
 from .errors import APIError, install_error_handlers
 from .frontend import Frontend, ModelInfo
 from .metrics import Metrics
-from .protocol import AbortRequest
+from .protocol import AbortRequest, SchedulerRequest
 from .tokenizer import PromptTokenizer
 
 logger = logging.getLogger("seer_sglang.server")
@@ -42,7 +43,7 @@ async def _describe_model(client: InstanceClient, model_path: str | None) -> Mod
     return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context))
 
 
-def create_app(instance_urls: list[str], *, scheduler: str = "group", model_path: str | None = None,
+def create_app(instance_urls: list[str], *, scheduler: str = "context", model_path: str | None = None,
                policy_kwargs: dict[str, Any] | None = None) -> FastAPI:
     """Build the app; the engine starts in the lifespan, once the instances answer."""
     metrics = Metrics()
@@ -53,8 +54,9 @@ def create_app(instance_urls: list[str], *, scheduler: str = "group", model_path
         model = await _describe_model(clients[0], model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
         policy = make_policy(scheduler, **(policy_kwargs or {}))
-        engine = RolloutEngine(clients, policy, hooks=EngineHooks(on_sample_done=metrics.on_sample_done,
-                                                                  on_load=metrics.on_load))
+        hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_load=metrics.on_load,
+                            find_stop=tokenizer.find_stop)
+        engine = RolloutEngine(clients, policy, hooks=hooks)
         await engine.start()
         app.state.frontend = Frontend(engine, tokenizer, model, metrics)
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
@@ -97,6 +99,32 @@ def create_app(instance_urls: list[str], *, scheduler: str = "group", model_path
                                "capacity_tokens": v.capacity_tokens, "inflight_chunks": v.inflight}
                               for v in fe.engine.views]}
 
+    @app.get("/scheduler")
+    async def get_scheduler(request: Request):
+        return _policy_json(request.app.state.frontend.engine.policy)
+
+    @app.post("/scheduler")
+    async def set_scheduler(body: SchedulerRequest, request: Request):
+        """Switch the rollout policy between rollouts (benchmarks compare policies on one server)."""
+        fe: Frontend = request.app.state.frontend
+        try:
+            policy = make_policy(body.name, **body.model_dump(exclude={"name"}))
+        except ValueError as e:
+            raise APIError(str(e), param="name") from e
+        try:
+            fe.engine.set_policy(policy)
+        except RuntimeError as e:
+            raise APIError(str(e), 409, code="rollout_in_flight") from e
+        logger.info("scheduler is now %s", _policy_json(policy))
+        return _policy_json(policy)
+
+    @app.get("/timeline")
+    async def timeline(request: Request, since: float = 0.0):
+        """Per-instance telemetry over time: KV usage, running/waiting, in-flight chunks, retractions."""
+        fe: Frontend = request.app.state.frontend
+        points = [dataclasses.asdict(p) for p in fe.engine.timeline if p.t >= since]
+        return {"points": points, "retractions": list(fe.engine.retractions)}
+
     async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | None) -> JSONResponse:
         results = await asyncio.gather(*(c.post_admin(path, body) for c in fe.engine.clients))
         per_instance = [{"instance": c.index, "url": c.url, "status": status, "body": content}
@@ -132,6 +160,11 @@ def create_app(instance_urls: list[str], *, scheduler: str = "group", model_path
         fe.engine.set_paused(False)
         return await fan_out(fe, "/continue_generation", await _json_body(request))
 
+    @app.post("/flush_cache")
+    async def flush_cache(request: Request):
+        """Empty every instance's radix cache (e.g. between benchmark modes, or after new weights)."""
+        return await fan_out(request.app.state.frontend, "/flush_cache", None)
+
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request):
         fe: Frontend = request.app.state.frontend
@@ -141,6 +174,11 @@ def create_app(instance_urls: list[str], *, scheduler: str = "group", model_path
         return await fan_out(fe, "/update_weights_from_disk", body)
 
     return app
+
+
+def _policy_json(policy) -> dict[str, Any]:
+    fields = ("chunk_size", "kv_headroom", "starvation_bound")
+    return {"name": policy.name, **{f: getattr(policy, f) for f in fields if hasattr(policy, f)}}
 
 
 async def _json_body(request: Request) -> Any:

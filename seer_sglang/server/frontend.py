@@ -78,10 +78,12 @@ class Frontend:
             raise APIError(f"cannot apply the chat template: {e}", param=param) from e
 
     def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str,
-                   oracle_lengths: list[int] | None = None) -> Group:
-        if oracle_lengths is not None and len(oracle_lengths) != n:
-            raise APIError(f"oracle_lengths has {len(oracle_lengths)} entries for n={n}", param="oracle_lengths")
-        return Group.make(group_id, prompt_ids, n, params, oracle_lengths)
+                   oracle_lengths: list[int] | None = None,
+                   custom_params: list[dict[str, Any]] | None = None) -> Group:
+        for name, values in (("oracle_lengths", oracle_lengths), ("custom_params", custom_params)):
+            if values is not None and len(values) != n:
+                raise APIError(f"{name} has {len(values)} entries for n={n}", param=name)
+        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params)
 
     def submit(self, groups: list[Group]) -> None:
         self.check_available()

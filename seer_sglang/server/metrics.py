@@ -27,6 +27,8 @@ class Metrics:
                                       ["instance"], registry=r)
         self.instance_kv_usage = Gauge("seer_instance_kv_usage", "Fraction of KV tokens in use", ["instance"], registry=r)
         self.instance_inflight = Gauge("seer_instance_inflight_chunks", "Our chunks in flight", ["instance"], registry=r)
+        self.instance_retractions = Gauge("seer_instance_retractions", "SGLang retractions seen by our chunks",
+                                          ["instance"], registry=r)
 
     def on_sample_done(self, sample: Sample) -> None:
         self.samples.labels(sample.finish_reason or "unknown").inc()
@@ -45,6 +47,7 @@ class Metrics:
         used = view.used_tokens / view.capacity_tokens if view.capacity_tokens else 0.0
         self.instance_kv_usage.labels(label).set(used)
         self.instance_inflight.labels(label).set(view.inflight)
+        self.instance_retractions.labels(label).set(view.retractions)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -69,6 +69,8 @@ class RolloutPrompt(BaseModel):
     group_id: Optional[str] = Field(None, min_length=1, max_length=256)
     # Benchmarks only: the true length of each sample, read by the oracle policy and nobody else.
     oracle_lengths: Optional[list[int]] = None
+    # One dict per sample for the request's custom logit processor; passed through untouched.
+    custom_params: Optional[list[dict[str, Any]]] = None
 
 
 class RolloutRequest(BaseModel):
@@ -89,6 +91,8 @@ class RolloutRequest(BaseModel):
     top_logprobs: int = Field(0, ge=0, le=20)
     skip_special_tokens: bool = True
     stream: bool = False
+    return_timeline: bool = False  # add the per-instance telemetry recorded during the rollout
+    custom_logit_processor: Optional[str] = None  # SGLang CustomLogitProcessor.to_str()
 
 
 class AbortRequest(BaseModel):
@@ -99,3 +103,12 @@ class AbortRequest(BaseModel):
 
 
 PromptKind = Literal["text", "messages", "input_ids"]
+
+
+class SchedulerRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    chunk_size: Optional[int] = Field(None, ge=1)
+    kv_headroom: Optional[float] = Field(None, gt=0.0, le=1.0)
+    starvation_bound: Optional[int] = Field(None, ge=1)

@@ -8,6 +8,7 @@ one NDJSON line as soon as it finishes, then a summary line.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -44,24 +45,30 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
             max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
             stop=stop, stop_token_ids=list(req.stop_token_ids or []), seed=req.seed,
             logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=req.ignore_eos,
-            skip_special_tokens=req.skip_special_tokens,
+            skip_special_tokens=req.skip_special_tokens, custom_logit_processor=req.custom_logit_processor,
         )
         gid = fe.new_group_id(prompt.group_id)
         if gid in prompt_index:
             raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")
-        groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, prompt.oracle_lengths))
+        groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, prompt.oracle_lengths,
+                                    prompt.custom_params))
         prompt_index[gid] = i
     return groups, prompt_index
 
 
-def _summary(groups: list[Group], started: float) -> dict:
+def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: float) -> dict:
     samples = [s for g in groups for s in g.samples]
     tokens = sum(s.generated for s in samples)
     elapsed = time.time() - started
+    chunks = [c for s in samples for c in s.chunks]
     return {"samples": len(samples), "groups": len(groups), "completion_tokens": tokens,
+            "chunks": len(chunks), "retractions": sum(c.retractions for c in chunks),
+            "instances_used": sorted({c.instance for c in chunks}),
             "prompt_tokens": sum(len(s.prompt_ids) for s in samples), "elapsed_s": elapsed,
             "throughput_tok_s": tokens / elapsed if elapsed > 0 else 0.0,
-            "failed": sum(1 for s in samples if s.error)}
+            "failed": sum(1 for s in samples if s.error),
+            **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline if p.t >= started]}
+               if req.return_timeline else {})}
 
 
 @router.post("/v1/rollout")
@@ -85,7 +92,7 @@ async def rollout(req: RolloutRequest, request: Request):
                     sample = await queue.get()
                     line = {"type": "sample", **fe.sample_json(sample, prompt_index[sample.group_id])}
                     yield json.dumps(line).encode() + b"\n"
-                yield json.dumps({"type": "summary", "id": rollout_id, **_summary(groups, started)}).encode() + b"\n"
+                yield json.dumps({"type": "summary", "id": rollout_id, **_summary(fe, req, groups, started)}).encode() + b"\n"
             finally:
                 for group in groups:
                     if not group.done:
@@ -97,4 +104,4 @@ async def rollout(req: RolloutRequest, request: Request):
     await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
     samples = [fe.sample_json(s, prompt_index[g.group_id]) for g in groups for s in g.samples]
     return JSONResponse({"id": rollout_id, "model": fe.model.served_name, "samples": samples,
-                         "summary": _summary(groups, started)})
+                         "summary": _summary(fe, req, groups, started)})

@@ -43,6 +43,28 @@ class PromptTokenizer:
         return text
 
 
+    def find_stop(self, sample: Sample) -> tuple[int, str] | None:
+        """The shortest output prefix whose text holds a stop string: (its length, the string).
+
+        Chunks are checked by SGLang one at a time, so a stop string spanning two chunks is found
+        here. Containment only grows with the prefix, so a binary search needs O(log n) decodes.
+        """
+        stops = [s for s in sample.params.stop if s]
+        ids, skip = sample.output_ids, sample.params.skip_special_tokens
+        if not stops or not any(s in self.decode(ids, skip) for s in stops):
+            return None
+        lo, hi = 1, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(s in self.decode(ids[:mid], skip) for s in stops):
+                hi = mid
+            else:
+                lo = mid + 1
+        text = self.decode(ids[:lo], skip)
+        matched = min((s for s in stops if s in text), key=text.find)
+        return lo, matched
+
+
 class TextStreamer:
     """Turns a growing id list into text deltas, holding back incomplete UTF-8 and possible stop prefixes."""
 

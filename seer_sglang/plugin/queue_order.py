@@ -1,0 +1,67 @@
+"""Length-context queue order inside one SGLang instance.
+
+The router sends each chunk with a priority (its rank in the router's length-context order) and a
+rid ``<group>-<index>-c<chunk>``. After SGLang's own policy has sorted the waiting queue, this hook
+re-sorts it, stably: groups by the best priority among their waiting members, then the members of
+a group together. Siblings share their prompt in the radix cache, so admitting them together
+computes that prefix once. Requests that carry no priority keep SGLang's order among themselves.
+
+SGLang's priority scheduling is not needed (and its preemption is not wanted): the scheduler keeps
+``req.priority`` as sent even when priority scheduling is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Sequence
+
+SEER_RID = re.compile(r"^(?P<group>.+)-(?P<index>\d+)-c(?P<chunk>\d+)$")
+TARGET = "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority"
+logger = logging.getLogger("seer_sglang.plugin")
+_announced = False
+
+
+def group_of(rid: str) -> str | None:
+    match = SEER_RID.match(rid or "")
+    return match.group("group") if match else None
+
+
+def length_context_order(queue: Sequence[Any]) -> list[Any] | None:
+    """The new order of ``queue`` (items with ``rid`` and ``priority``), or None to keep SGLang's."""
+    tagged = [(group_of(r.rid), r.priority) for r in queue]
+    if not any(g is not None and p is not None for g, p in tagged):
+        return None
+    best: dict[str, int] = {}
+    for (group, prio), req in zip(tagged, queue):
+        key = group if group is not None else req.rid
+        value = prio if prio is not None else -(2**62)
+        best[key] = max(best.get(key, value), value)
+    first_pos: dict[str, int] = {}
+    keyed = []
+    for pos, ((group, prio), req) in enumerate(zip(tagged, queue)):
+        key = group if group is not None else req.rid
+        first_pos.setdefault(key, pos)
+        own = prio if prio is not None else -(2**62)
+        keyed.append(((-best[key], first_pos[key], -own, pos), req))
+    keyed.sort(key=lambda item: item[0])
+    return [req for _, req in keyed]
+
+
+def calc_priority_with_length_context(original, self, waiting_queue, *args, **kwargs):
+    """AROUND hook on ``SchedulePolicy.calc_priority``."""
+    global _announced
+    result = original(self, waiting_queue, *args, **kwargs)
+    ordered = length_context_order(waiting_queue)
+    if ordered is not None:
+        waiting_queue[:] = ordered
+        if not _announced:
+            _announced = True
+            logger.info("length-context queue order active (%d waiting)", len(ordered))
+    return result
+
+
+def register_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(TARGET, calc_priority_with_length_context, HookType.AROUND)

@@ -1,0 +1,118 @@
+"""``python -m seer_sglang.sim``: simulate rollouts at cluster scale with the real policy objects.
+
+    python -m seer_sglang.sim --workload moonlight --instances 32 --prompts 256 \
+        --out benchmarks/results/sim_h100_moonlight.json
+
+Runs every policy (the ablation), a chunk-size sweep for ``context``, and the gain of ``context``
+over ``group`` as the number of instances and the length spread grow. Writes JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from ..rollout.policy import make_policy
+from .simulator import simulate
+from .step_model import H100_70B, StepModel
+from .workload import PRESETS, generate, load_trace
+
+POLICIES = ("group", "divided", "context", "oracle")
+
+
+def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLICIES) -> dict:
+    out = {}
+    for name in policies:
+        t0 = time.perf_counter()
+        result = simulate(trace, make_policy(name, chunk_size=chunk_size), model, instances, max_tokens)
+        out[name] = {**result.summary(), "sim_wall_s": time.perf_counter() - t0}
+    base = out[policies[0]]
+    for name in policies:
+        out[name]["ratio_throughput"] = out[name]["throughput_tok_s"] / base["throughput_tok_s"]
+        out[name]["ratio_tail"] = out[name]["tail_s"] / base["tail_s"] if base["tail_s"] else None
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m seer_sglang.sim")
+    ap.add_argument("--workload", default="moonlight", choices=sorted(PRESETS))
+    ap.add_argument("--trace", default=None, help="replay a JSONL trace instead of generating one")
+    ap.add_argument("--prompts", type=int, default=256)
+    ap.add_argument("--instances", type=int, default=32)
+    ap.add_argument("--chunk-size", type=int, default=8192)
+    ap.add_argument("--chunk-sweep", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--instance-sweep", default="4,8,16,32")
+    ap.add_argument("--spread-sweep", default="0.5,1.0,1.5", help="log-sigma of group means")
+    ap.add_argument("--model", default="h100-70b", help="'h100-70b' (public figures) or a StepModel JSON file")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="ablation only, no sweeps")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    model = H100_70B if args.model == "h100-70b" else StepModel.load(args.model)
+    spec = PRESETS[args.workload]
+    trace = load_trace(args.trace) if args.trace else generate(spec, args.prompts, args.seed)
+    report: dict = {"config": {**vars(args), "step_model": dataclasses.asdict(model),
+                               "workload_spec": dataclasses.asdict(spec), "samples": len(trace)}}
+    report["ablation"] = run_policies(trace, model, args.instances, spec.max_tokens, args.chunk_size)
+    _print("ablation", report["ablation"])
+    if not args.quick:
+        report["chunk_sweep"] = {
+            c: run_policies(trace, model, args.instances, spec.max_tokens, int(c), ("group", "context"))["context"]
+            for c in args.chunk_sweep.split(",")}
+        report["instance_sweep"] = {
+            n: run_policies(trace, model, int(n), spec.max_tokens, args.chunk_size, ("group", "context"))
+            for n in args.instance_sweep.split(",")}
+        report["spread_sweep"] = {}
+        for sigma in args.spread_sweep.split(","):
+            wider = dataclasses.replace(spec, group_sigma=float(sigma))
+            report["spread_sweep"][sigma] = run_policies(generate(wider, args.prompts, args.seed), model,
+                                                         args.instances, spec.max_tokens, args.chunk_size,
+                                                         ("group", "context"))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+        _plot(report, Path(args.out).with_suffix(".png"))
+
+
+def _print(title: str, rows: dict) -> None:
+    print(f"== {title}")
+    for name, r in rows.items():
+        print(f"  {name:>8}: {r['completion_s']:9.1f} s  {r['throughput_tok_s']:10.0f} tok/s  "
+              f"x{r['ratio_throughput']:.2f}  tail {r['tail_s']:8.1f} s  retractions {r['retractions']}")
+
+
+def _plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [k for k in ("ablation", "chunk_sweep", "instance_sweep", "spread_sweep") if k in report]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    ax = axes[0][0]
+    names = list(report["ablation"])
+    ax.bar(names, [report["ablation"][n]["ratio_throughput"] for n in names], color="tab:blue")
+    ax.set_title("throughput vs group (sim)")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    for ax, key in zip(axes[0][1:], panels[1:]):
+        data = report[key]
+        xs = list(data)
+        if key == "chunk_sweep":
+            ax.plot(xs, [data[x]["ratio_throughput"] for x in xs], marker="o")
+            ax.set_title("context: chunk size")
+        else:
+            ax.plot(xs, [data[x]["context"]["ratio_throughput"] for x in xs], marker="o")
+            ax.set_title("context gain vs " + ("instances" if key == "instance_sweep" else "length spread"))
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_ylabel("throughput / group")
+    fig.suptitle(f"{report['config']['workload']} - {report['config']['step_model']['name']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

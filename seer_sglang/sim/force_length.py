@@ -1,0 +1,35 @@
+"""A SGLang custom logit processor that ends a sample at a hidden target length (benchmarks).
+
+The target travels in the request's ``custom_params`` (opaque to every scheduler) as the total
+sequence length at which the sample must end: ``{"end_at": prompt_len + target, "eos": id}``.
+It forces EOS as the token that reaches that length, so it works unchanged for a chunked sample
+whose continuation is prefilled with prompt + earlier chunks.
+
+Instances must run with ``--enable-custom-logit-processor``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
+
+
+class ForceLengthProcessor(CustomLogitProcessor):
+    def __call__(self, logits: torch.Tensor, custom_param_list: list[dict[str, Any]] | None = None) -> torch.Tensor:
+        for row, params in enumerate(custom_param_list or []):
+            if not params or "end_at" not in params:
+                continue
+            req = params.get("__req__")
+            if req is None:
+                continue
+            length = len(req.origin_input_ids) + len(req.output_ids)
+            if length + 1 >= int(params["end_at"]):
+                logits[row, :] = -float("inf")
+                logits[row, int(params["eos"])] = 0.0
+        return logits
+
+
+def custom_params(prompt_len: int, target: int, eos_id: int) -> dict[str, int]:
+    return {"end_at": prompt_len + target, "eos": eos_id}

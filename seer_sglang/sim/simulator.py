@@ -1,0 +1,282 @@
+"""Discrete-event simulation of a rollout on N instances.
+
+The router side is the real thing: ``RequestBuffer`` and the policy objects of
+``seer_sglang.rollout.policy``, asked for ``Dispatch`` decisions whenever a chunk comes back.
+Only the engines are modelled: continuous batching with a step-time model, a KV capacity,
+SGLang-like admission (a decaying new-token reservation ratio) and retraction when KV runs out,
+and a radix cache (a continuation that stays on its instance, and siblings sharing a prompt there,
+skip their cached prefill).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+from dataclasses import dataclass, field
+
+from ..rollout.buffer import RequestBuffer
+from ..rollout.policy import InstanceView, SchedulingPolicy, worst_case_tokens
+from ..rollout.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
+from .step_model import StepModel
+from .workload import TraceSample, groups_of
+
+MAX_MACRO_STEPS = 32  # decode steps simulated at once while the batch does not change
+
+
+class TokenCount:
+    """Stands in for ``Sample.output_ids`` in the simulator: policies only read its length."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@dataclass
+class Slot:
+    """A chunk on a simulated instance."""
+
+    sample: Sample
+    budget: int
+    reserve: int
+    produced: int = 0
+
+    @property
+    def context(self) -> int:
+        return len(self.sample.prompt_ids) + self.sample.generated
+
+    @property
+    def steps_left(self) -> int:
+        target = self.sample.oracle_length or self.sample.params.max_new_tokens
+        return min(self.budget - self.produced, target - self.sample.generated)
+
+
+@dataclass
+class SimInstance:
+    index: int
+    model: StepModel
+    waiting: collections.deque = field(default_factory=collections.deque)
+    running: list[Slot] = field(default_factory=list)
+    cache: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # key -> tokens (LRU)
+    busy_until: float | None = None  # end of the step in progress; None = idle
+    busy_time: float = 0.0
+    retractions: int = 0
+    prefill_tokens: int = 0
+    new_token_ratio: float = 0.7  # SGLang-like: reservation for future decode tokens, decays
+
+    def kv_running(self) -> int:
+        return sum(s.context for s in self.running)
+
+    def cached(self, key: str) -> int:
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        return 0
+
+    def remember(self, key: str, tokens: int) -> None:
+        self.cache[key] = tokens
+        self.cache.move_to_end(key)
+        while sum(self.cache.values()) > self.model.capacity_tokens:
+            self.cache.popitem(last=False)
+
+
+@dataclass
+class SimResult:
+    policy: str
+    instances: int
+    completion_s: float
+    total_tokens: int
+    throughput_tok_s: float
+    tail_s: float  # from 90% of samples finished to all finished
+    idle_s_per_instance: float
+    retractions: int
+    prefill_tokens: int
+    finish_times: list[float]
+    lower_bound_s: float
+    efficiency: float
+
+    def summary(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("finish_times")
+        return d
+
+
+class Simulation:
+    def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
+                 max_tokens: int):
+        self.policy = policy
+        self.model = model
+        self.buffer = RequestBuffer()
+        self.views = [InstanceView(i, capacity_tokens=model.capacity_tokens) for i in range(instances)]
+        self.instances = [SimInstance(i, model) for i in range(instances)]
+        self.max_tokens = max_tokens
+        self.now = 0.0
+        self.events: list[tuple[float, int, int]] = []
+        self._seq = 0
+        self.finish_times: list[float] = []
+        self.groups = []
+        for gid, members in groups_of(trace).items():
+            params = SamplingParams(max_new_tokens=max_tokens)
+            group = Group.make(f"g{gid}", [0] * members[0].prompt_len, len(members), params,
+                               [m.output_len for m in members])
+            for s in group.samples:
+                s.output_ids = TokenCount()  # type: ignore[assignment]
+            self.groups.append(group)
+
+    # ---- router side: the real policy ---------------------------------------------------------
+    def dispatch(self) -> None:
+        snapshot = [dataclasses.replace(v) for v in self.views]
+        for decision in self.policy.schedule(self.buffer, snapshot):
+            inst = self.instances[decision.instance]
+            for sample, budget in zip(decision.samples, decision.max_new_tokens):
+                reserve = worst_case_tokens(sample, budget)
+                view = self.views[decision.instance]
+                view.reserved_tokens += reserve
+                view.inflight += 1
+                self.buffer.mark_running(sample, decision.instance)
+                sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
+                inst.waiting.append(Slot(sample, budget, reserve))
+            if inst.busy_until is None:
+                self._push(self.now, inst.index)
+
+    def _return_chunk(self, inst: SimInstance, slot: Slot) -> None:
+        sample = slot.sample
+        view = self.views[inst.index]
+        view.reserved_tokens -= slot.reserve
+        view.inflight -= 1
+        sample.chunks[-1].end = self.now
+        sample.chunks[-1].new_tokens = slot.produced
+        inst.remember(f"s:{sample.rid}", slot.context)
+        target = sample.oracle_length or sample.params.max_new_tokens
+        if sample.generated >= target:
+            sample.finish_reason = "stop" if sample.generated < sample.params.max_new_tokens else "length"
+            sample.finished_at = self.now
+            self.buffer.finish(sample, SampleState.FINISHED)
+            self.policy.on_sample_finished(sample)
+            self.finish_times.append(self.now)
+            group = self.buffer.groups.get(sample.group_id)
+            if group is not None and group.done:
+                self.buffer.remove_group(group.group_id)
+                self.policy.on_group_done(group.group_id)
+        else:
+            self.buffer.requeue(sample)
+
+    # ---- engine side: the model --------------------------------------------------------------
+    def _push(self, t: float, index: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, self._seq, index))
+
+    def _admit(self, inst: SimInstance) -> float:
+        """SGLang-like admission from the instance's queue; returns the prefill time it costs."""
+        prefill = 0
+        kv = inst.kv_running()
+        reserved = sum(int(inst.new_token_ratio * (s.budget - s.produced)) for s in inst.running)
+        while inst.waiting and len(inst.running) < self.model.max_running:
+            slot = inst.waiting[0]
+            need = slot.context + int(inst.new_token_ratio * slot.budget)
+            if inst.running and kv + reserved + need > self.model.capacity_tokens:
+                break
+            inst.waiting.popleft()
+            sample = slot.sample
+            hit = max(inst.cached(f"s:{sample.rid}"), min(inst.cached(f"p:{sample.group_id}"),
+                                                          len(sample.prompt_ids)))
+            prefill += max(0, slot.context - hit)
+            inst.remember(f"p:{sample.group_id}", len(sample.prompt_ids))
+            inst.running.append(slot)
+            kv += slot.context
+            reserved += int(inst.new_token_ratio * slot.budget)
+        inst.prefill_tokens += prefill
+        return self.model.prefill(prefill)
+
+    def _retract_until_fits(self, inst: SimInstance) -> None:
+        """Like SGLang: when the next step's KV does not fit, retract requests back to the queue."""
+        while len(inst.running) > 1 and inst.kv_running() + len(inst.running) > self.model.capacity_tokens:
+            victim = max(inst.running, key=lambda s: (s.sample.generated, s.sample.rid))
+            inst.running.remove(victim)
+            inst.cache.pop(f"s:{victim.sample.rid}", None)  # its KV is freed: re-prefill later
+            inst.waiting.appendleft(victim)
+            inst.retractions += 1
+            self.views[inst.index].retractions += 1
+            inst.new_token_ratio = 0.7
+
+    def _step(self, inst: SimInstance) -> None:
+        """Start the next (macro) step of an instance at ``now``."""
+        prefill_s = self._admit(inst)
+        self._retract_until_fits(inst)
+        if not inst.running:
+            inst.busy_until = None
+            return
+        batch, kv = len(inst.running), inst.kv_running()
+        steps = min(MAX_MACRO_STEPS, min(s.steps_left for s in inst.running))
+        steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
+        dt = prefill_s + self.model.decode_steps(steps, batch, kv)
+        for slot in inst.running:
+            slot.produced += steps
+            slot.sample.output_ids.n += steps  # type: ignore[attr-defined]
+        inst.new_token_ratio = max(0.1, inst.new_token_ratio - 0.0015 * steps)
+        inst.busy_time += dt
+        inst.busy_until = self.now + dt
+        self._push(inst.busy_until, inst.index)
+
+    def _finish_step(self, inst: SimInstance) -> None:
+        done = [s for s in inst.running if s.steps_left <= 0]
+        inst.running = [s for s in inst.running if s.steps_left > 0]
+        for slot in done:
+            self._return_chunk(inst, slot)
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        for group in self.groups:
+            self.buffer.add_group(group)
+        self.dispatch()
+        while self.events:
+            t, _, index = heapq.heappop(self.events)
+            inst = self.instances[index]
+            if inst.busy_until is not None and t < inst.busy_until:
+                continue  # a stale wake-up: the instance is mid-step
+            self.now = t
+            if inst.busy_until is not None:
+                self._finish_step(inst)
+                inst.busy_until = None
+                self.dispatch()
+            if inst.busy_until is None:
+                self._step(inst)
+        return self._result()
+
+    def _result(self) -> SimResult:
+        samples = [s for g in self.groups for s in g.samples]
+        assert all(s.done for s in samples), "simulation ended with unfinished samples"
+        total = sum(s.generated for s in samples)
+        times = sorted(self.finish_times)
+        completion = times[-1]
+        p90 = times[max(0, int(0.9 * len(times)) - 1)]
+        n = len(self.instances)
+        peak = self._peak_throughput()
+        longest = max(s.generated for s in samples)
+        bound = max(total / peak, longest * self.model.decode_step(1, 0))
+        return SimResult(policy=self.policy.name, instances=n, completion_s=completion, total_tokens=total,
+                         throughput_tok_s=total / completion, tail_s=completion - p90,
+                         idle_s_per_instance=sum(completion - i.busy_time for i in self.instances) / n,
+                         retractions=sum(i.retractions for i in self.instances),
+                         prefill_tokens=sum(i.prefill_tokens for i in self.instances), finish_times=times,
+                         lower_bound_s=bound, efficiency=bound / completion)
+
+    def _peak_throughput(self) -> float:
+        """Cluster tokens/s at the best batch size that fits the KV of an average sample."""
+        samples = [s for g in self.groups for s in g.samples]
+        avg_ctx = sum(len(s.prompt_ids) + s.generated / 2 for s in samples) / len(samples)
+        best = 0.0
+        for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+            if batch > self.model.max_running or batch * avg_ctx > self.model.capacity_tokens:
+                break
+            best = max(best, batch / self.model.decode_step(batch, int(batch * avg_ctx)))
+        return best * len(self.instances)
+
+
+def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
+             max_tokens: int) -> SimResult:
+    return Simulation(trace, policy, model, instances, max_tokens).run()

@@ -1,0 +1,87 @@
+"""GRPO-style rollout workloads: P prompts x G samples with hidden target lengths.
+
+Lengths are long-tailed across groups (log-normal group means) and strongly correlated inside a
+group (a small log-normal spread around the group mean), clipped to ``max_tokens``. Presets follow
+the Seer paper's workloads (mean / max output tokens), and ``scaled`` shrinks one to a testbed.
+Traces are JSONL, one sample per line: group_id, sample_index, prompt_len, output_len.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str
+    group_size: int
+    max_tokens: int
+    mean_tokens: float
+    group_sigma: float = 1.0  # spread of group means (log scale): the long tail across groups
+    within_sigma: float = 0.25  # spread inside a group (log scale): siblings are alike
+    prompt_len: tuple[int, int] = (200, 1200)
+
+    def scaled(self, max_tokens: int, prompt_len: tuple[int, int] | None = None) -> "WorkloadSpec":
+        """Same shape (mean/max ratio, spreads), fewer tokens: for small testbeds."""
+        ratio = max_tokens / self.max_tokens
+        return WorkloadSpec(self.name, self.group_size, max_tokens, self.mean_tokens * ratio, self.group_sigma,
+                            self.within_sigma, prompt_len or self.prompt_len)
+
+
+# Seer v3, Table: G and max / mean output tokens.
+PRESETS = {
+    "moonlight": WorkloadSpec("moonlight", 8, 65_536, 22_386),
+    "qwen2vl": WorkloadSpec("qwen2vl", 16, 40_960, 7_615),
+    "kimik2": WorkloadSpec("kimik2", 8, 98_304, 38_959),
+}
+
+
+@dataclass(frozen=True)
+class TraceSample:
+    group_id: int
+    sample_index: int
+    prompt_len: int
+    output_len: int
+
+
+def _mu_for_mean(spec: WorkloadSpec) -> float:
+    """Log-mean of group means so that the clipped overall mean lands near ``mean_tokens``."""
+    s2 = spec.group_sigma ** 2 + spec.within_sigma ** 2
+    mu = math.log(spec.mean_tokens) - s2 / 2
+    rng = random.Random(12345)
+    for _ in range(30):  # correct for clipping at max_tokens by a few fixed-point steps
+        draws = [min(spec.max_tokens, math.exp(rng.gauss(mu, math.sqrt(s2)))) for _ in range(4000)]
+        mu += math.log(spec.mean_tokens / (sum(draws) / len(draws)))
+    return mu
+
+
+def generate(spec: WorkloadSpec, prompts: int, seed: int = 0) -> list[TraceSample]:
+    rng = random.Random(seed)
+    mu = _mu_for_mean(spec)
+    out = []
+    for g in range(prompts):
+        group_mean = rng.gauss(mu, spec.group_sigma)
+        prompt_len = rng.randint(*spec.prompt_len)
+        for i in range(spec.group_size):
+            length = math.exp(group_mean + rng.gauss(0.0, spec.within_sigma))
+            out.append(TraceSample(g, i, prompt_len, max(1, min(spec.max_tokens, int(length)))))
+    return out
+
+
+def save_trace(samples: list[TraceSample], path: str | Path) -> None:
+    Path(path).write_text("".join(json.dumps(asdict(s)) + "\n" for s in samples))
+
+
+def load_trace(path: str | Path) -> list[TraceSample]:
+    return [TraceSample(**json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def groups_of(samples: list[TraceSample]) -> dict[int, list[TraceSample]]:
+    groups: dict[int, list[TraceSample]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, []).append(s)
+    return {g: sorted(v, key=lambda s: s.sample_index) for g, v in sorted(groups.items())}
