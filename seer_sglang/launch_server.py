@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     log = logging.getLogger("seer_sglang.launch_server")
     t0 = time.monotonic()
 
-    from .instances.launcher import (InstanceSpec, InstanceStartError, cuda_device_count, free_port, has_cuda,
-                                     start_instance, stop_instances, wait_healthy)
+    from .instances.launcher import (InstanceSpec, InstanceStartError, cpu_threads_per_instance, cuda_device_count,
+                                     free_port, has_cuda, start_instance, stop_instances, wait_healthy)
     from .models import resolve_model_path
 
     model_path = resolve_model_path(args.model_path)
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
             log_dir.mkdir(parents=True, exist_ok=True)
             specs = [InstanceSpec(model_path=model_path, port=free_port(args.instance_host), host=args.instance_host,
                                   sglang_args=sglang_args, cpu=not gpu, gpu_id=i if gpu else None,
-                                  with_plugin=not args.no_plugin, log_path=log_dir / f"instance-{i}.log")
+                                  with_plugin=not args.no_plugin, log_path=log_dir / f"instance-{i}.log",
+                                  cpu_threads=None if gpu else cpu_threads_per_instance(k))
                      for i in range(k)]
             log.info("starting %d SGLang instance(s) on %s with %s; logs in %s", k, "GPU" if gpu else "CPU",
                      model_path, log_dir)

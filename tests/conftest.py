@@ -15,8 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from seer_sglang.instances.launcher import (InstanceProcess, InstanceSpec, free_port, has_cuda, start_instance,
-                                            stop_instances, wait_healthy)
+from seer_sglang.instances.launcher import (InstanceProcess, InstanceSpec, cpu_threads_per_instance, free_port,
+                                            has_cuda, start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,18 +54,23 @@ def start_seer(model: str | None, log_dir: Path, *extra: str) -> SeerServer:
     return SeerServer(f"http://127.0.0.1:{port}", proc, log_dir, log_path)
 
 
-def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+def wait_health(server: SeerServer, status: int = 200, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Wait until the frontend's /health answers ``status`` (200 = ready, 503 = up without instances)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
             raise RuntimeError(f"launch_server exited {server.proc.returncode}:\n{server.log_path.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == status:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{server.url} not healthy after {timeout_s}s:\n{server.log_path.read_text()[-3000:]}")
+        time.sleep(0.25)
+    raise TimeoutError(f"{server.url} /health not {status} after {timeout_s}s:\n{server.log_path.read_text()[-3000:]}")
+
+
+def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    wait_health(server, 200, timeout_s)
 
 
 def stop_seer(server: SeerServer, sig: int = signal.SIGTERM, timeout_s: float = 60) -> list[psutil.Process]:
@@ -95,7 +100,8 @@ def servers(tiny_model: str, tmp_path_factory) -> Servers:
     logs = tmp_path_factory.mktemp("logs")
     # float32: exact token equality across different batch and prefill shapes (bf16 can flip near-ties)
     plain_spec = InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
-                              sglang_args=["--dtype", "float32"], log_path=logs / "plain.log")
+                              sglang_args=["--dtype", "float32"], log_path=logs / "plain.log",
+                              cpu_threads=cpu_threads_per_instance(3))
     plain = start_instance(plain_spec)
     seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32")
     try:

@@ -1,13 +1,12 @@
 """Start-up, attach mode, no-instance 503, and clean shutdown with no orphan process."""
 
 import signal
-import time
 
 import httpx
 import openai
 import pytest
 
-from conftest import start_seer, stop_seer, wait_server
+from conftest import start_seer, stop_seer, wait_health, wait_server
 from seer_sglang.instances.launcher import free_port
 
 
@@ -37,14 +36,7 @@ def test_attach_to_running_instance_and_503_when_none_is_healthy(tiny_model, pla
         out = client.completions.create(model=tiny_model, prompt="attached", max_tokens=4, n=2)
         assert len(out.choices) == 2
         # The frontend of the dead instance is up but has nothing to serve with.
-        for _ in range(240):
-            try:
-                if httpx.get(f"{down.url}/health", timeout=2).status_code == 503:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        assert httpx.get(f"{down.url}/health").status_code == 503
+        wait_health(down, 503, timeout_s=120)
         r = httpx.post(f"{down.url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=30)
         assert r.status_code == 503 and r.json()["error"]["code"] == "no_healthy_instance"
         r = httpx.post(f"{down.url}/v1/rollout", json={"prompts": ["x"], "max_tokens": 2}, timeout=30)

@@ -36,6 +36,11 @@ def cuda_device_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU"))
 
 
+def cpu_threads_per_instance(instances: int) -> int:
+    """Split the machine's cores among the CPU instances that share it."""
+    return max(1, (os.cpu_count() or 1) // max(1, instances))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -63,6 +68,9 @@ class InstanceSpec:
     with_plugin: bool = True  # False = plain SGLang (the benchmark baseline)
     log_path: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # CPU only: torch threads of this instance. K instances that each spin up every core's worth of
+    # OpenMP threads oversubscribe the CPU and run ~15x slower than with the cores split among them.
+    cpu_threads: int | None = None
 
     @property
     def url(self) -> str:
@@ -92,6 +100,8 @@ def build_env(spec: InstanceSpec) -> dict[str, str]:
     env = dict(os.environ)
     if spec.cpu:
         env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if spec.cpu_threads and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
     if spec.gpu_id is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_id)
     if not spec.with_plugin:

@@ -201,17 +201,34 @@ class ContextPolicy(ChunkedPolicy):
         self.clock += 1
         self._waiting_since.pop(sample.rid, None)
 
-    def priority(self, sample: Sample) -> tuple:
-        """Sort key (smaller first): starving, then probes by SFS, then the rest by LFS estimate."""
-        since = self._waiting_since.setdefault(sample.rid, self.clock)
-        if self.clock - since >= self.starvation_bound:
-            return (0, since, 0)
-        if sample.is_probe:
-            return (1, sample.generated, since)
-        return (2, -self.estimate(sample), since)
+    def sort_key(self):
+        """The ordering key (smaller first): samples waiting past the starvation bound first, oldest
+        first; then ``rank_key``. Closures over local names: this runs for every pending sample."""
+        clock, bound, since_of, rank = self.clock, self.starvation_bound, self._waiting_since, self.rank_key()
+
+        def key(s: Sample) -> tuple:
+            since = since_of.get(s.rid)
+            if since is None:
+                since = since_of[s.rid] = clock
+            if clock - since >= bound:
+                return (0, since, 0)
+            return (*rank(s), since)
+
+        return key
+
+    def rank_key(self):
+        """Probes first by SFS (fewest generated tokens), then the rest by LFS group estimate."""
+        longest = self._finished_longest
+
+        def rank(s: Sample) -> tuple:
+            if s.is_probe:
+                return (1, len(s.output_ids))
+            return (2, -longest.get(s.group_id, s.params.max_new_tokens))
+
+        return rank
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
-        return sorted(pending, key=self.priority)
+        return sorted(pending, key=self.sort_key())
 
 
 class OraclePolicy(ContextPolicy):
@@ -220,12 +237,12 @@ class OraclePolicy(ContextPolicy):
 
     name = "oracle"
 
-    def priority(self, sample: Sample) -> tuple:
-        since = self._waiting_since.setdefault(sample.rid, self.clock)
-        if self.clock - since >= self.starvation_bound:
-            return (0, since, 0)
-        true_len = sample.oracle_length if sample.oracle_length is not None else sample.params.max_new_tokens
-        return (2, -(true_len - sample.generated), since)
+    def rank_key(self):
+        def rank(s: Sample) -> tuple:
+            true_len = s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
+            return (2, -(true_len - len(s.output_ids)))
+
+        return rank
 
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {

@@ -7,14 +7,11 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Sampling(BaseModel):
-    """Sampling fields shared by every generation endpoint (OpenAI names; extra fields are ignored)."""
-
-    model_config = ConfigDict(extra="ignore")
+class SamplingFields(BaseModel):
+    """Sampling fields shared by every generation endpoint (OpenAI names)."""
 
     model: Optional[str] = None
     n: int = Field(1, ge=1, le=1024)
-    max_tokens: Optional[int] = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=100.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1)
@@ -23,12 +20,20 @@ class _Sampling(BaseModel):
     seed: Optional[int] = None
     ignore_eos: bool = False
     stream: bool = False
-    group_id: Optional[str] = Field(None, min_length=1, max_length=256)
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class _Sampling(SamplingFields):
+    """The OpenAI endpoints: unknown fields are ignored, as OpenAI clients send extras."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    max_tokens: Optional[int] = Field(None, ge=1)
+    group_id: Optional[str] = Field(None, min_length=1, max_length=256)
 
 
 class StreamOptions(BaseModel):
@@ -73,24 +78,16 @@ class RolloutPrompt(BaseModel):
     custom_params: Optional[list[dict[str, Any]]] = None
 
 
-class RolloutRequest(BaseModel):
+class RolloutRequest(SamplingFields):
+    """The batch rollout API: strict, so a misspelled field is an error rather than ignored."""
+
     model_config = ConfigDict(extra="forbid")
 
     prompts: list[Union[str, RolloutPrompt]] = Field(min_length=1)
-    model: Optional[str] = None
-    n: int = Field(1, ge=1, le=1024)
     max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=100.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
-    stop: Optional[Union[str, list[str]]] = None
-    stop_token_ids: Optional[list[int]] = None
-    seed: Optional[int] = None
-    ignore_eos: bool = False
     logprobs: bool = True
     top_logprobs: int = Field(0, ge=0, le=20)
     skip_special_tokens: bool = True
-    stream: bool = False
     return_timeline: bool = False  # add the per-instance telemetry recorded during the rollout
     custom_logit_processor: Optional[str] = None  # SGLang CustomLogitProcessor.to_str()
 

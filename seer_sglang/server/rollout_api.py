@@ -26,7 +26,7 @@ router = APIRouter()
 
 
 def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[str, int]]:
-    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    stop = req.stop_list()
     groups, prompt_index = [], {}
     for i, raw in enumerate(req.prompts):
         prompt = RolloutPrompt(text=raw) if isinstance(raw, str) else raw

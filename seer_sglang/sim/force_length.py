@@ -2,8 +2,9 @@
 
 The target travels in the request's ``custom_params`` (opaque to every scheduler) as the total
 sequence length at which the sample must end: ``{"end_at": prompt_len + target, "eos": id}``.
-It forces EOS as the token that reaches that length, so it works unchanged for a chunked sample
-whose continuation is prefilled with prompt + earlier chunks.
+It bans EOS before that length and forces it as the token that reaches it, so every sample has
+exactly its target length, also when chunked (a continuation is prefilled with prompt + earlier
+chunks, so the total length is what counts).
 
 Instances must run with ``--enable-custom-logit-processor``.
 """
@@ -25,9 +26,12 @@ class ForceLengthProcessor(CustomLogitProcessor):
             if req is None:
                 continue
             length = len(req.origin_input_ids) + len(req.output_ids)
+            eos = int(params["eos"])
             if length + 1 >= int(params["end_at"]):
                 logits[row, :] = -float("inf")
-                logits[row, int(params["eos"])] = 0.0
+                logits[row, eos] = 0.0
+            else:
+                logits[row, eos] = -float("inf")  # no natural EOS before the target either
         return logits
 
 

@@ -1,0 +1,375 @@
+"""One-run rollout benchmark: plain SGLang vs seer_sglang's policies, same machine, same engines.
+
+    python -m benchmarks.rollout --modes baseline,group,divided,context,oracle --instances 2 \
+        --model tiny --prompts 32 --group-size 8 --max-tokens 1024 --seed 0 \
+        --out benchmarks/results/cpu_tiny.json
+
+- ``baseline`` is plain SGLang: K instances started without the seer plugin; each prompt group goes
+  whole to one instance, round-robin (veRL-style), as its G requests sent together.
+- The other modes are seer_sglang's policies on K instances with the plugin, switched between runs
+  with ``POST /scheduler`` (radix caches flushed in between).
+
+Every sample has a hidden target length from a Seer-shaped workload (long tail across groups,
+alike within a group), enforced by a custom logit processor, so no scheduler can see it; only the
+``oracle`` mode is told the lengths. Writes JSON (config, per-mode metrics, ratios against
+baseline) and a PNG next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
+                                            start_instance, stop_instances, wait_healthy)
+from seer_sglang.models import resolve_model_path
+from seer_sglang.sim.force_length import ForceLengthProcessor, custom_params
+from seer_sglang.sim.step_model import StepModel
+from seer_sglang.sim.workload import PRESETS, TraceSample, generate, save_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TEMPLATES = [
+    "A farmer has {a} apples and buys {b} more baskets with {c} apples each. How many apples does he have? "
+    "Show your reasoning step by step.",
+    "Solve for x: {a}x + {b} = {c}. Explain each step.",
+    "A train travels {a} km in {b} hours, then {c} km in 2 hours. What is its average speed? Think step by step.",
+    "What is the sum of all integers from {a} to {c}? Show the derivation.",
+    "A rectangle has a perimeter of {c} cm and one side of {a} cm. What is its area? Reason carefully.",
+    "Compute {a} * {b} - {c} and check the result in a second way.",
+]
+
+
+def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        text = TEMPLATES[i % len(TEMPLATES)].format(a=rng.randint(2, 99), b=rng.randint(2, 20), c=rng.randint(100, 999))
+        out.append(tokenizer.encode_chat([{"role": "user", "content": text}]))
+    return out
+
+
+# ---- telemetry -------------------------------------------------------------------------------
+
+class LoadPoller:
+    """Polls ``/v1/loads`` of every instance; the baseline's timeline (seer modes use /timeline)."""
+
+    def __init__(self, urls: list[str], interval_s: float = 0.25):
+        self.urls, self.interval_s, self.points, self._task = urls, interval_s, [], None
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=5) as http:
+            while True:
+                for i, url in enumerate(self.urls):
+                    try:
+                        d = (await http.get(f"{url}/v1/loads")).json()["loads"][0]
+                        self.points.append({"t": time.time(), "instance": i, "kv_used": d["num_used_tokens"],
+                                            "kv_capacity": d["max_total_num_tokens"],
+                                            "running": d["num_running_reqs"], "waiting": d["num_waiting_reqs"]})
+                    except (httpx.HTTPError, KeyError, ValueError):
+                        pass
+                await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+# ---- the two kinds of run --------------------------------------------------------------------
+
+async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int) -> dict:
+    processor = ForceLengthProcessor.to_str()
+    poller = LoadPoller(urls)
+    finish: list[dict] = []
+
+    async def one(http: httpx.AsyncClient, url: str, ids: list[int], sample: TraceSample) -> None:
+        body = {"input_ids": ids, "custom_logit_processor": processor, "rid": f"b{sample.group_id}-{sample.sample_index}",
+                "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 1.0,
+                                    "custom_params": custom_params(len(ids), sample.output_len, eos)}}
+        r = (await http.post(f"{url}/generate", json=body)).json()
+        finish.append({"t": time.time(), "tokens": len(r["output_ids"]),
+                       "retractions": r["meta_info"].get("num_retractions", 0), "target": sample.output_len})
+
+    async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as http:
+        poller.start()
+        start = time.time()
+        tasks = [one(http, urls[s.group_id % len(urls)], prompts[s.group_id], s) for s in trace]
+        await asyncio.gather(*tasks)
+        await poller.stop()
+    return {"start": start, "finish": finish, "timeline": poller.points}
+
+
+async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[TraceSample], args, eos: int) -> dict:
+    by_group: dict[int, list[TraceSample]] = {}
+    for s in trace:
+        by_group.setdefault(s.group_id, []).append(s)
+    body = {"prompts": [], "n": args.group_size, "max_tokens": args.max_tokens, "temperature": 1.0,
+            "logprobs": False, "custom_logit_processor": ForceLengthProcessor.to_str(), "return_timeline": True}
+    for g, members in sorted(by_group.items()):
+        ids = prompts[g]
+        prompt = {"input_ids": ids, "group_id": f"{mode}-{g}",
+                  "custom_params": [custom_params(len(ids), m.output_len, eos) for m in members]}
+        if mode == "oracle":
+            prompt["oracle_lengths"] = [m.output_len for m in members]
+        body["prompts"].append(prompt)
+    async with httpx.AsyncClient(timeout=None) as http:
+        name, chunk = (mode, args.chunk_size)
+        r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": chunk})
+        r.raise_for_status()
+        (await http.post(f"{url}/flush_cache")).raise_for_status()
+        start = time.time()
+        r = await http.post(f"{url}/v1/rollout", json=body)
+        r.raise_for_status()
+    data = r.json()
+    finish = [{"t": s["timing"]["submitted_at"] + s["timing"]["latency_s"], "tokens": s["completion_tokens"],
+               "retractions": sum(c.get("retractions", 0) for c in s["chunks"]), "target": None}
+              for s in data["samples"]]
+    return {"start": start, "finish": finish, "timeline": data["summary"]["timeline"],
+            "chunks": data["summary"]["chunks"]}
+
+
+# ---- metrics ---------------------------------------------------------------------------------
+
+def metrics(run: dict, instances: int, calib: dict) -> dict:
+    ends = sorted(f["t"] - run["start"] for f in run["finish"])
+    completion = ends[-1]
+    tokens = sum(f["tokens"] for f in run["finish"])
+    p90 = ends[max(0, int(0.9 * len(ends)) - 1)]
+    idle = []
+    for i in range(instances):
+        pts = [p for p in run["timeline"] if p["instance"] == i and p["t"] - run["start"] <= completion]
+        if len(pts) > 1:
+            idle_frac = sum(1 for p in pts if p["running"] == 0) / len(pts)
+            idle.append(idle_frac * completion)
+    longest = max(f["tokens"] for f in run["finish"])
+    bound = max(tokens / calib["peak_tok_s"], longest * calib["min_step_s"])
+    return {"completion_s": completion, "throughput_tok_s": tokens / completion, "tail_s": completion - p90,
+            "idle_s_per_instance": statistics.mean(idle) if idle else None,
+            "retractions": sum(f["retractions"] for f in run["finish"]), "samples": len(ends),
+            "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
+            "efficiency": bound / completion, "finish_s": ends}
+
+
+# ---- calibration -----------------------------------------------------------------------------
+
+def calibrate(urls: list[str], prompt: list[int], kv_cap: int) -> dict:
+    """Step times of the real engines, for the efficiency bound and the CPU step model."""
+
+    async def decode(batch: int, tokens: int) -> float:
+        async with httpx.AsyncClient(timeout=None) as http:
+            body = {"input_ids": [prompt] * batch, "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
+                                                                       "ignore_eos": True}}
+            t0 = time.perf_counter()
+            await asyncio.gather(*(http.post(f"{u}/generate", json=body) for u in urls))
+            return time.perf_counter() - t0
+
+    async def prefill(length: int) -> float:
+        rng = random.Random(time.time())  # fresh tokens: no radix-cache hit
+        async with httpx.AsyncClient(timeout=None) as http:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(http.post(f"{u}/generate", json={
+                "input_ids": [rng.randrange(3, 1000) for _ in range(length)],
+                "sampling_params": {"max_new_tokens": 1}}) for u in urls))
+            return time.perf_counter() - t0
+
+    asyncio.run(decode(1, 8))  # warm-up
+    steps = 64
+    per_batch = {}
+    for batch in (1, 4, 16, 64):
+        elapsed = asyncio.run(decode(batch, steps))
+        per_batch[batch] = elapsed / steps  # every instance runs this batch at once, as in a rollout
+    xs = list(per_batch)
+    slope = (per_batch[xs[-1]] - per_batch[xs[0]]) / (xs[-1] - xs[0])
+    base = per_batch[1] - slope
+    pre = asyncio.run(prefill(2000)) / 2000
+    peak = max(b * len(urls) / t for b, t in per_batch.items())
+    return {"step_s_by_batch": per_batch, "min_step_s": per_batch[1], "peak_tok_s": peak,
+            "prefill_s_per_token": pre, "decode_base_s": max(base, 1e-4), "decode_per_seq_s": max(slope, 0.0),
+            "capacity_tokens": kv_cap}
+
+
+def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -> dict:
+    """The simulator, calibrated on these engines, against the real runs of this benchmark."""
+    from seer_sglang.rollout.policy import make_policy
+    from seer_sglang.sim.simulator import simulate
+
+    out = {}
+    for mode, real in results.items():
+        policy = make_policy("group" if mode == "baseline" else mode, chunk_size=args.chunk_size)
+        sim = simulate(trace, policy, model, args.instances, args.max_tokens)
+        out[mode] = {"real_completion_s": real["completion_s"], "sim_completion_s": sim.completion_s,
+                     "error": sim.completion_s / real["completion_s"] - 1.0,
+                     "real_tail_s": real["tail_s"], "sim_tail_s": sim.tail_s}
+    return out
+
+
+# ---- plots -----------------------------------------------------------------------------------
+
+def plot(report: dict, runs: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(runs)
+    fig = plt.figure(figsize=(15, 3.2 * (len(modes) + 1) / 2 + 3))
+    grid = fig.add_gridspec(len(modes) + 1, 2)
+    for row, mode in enumerate(modes):
+        run = runs[mode]
+        ax_kv, ax_run = fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1])
+        for inst in sorted({p["instance"] for p in run["timeline"]}):
+            pts = [p for p in run["timeline"] if p["instance"] == inst and p["t"] >= run["start"]]
+            ts = [p["t"] - run["start"] for p in pts]
+            ax_kv.plot(ts, [p["kv_used"] / max(1, p["kv_capacity"]) for p in pts], label=f"instance {inst}")
+            ax_run.plot(ts, [p["running"] for p in pts], label=f"instance {inst}")
+        ax_kv.set_ylabel(f"{mode}\nKV usage")
+        ax_run.set_ylabel("running requests")
+        ax_kv.set_ylim(0, 1.05)
+        if row == 0:
+            ax_kv.set_title("KV usage over time")
+            ax_run.set_title("running requests over time")
+            ax_kv.legend(fontsize=7)
+    ax_bar = fig.add_subplot(grid[len(modes), 0])
+    ratios = report["ratios"]
+    ax_bar.bar(list(ratios), [ratios[m]["throughput"] for m in ratios], color="tab:blue")
+    ax_bar.axhline(1.0, color="gray", lw=0.8)
+    ax_bar.set_title("throughput vs plain SGLang")
+    ax_cdf = fig.add_subplot(grid[len(modes), 1])
+    for mode in modes:
+        ends = report["modes"][mode]["finish_s"]
+        ax_cdf.plot(ends, [(i + 1) / len(ends) for i in range(len(ends))], label=mode)
+    ax_cdf.set_title("samples finished over time")
+    ax_cdf.set_xlabel("seconds")
+    ax_cdf.legend(fontsize=7)
+    cfg = report["config"]
+    fig.suptitle(f"{cfg['model']} x{cfg['instances']} instances, {cfg['prompts']}x{cfg['group_size']} samples, "
+                 f"max {cfg['max_tokens']} tokens ({cfg['machine']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model_path, "--port", str(port),
+           "--num-instances", str(args.instances), "--log-dir", str(log_dir), "--chunk-size", str(args.chunk_size),
+           *engine_args]
+    proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 900
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError(f"seer server did not start; see {log_dir}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.rollout")
+    ap.add_argument("--modes", default="baseline,group,divided,context,oracle")
+    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--workload", default="moonlight", choices=sorted(PRESETS))
+    ap.add_argument("--chunk-size", type=int, default=256)
+    ap.add_argument("--kv-tokens", type=int, default=12288, help="per-instance KV cap (--max-total-tokens)")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="benchmarks/results/rollout.json")
+    args = ap.parse_args()
+
+    from seer_sglang.server.tokenizer import PromptTokenizer
+
+    modes = args.modes.split(",")
+    model_path = resolve_model_path(args.model)
+    tokenizer = PromptTokenizer(model_path)
+    eos = tokenizer.tok.eos_token_id
+    prompts = make_prompts(tokenizer, args.prompts, args.seed)
+    spec = PRESETS[args.workload].scaled(args.max_tokens)
+    trace = [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
+             for s in generate(spec, args.prompts, args.seed)]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(trace, out.with_suffix(".trace.jsonl"))
+    log_root = Path(f"/tmp/seer-bench-{int(time.time())}")
+    log_root.mkdir(parents=True)
+    engine_args = ["--max-total-tokens", str(args.kv_tokens), "--dtype", args.dtype,
+                   "--enable-custom-logit-processor"]
+    cpu = not has_cuda()
+    machine = f"{'GPU' if not cpu else 'CPU'} {platform.machine()}, {__import__('os').cpu_count()} cores"
+    runs, results = {}, {}
+    calib = None
+
+    if "baseline" in modes:
+        specs = [InstanceSpec(model_path=model_path, port=free_port(), sglang_args=engine_args, cpu=cpu,
+                              gpu_id=i if not cpu else None, with_plugin=False, log_path=log_root / f"plain-{i}.log",
+                              cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
+                 for i in range(args.instances)]
+        procs = [start_instance(s) for s in specs]
+        try:
+            wait_healthy(procs)
+            urls = [p.url for p in procs]
+            calib = calibrate(urls, prompts[0], args.kv_tokens)
+            print(f"calibration: {json.dumps({k: v for k, v in calib.items() if k != 'step_s_by_batch'})}", flush=True)
+            runs["baseline"] = asyncio.run(run_baseline(urls, prompts, trace, args, eos))
+        finally:
+            stop_instances(procs)
+    seer_modes = [m for m in modes if m != "baseline"]
+    if seer_modes:
+        proc, url = seer_server(model_path, args, engine_args, log_root)
+        try:
+            if calib is None:
+                urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
+                calib = calibrate(urls, prompts[0], args.kv_tokens)
+            for mode in seer_modes:
+                print(f"running {mode} ...", flush=True)
+                runs[mode] = asyncio.run(run_seer(url, mode, prompts, trace, args, eos))
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    for mode, run in runs.items():
+        results[mode] = metrics(run, args.instances, calib)
+        r = results[mode]
+        print(f"{mode:>9}: {r['completion_s']:7.1f} s  {r['throughput_tok_s']:8.0f} tok/s  tail {r['tail_s']:6.1f} s  "
+              f"retractions {r['retractions']}  efficiency {r['efficiency']:.2f}", flush=True)
+    base = results.get("baseline") or results[modes[0]]
+    ratios = {m: {"throughput": r["throughput_tok_s"] / base["throughput_tok_s"],
+                  "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,
+                  "completion": r["completion_s"] / base["completion_s"]} for m, r in results.items()}
+    step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
+                           decode_per_seq_s=calib["decode_per_seq_s"], decode_per_kv_token_s=0.0,
+                           prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
+                           source=f"measured by benchmarks.rollout on {machine}")
+    step_model.save(out.with_suffix(".step_model.json"))
+    report = {"config": {**vars(args), "machine": machine, "samples": len(trace),
+                         "workload_spec": spec.__dict__, "calibration": calib},
+              "modes": results, "ratios": ratios, "sim_check": sim_check(trace, step_model, args, results)}
+    out.write_text(json.dumps(report, indent=2))
+    plot(report, runs, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
