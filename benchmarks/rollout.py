@@ -168,10 +168,11 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
 def calibrate(urls: list[str], prompt: list[int], kv_cap: int) -> dict:
     """Step times of the real engines, for the efficiency bound and the CPU step model."""
 
-    async def decode(batch: int, tokens: int) -> float:
+    async def decode(batch: int, tokens: int, context: int = 0) -> float:
+        ids = (prompt * (context // len(prompt) + 1))[:max(context, len(prompt))]
         async with httpx.AsyncClient(timeout=None) as http:
-            body = {"input_ids": [prompt] * batch, "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
-                                                                       "ignore_eos": True}}
+            body = {"input_ids": [ids] * batch, "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
+                                                                    "ignore_eos": True}}
             t0 = time.perf_counter()
             await asyncio.gather(*(http.post(f"{u}/generate", json=body) for u in urls))
             return time.perf_counter() - t0
@@ -194,11 +195,15 @@ def calibrate(urls: list[str], prompt: list[int], kv_cap: int) -> dict:
     xs = list(per_batch)
     slope = (per_batch[xs[-1]] - per_batch[xs[0]]) / (xs[-1] - xs[0])
     base = per_batch[1] - slope
+    context = min(1024, kv_cap // 32)
+    asyncio.run(decode(16, 4, context))  # cache the long prompt: time decode, not prefill
+    long_step = asyncio.run(decode(16, steps, context)) / steps
+    per_kv = max(0.0, (long_step - per_batch[16]) / (16 * context))
     pre = asyncio.run(prefill(2000)) / 2000
     peak = max(b * len(urls) / t for b, t in per_batch.items())
     return {"step_s_by_batch": per_batch, "min_step_s": per_batch[1], "peak_tok_s": peak,
             "prefill_s_per_token": pre, "decode_base_s": max(base, 1e-4), "decode_per_seq_s": max(slope, 0.0),
-            "capacity_tokens": kv_cap}
+            "decode_per_kv_token_s": per_kv, "capacity_tokens": kv_cap}
 
 
 def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -> dict:
@@ -359,7 +364,8 @@ def main() -> None:
                   "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,
                   "completion": r["completion_s"] / base["completion_s"]} for m, r in results.items()}
     step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
-                           decode_per_seq_s=calib["decode_per_seq_s"], decode_per_kv_token_s=0.0,
+                           decode_per_seq_s=calib["decode_per_seq_s"],
+                           decode_per_kv_token_s=calib["decode_per_kv_token_s"],
                            prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
                            source=f"measured by benchmarks.rollout on {machine}")
     step_model.save(out.with_suffix(".step_model.json"))

@@ -35,8 +35,8 @@ def seer_parser() -> argparse.ArgumentParser:
                         "least-loaded instance, context = divided + Seer's length context (default), oracle = "
                         "benchmarks only")
     g.add_argument("--chunk-size", type=int, default=8192, help="max new tokens per dispatch (default: 8192)")
-    g.add_argument("--kv-headroom", type=float, default=0.9,
-                   help="fraction of an instance's KV our in-flight chunks may claim, worst case (default: 0.9)")
+    g.add_argument("--kv-headroom", type=float, default=0.95,
+                   help="fraction of an instance's KV our in-flight chunks may claim, worst case (default: 0.95)")
     g.add_argument("--starvation-bound", type=int, default=256,
                    help="dispatches a waiting sample may be passed over before it goes first (default: 256)")
     g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")

@@ -106,7 +106,7 @@ class ChunkedPolicy(SchedulingPolicy):
 
     name = "divided"
 
-    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.9, affinity_slack: float = 0.05):
+    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.95, affinity_slack: float = 0.05):
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
@@ -177,7 +177,7 @@ class ContextPolicy(ChunkedPolicy):
 
     name = "context"
 
-    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.9, affinity_slack: float = 0.05,
+    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.95, affinity_slack: float = 0.05,
                  starvation_bound: int = 256):
         super().__init__(chunk_size, kv_headroom, affinity_slack)
         self.starvation_bound = starvation_bound
