@@ -69,7 +69,6 @@ class RolloutEngine:
         self._wake = asyncio.Event()
         self._group_done: dict[str, asyncio.Event] = {}
         self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
-        self._sglang_rid: dict[str, str] = {}  # sample rid → SGLang rid of its running chunk
         self._loops: list[asyncio.Task] = []
         self._no_instance_since: float | None = None
         self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
@@ -100,16 +99,14 @@ class RolloutEngine:
         self._wake.set()
 
     async def wait_group(self, group: Group) -> Group:
+        event = self._group_done.get(group.group_id)  # gone once the group is done
         try:
-            await self._group_done[group.group_id].wait()
+            if event is not None:
+                await event.wait()
         except asyncio.CancelledError:
             self.abort_group(group.group_id)  # the client went away: free its work everywhere
             raise
         return group
-
-    async def run_group(self, group: Group) -> Group:
-        self.submit(group)
-        return await self.wait_group(group)
 
     # ---- control ---------------------------------------------------------------------------
     def abort_group(self, group_id: str) -> bool:
@@ -222,10 +219,8 @@ class RolloutEngine:
         self._chunk_tasks[sample.rid] = task
 
     def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
-        sglang_rid = f"{sample.rid}-c{len(sample.chunks) - 1}"
-        self._sglang_rid[sample.rid] = sglang_rid
         payload: dict[str, Any] = {
-            "rid": sglang_rid,
+            "rid": f"{sample.rid}-c{len(sample.chunks) - 1}",  # <group>-<index>-c<chunk>: read by the plugin
             "input_ids": sample.context_ids,
             "sampling_params": sample.params.to_sglang(max_new, sample.sampling_seed),
             "return_logprob": sample.params.logprobs,
