@@ -4,6 +4,7 @@ plain ``Dispatch`` decisions; the engine (or the simulator) carries them out."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .buffer import RequestBuffer
 from .request import Sample
@@ -64,9 +65,10 @@ class SchedulingPolicy:
         """Hook: the group left the buffer; forget what was kept about it."""
 
 
-def least_loaded(instances: list[InstanceView]) -> InstanceView | None:
-    healthy = [v for v in instances if v.healthy]
-    return min(healthy, key=lambda v: (v.load, v.inflight, v.index)) if healthy else None
+def least_loaded(instances: list[InstanceView],
+                 eligible: Callable[[InstanceView], bool] = lambda v: v.healthy) -> InstanceView | None:
+    candidates = [v for v in instances if eligible(v)]
+    return min(candidates, key=lambda v: (v.load, v.inflight, v.index)) if candidates else None
 
 
 class WholeGroupPolicy(SchedulingPolicy):
@@ -129,11 +131,7 @@ class ChunkedPolicy(SchedulingPolicy):
                         previous: int | None = None) -> InstanceView | None:
         """SELECT_INSTANCE: the least-loaded healthy instance with room for ``tokens``; the
         sample's previous instance when it is nearly as unloaded (a cache hit beats a re-prefill)."""
-        best = None
-        for view in instances:
-            if self._fits(view, tokens) and (best is None or (view.load, view.inflight, view.index)
-                                             < (best.load, best.inflight, best.index)):
-                best = view
+        best = least_loaded(instances, lambda view: self._fits(view, tokens))
         if best is not None and previous is not None and previous != best.index and previous < len(instances):
             prev = instances[previous]
             if prev.index == previous and self._fits(prev, tokens) and prev.load <= best.load + self.affinity_slack:
