@@ -39,6 +39,17 @@ def seer_parser() -> argparse.ArgumentParser:
                    help="fraction of an instance's KV our in-flight chunks may claim, worst case (default: 0.95)")
     g.add_argument("--starvation-bound", type=int, default=256,
                    help="dispatches a waiting sample may be passed over before it goes first (default: 256)")
+    g.add_argument("--kv-pool", default=None, choices=["none", "file", "mooncake"],
+                   help="global KV pool shared by the instances, so a chunk that moves loads its KV instead of "
+                        "recomputing it: file = host DRAM tier + a shared directory (default when starting "
+                        "instances), mooncake = a Mooncake store, none = off")
+    g.add_argument("--kv-pool-dir", default=None,
+                   help="file pool: the shared directory (default: a fresh one under the log dir, removed at exit)")
+    g.add_argument("--kv-pool-size-gb", type=float, default=16.0,
+                   help="file pool: size bound; the oldest pages are evicted past it (default: 16)")
+    g.add_argument("--kv-pool-config", default=None,
+                   help="mooncake: JSON file with the store client config of an existing Mooncake cluster "
+                        "(multi-node); without it a master + store are started on loopback")
     g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")
     g.add_argument("--log-dir", default=None, help="where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     g.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for instances to be healthy")
@@ -86,26 +97,33 @@ def main(argv: list[str] | None = None) -> None:
 
     from .instances.launcher import (InstanceSpec, InstanceStartError, cpu_threads_per_instance, cuda_device_count,
                                      free_port, has_cuda, start_instance, stop_instances, wait_healthy)
+    from .kvpool.launch import start_kv_pool
     from .models import resolve_model_path
 
     model_path = resolve_model_path(args.model_path)
     procs = []
+    pool = None
     # SIGTERM behaves like Ctrl-C until uvicorn takes over, so `finally` always stops the instances.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         if args.instance_urls:
             urls = [u.rstrip("/") for u in args.instance_urls]
+            pool = start_kv_pool(args, sglang_args, None, model_path, cpu=True)
         else:
             validate_sglang_args(model_path, sglang_args)
             gpu = has_cuda()
             k = args.num_instances or (cuda_device_count() if gpu else 2)
             log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
             log_dir.mkdir(parents=True, exist_ok=True)
+            pool = start_kv_pool(args, sglang_args, log_dir, model_path, cpu=not gpu)
+            instance_args = sglang_args + pool.config.instance_args(sglang_args)
             specs = [InstanceSpec(model_path=model_path, port=free_port(args.instance_host), host=args.instance_host,
-                                  sglang_args=sglang_args, cpu=not gpu, gpu_id=i if gpu else None,
+                                  sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,
                                   with_plugin=not args.no_plugin, log_path=log_dir / f"instance-{i}.log",
                                   cpu_threads=None if gpu else cpu_threads_per_instance(k))
                      for i in range(k)]
+            if pool.config.enabled:
+                log.info("KV pool: %s", pool.describe())
             log.info("starting %d SGLang instance(s) on %s with %s; logs in %s", k, "GPU" if gpu else "CPU",
                      model_path, log_dir)
             for spec in specs:
@@ -121,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
 
         app = create_app(urls, scheduler=args.scheduler, model_path=model_path,
                          policy_kwargs={"chunk_size": args.chunk_size, "kv_headroom": args.kv_headroom,
-                                        "starvation_bound": args.starvation_bound})
+                                        "starvation_bound": args.starvation_bound},
+                         kv_pool=pool.file_pool, kv_pool_kind=pool.config.kind)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)
@@ -135,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
 
         server.startup = startup
         server.run()
-    except InstanceStartError as e:
+    except (InstanceStartError, ValueError) as e:
         log.error("%s", e)
         sys.exit(1)
     except KeyboardInterrupt:
@@ -144,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         if procs:
             log.info("stopping %d SGLang instance(s)", len(procs))
             stop_instances(procs)
+        if pool is not None:
+            pool.stop()
 
 
 if __name__ == "__main__":

@@ -181,16 +181,20 @@ def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, pro
 
 
 def stop_instances(instances: list[InstanceProcess], grace_s: float = 15.0) -> None:
+    stop_processes([inst.popen for inst in instances], grace_s)
+
+
+def stop_processes(popens: list[subprocess.Popen], grace_s: float = 15.0) -> None:
     """Stop what we started: SIGTERM each main pid, wait, then SIGKILL surviving descendants."""
     family: list[psutil.Process] = []
-    for inst in instances:
+    for popen in popens:
         try:
-            proc = psutil.Process(inst.pid)
+            proc = psutil.Process(popen.pid)
             family += [proc] + proc.children(recursive=True)
         except psutil.NoSuchProcess:
             continue
-        if inst.alive():
-            inst.popen.send_signal(signal.SIGTERM)
+        if popen.poll() is None:
+            popen.send_signal(signal.SIGTERM)
     _, alive = psutil.wait_procs(family, timeout=grace_s)
     for proc in alive:
         try:
@@ -198,8 +202,8 @@ def stop_instances(instances: list[InstanceProcess], grace_s: float = 15.0) -> N
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5)
-    for inst in instances:
+    for popen in popens:
         try:
-            inst.popen.wait(timeout=1)
+            popen.wait(timeout=1)
         except subprocess.TimeoutExpired:
             pass

@@ -42,8 +42,9 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
-    from . import queue_order, seeded_sampling
+    from . import hicache_cpu, queue_order, seeded_sampling
 
     seeded_sampling.register_hooks()
     queue_order.register_hooks()
+    hicache_cpu.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -36,6 +36,9 @@ class EngineHooks:
     # Finds a stop string that SGLang could not see because it spans a chunk boundary; returns
     # (tokens to keep, matched string) or None. Set by the frontend, which owns the tokenizer.
     find_stop: Callable[[Sample], tuple[int, str] | None] | None = None
+    # Tokens of a sample's context the global KV pool holds (blocking I/O: runs in a thread).
+    pool_probe: Callable[[list[int]], int] | None = None
+    pool_probe_delay_s: float = 0.02  # pages reach the pool a few ms after the chunk returns
 
 
 @dataclasses.dataclass
@@ -214,7 +217,8 @@ class RolloutEngine:
         view.reserved_tokens += reserve
         view.inflight += 1
         self.buffer.mark_running(sample, instance)
-        sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new))
+        sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new,
+                                         context_tokens=len(sample.prompt_ids) + sample.generated))
         task = asyncio.create_task(self._run_chunk(sample, instance, max_new, reserve))
         self._chunk_tasks[sample.rid] = task
 
@@ -286,6 +290,12 @@ class RolloutEngine:
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
         chunk.cached_tokens = meta.get("cached_tokens", 0)
+        details = meta.get("cached_tokens_details") or {}
+        chunk.device_tokens = int(details.get("device") or 0)
+        chunk.host_tokens = int(details.get("host") or 0)
+        chunk.pool_tokens = int(details.get("storage") or 0)
+        if not details:
+            chunk.device_tokens = chunk.cached_tokens
         retractions = int(meta.get("num_retractions") or 0)
         self.retractions[instance] += retractions - chunk.retractions  # stream events are cumulative
         chunk.retractions = retractions
@@ -344,6 +354,19 @@ class RolloutEngine:
             self._complete(sample, SampleState.FINISHED)
         else:
             self.buffer.requeue(sample)
+            if self.hooks.pool_probe is not None:
+                asyncio.create_task(self._probe_pool(sample))
+
+    async def _probe_pool(self, sample: Sample) -> None:
+        """Learn how much of the sample's context is in the pool, for the cost of moving it."""
+        await asyncio.sleep(self.hooks.pool_probe_delay_s)
+        context = sample.context_ids
+        try:
+            sample.pool_tokens = await asyncio.to_thread(self.hooks.pool_probe, context)
+        except Exception as e:  # a pool that is down only makes moves look as costly as recompute
+            logger.debug("pool probe failed: %s", e)
+            sample.pool_tokens = 0
+        self._wake.set()
 
     def _complete(self, sample: Sample, state: SampleState) -> None:
         if sample.done:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..kvpool.cost import MigrationCost
 from .buffer import RequestBuffer
 from .request import Sample
 
@@ -108,14 +109,17 @@ class ChunkedPolicy(SchedulingPolicy):
 
     name = "divided"
 
-    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.95, affinity_slack: float = 0.05):
+    def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.95, affinity_slack: float = 0.05,
+                 migration: MigrationCost | None = None):
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
         self.kv_headroom = kv_headroom
         # A continuation stays on its last instance (its KV is cached there) unless another
-        # instance is less loaded by more than this share of capacity.
+        # instance is less loaded by more than this share of capacity, plus the share of the
+        # chunk's time that moving adds (a pool load, or a re-prefill without a pool).
         self.affinity_slack = affinity_slack
+        self.migration = migration or MigrationCost()
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
         return pending  # arrival order
@@ -127,16 +131,23 @@ class ChunkedPolicy(SchedulingPolicy):
             return True
         return view.reserved_tokens + tokens <= self.kv_headroom * view.capacity_tokens
 
-    def select_instance(self, instances: list[InstanceView], tokens: int,
-                        previous: int | None = None) -> InstanceView | None:
+    def select_instance(self, instances: list[InstanceView], tokens: int, previous: int | None = None,
+                        move_share: float = 0.0) -> InstanceView | None:
         """SELECT_INSTANCE: the least-loaded healthy instance with room for ``tokens``; the
-        sample's previous instance when it is nearly as unloaded (a cache hit beats a re-prefill)."""
+        sample's previous instance when moving would not pay (a device hit is free, a pool load or a
+        re-prefill is not: ``move_share`` is the share of the chunk's time a move adds)."""
         best = least_loaded(instances, lambda view: self._fits(view, tokens))
         if best is not None and previous is not None and previous != best.index and previous < len(instances):
             prev = instances[previous]
-            if prev.index == previous and self._fits(prev, tokens) and prev.load <= best.load + self.affinity_slack:
+            slack = self.affinity_slack + move_share
+            if prev.index == previous and self._fits(prev, tokens) and prev.load <= best.load + slack:
                 return prev
         return best
+
+    def move_share(self, sample: Sample, budget: int) -> float:
+        if not sample.chunks:
+            return 0.0
+        return self.migration.overhead_share(len(sample.prompt_ids) + sample.generated, budget, sample.pool_tokens)
 
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_instance: dict[int, Dispatch] = {}
@@ -144,7 +155,8 @@ class ChunkedPolicy(SchedulingPolicy):
         for rank, sample in enumerate(ordered):
             budget = chunk_tokens(sample, self.chunk_size)
             tokens = worst_case_tokens(sample, budget)
-            target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None)
+            target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None,
+                                          self.move_share(sample, budget))
             if target is None:
                 if not any(v.healthy and v.inflight == 0 for v in instances):
                     break  # every instance is full: the rest waits for chunks to come back
@@ -176,8 +188,8 @@ class ContextPolicy(ChunkedPolicy):
     name = "context"
 
     def __init__(self, chunk_size: int = 8192, kv_headroom: float = 0.95, affinity_slack: float = 0.05,
-                 starvation_bound: int = 256):
-        super().__init__(chunk_size, kv_headroom, affinity_slack)
+                 migration: MigrationCost | None = None, starvation_bound: int = 256):
+        super().__init__(chunk_size, kv_headroom, affinity_slack, migration)
         self.starvation_bound = starvation_bound
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
         self._waiting_since: dict[str, int] = {}

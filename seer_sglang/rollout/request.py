@@ -70,6 +70,15 @@ class ChunkRecord:
     new_tokens: int = 0
     cached_tokens: int = 0
     retractions: int = 0
+    # Where the chunk's context (prompt + generated so far) came from; the rest was recomputed.
+    device_tokens: int = 0
+    host_tokens: int = 0
+    pool_tokens: int = 0
+    context_tokens: int = 0
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return max(0, self.context_tokens - self.cached_tokens)
 
 
 # Called with (sample, new_token_ids) as tokens arrive, when the caller asked to stream.
@@ -96,6 +105,7 @@ class Sample:
     chunks: list[ChunkRecord] = field(default_factory=list)
     instance: int | None = None  # where the running chunk is
     failures: int = 0  # chunks lost to an instance that stopped answering
+    pool_tokens: int = 0  # context tokens known to be in the global KV pool (whole pages)
     is_probe: bool = False
     priority: int = 0
     oracle_length: int | None = None  # benchmarks only; ignored by every non-oracle policy

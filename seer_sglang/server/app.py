@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..instances.client import InstanceClient
+from ..kvpool.file_pool import FilePool
 from ..rollout.engine import EngineHooks, RolloutEngine
 from ..rollout.policy import make_policy
 from . import openai_api, rollout_api
@@ -44,9 +45,31 @@ async def _describe_model(client: InstanceClient, model_path: str | None) -> Mod
 
 
 def create_app(instance_urls: list[str], *, scheduler: str = "context", model_path: str | None = None,
-               policy_kwargs: dict[str, Any] | None = None) -> FastAPI:
+               policy_kwargs: dict[str, Any] | None = None, kv_pool: FilePool | None = None,
+               kv_pool_kind: str | None = None) -> FastAPI:
     """Build the app; the engine starts in the lifespan, once the instances answer."""
     metrics = Metrics()
+
+    async def pool_janitor(engine: RolloutEngine, idle_clear_s: float = 30.0, every_s: float = 5.0) -> None:
+        """Keep the pool under its bound, and empty it once the engine has been idle a while, so a
+        finished rollout's pages do not pile up on disk."""
+        idle_since, cleared = None, True
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await asyncio.to_thread(kv_pool.enforce_bound)
+                if engine.buffer.groups:
+                    idle_since, cleared = None, False
+                elif not cleared:
+                    idle_since = idle_since or asyncio.get_running_loop().time()
+                    if asyncio.get_running_loop().time() - idle_since >= idle_clear_s:
+                        removed = await asyncio.to_thread(kv_pool.clear)
+                        logger.info("engine idle: cleared %d pages from the KV pool", removed)
+                        cleared = True
+                metrics.kv_pool_bytes.set(await asyncio.to_thread(kv_pool.usage_bytes))
+                metrics.kv_pool_evicted.set(kv_pool.evicted_files)
+            except Exception:  # the janitor must never stop the frontend
+                logger.exception("KV pool janitor")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -55,15 +78,20 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
         policy = make_policy(scheduler, **(policy_kwargs or {}))
         hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_load=metrics.on_load,
-                            find_stop=tokenizer.find_stop)
+                            find_stop=tokenizer.find_stop,
+                            pool_probe=kv_pool.pooled_tokens if kv_pool is not None else None)
         engine = RolloutEngine(clients, policy, hooks=hooks)
         await engine.start()
+        janitor = asyncio.create_task(pool_janitor(engine)) if kv_pool is not None else None
         app.state.frontend = Frontend(engine, tokenizer, model, metrics)
+        app.state.kv_pool = kv_pool
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
                     len(clients), policy.name, model.served_name, model.context_length)
         try:
             yield
         finally:
+            if janitor is not None:
+                janitor.cancel()
             await engine.stop()
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
@@ -99,6 +127,16 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
                                "capacity_tokens": v.capacity_tokens, "inflight_chunks": v.inflight}
                               for v in fe.engine.views]}
 
+    @app.get("/kv_pool")
+    async def kv_pool_info(request: Request):
+        """The global KV pool as the frontend sees it (``file``): where, how big, what was evicted."""
+        pool: FilePool | None = request.app.state.kv_pool
+        if pool is None:
+            return {"kind": kv_pool_kind or "none"}
+        return {"kind": "file", "directory": str(pool.directory), "page_size": pool.page_size,
+                "bytes": await asyncio.to_thread(pool.usage_bytes), "max_bytes": pool.max_bytes,
+                "evicted_pages": pool.evicted_files}
+
     @app.get("/scheduler")
     async def get_scheduler(request: Request):
         return _policy_json(request.app.state.frontend.engine.policy)
@@ -124,6 +162,9 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
         fe: Frontend = request.app.state.frontend
         points = [dataclasses.asdict(p) for p in fe.engine.timeline if p.t >= since]
         return {"points": points, "retractions": list(fe.engine.retractions)}
+
+    async def clear_pool() -> int:
+        return await asyncio.to_thread(kv_pool.clear) if kv_pool is not None else 0
 
     async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | None) -> JSONResponse:
         results = await asyncio.gather(*(c.post_admin(path, body) for c in fe.engine.clients))
@@ -162,8 +203,10 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
 
     @app.post("/flush_cache")
     async def flush_cache(request: Request):
-        """Empty every instance's radix cache (e.g. between benchmark modes, or after new weights)."""
-        return await fan_out(request.app.state.frontend, "/flush_cache", None)
+        """Empty every instance's radix cache and the global KV pool (between benchmark modes)."""
+        response = await fan_out(request.app.state.frontend, "/flush_cache", None)
+        response.headers["x-seer-pool-pages-cleared"] = str(await clear_pool())
+        return response
 
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request):
@@ -171,7 +214,11 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
         body = await _json_body(request)
         if not isinstance(body, dict) or not body.get("model_path"):
             raise APIError("model_path is required", param="model_path")
-        return await fan_out(fe, "/update_weights_from_disk", body)
+        # The pool's pages were computed by the old weights: a continuation must never load them.
+        await clear_pool()
+        response = await fan_out(fe, "/update_weights_from_disk", body)
+        await clear_pool()  # and whatever an in-flight write put there meanwhile
+        return response
 
     return app
 

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ..kvpool.accounting import chunk_sources
 from ..rollout.engine import NoHealthyInstance, RolloutEngine
 from ..rollout.request import Group, Sample, SampleState, SamplingParams
 from .errors import APIError
@@ -127,7 +128,7 @@ class Frontend:
             },
             "chunks": [
                 {"instance": c.instance, "start": c.start, "end": c.end, "tokens": c.new_tokens,
-                 "cached_tokens": c.cached_tokens}
+                 "cached_tokens": c.cached_tokens, "kv": chunk_sources(c)}
                 for c in sample.chunks
             ],
         }

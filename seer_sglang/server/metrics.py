@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..kvpool.accounting import chunk_sources
 from ..rollout.policy import InstanceView
 from ..rollout.request import Sample
 
@@ -27,6 +28,13 @@ class Metrics:
                                       ["instance"], registry=r)
         self.instance_kv_usage = Gauge("seer_instance_kv_usage", "Fraction of KV tokens in use", ["instance"], registry=r)
         self.instance_inflight = Gauge("seer_instance_inflight_chunks", "Our chunks in flight", ["instance"], registry=r)
+        self.kv_tokens = Counter("seer_kv_context_tokens", "Context tokens of chunks by source: device cache, host "
+                                 "(DRAM) tier, global pool, or recomputed", ["source"], registry=r)
+        self.reprefill_tokens = Counter("seer_reprefill_tokens", "Tokens recomputed by continuation chunks",
+                                        registry=r)
+        self.kv_pool_bytes = Gauge("seer_kv_pool_bytes", "Bytes of KV pages in the global pool", registry=r)
+        self.kv_pool_evicted = Gauge("seer_kv_pool_evicted_pages", "Pages evicted by the pool's size bound",
+                                     registry=r)
         self.instance_retractions = Gauge("seer_instance_retractions", "SGLang retractions seen by our chunks",
                                           ["instance"], registry=r)
 
@@ -34,8 +42,12 @@ class Metrics:
         self.samples.labels(sample.finish_reason or "unknown").inc()
         self.prompt_tokens.inc(len(sample.prompt_ids))
         self.generation_tokens.inc(sample.generated)
-        for chunk in sample.chunks:
+        for i, chunk in enumerate(sample.chunks):
             self.chunks.labels(str(chunk.instance)).inc()
+            for source, tokens in chunk_sources(chunk).items():
+                self.kv_tokens.labels(source).inc(tokens)
+            if i > 0:
+                self.reprefill_tokens.inc(chunk.recomputed_tokens)
         if sample.finished_at:
             self.sample_latency.observe(sample.finished_at - sample.submitted_at)
 

@@ -17,6 +17,7 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from ..kvpool.accounting import rollout_sources
 from ..rollout.request import Group, Sample, SamplingParams
 from .errors import APIError
 from .frontend import Frontend
@@ -67,6 +68,7 @@ def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: fl
             "prompt_tokens": sum(len(s.prompt_ids) for s in samples), "elapsed_s": elapsed,
             "throughput_tok_s": tokens / elapsed if elapsed > 0 else 0.0,
             "failed": sum(1 for s in samples if s.error),
+            "kv": rollout_sources(samples, getattr(fe.engine.policy, "migration", None)),
             **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline if p.t >= started]}
                if req.return_timeline else {})}
 

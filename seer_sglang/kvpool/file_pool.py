@@ -1,0 +1,111 @@
+"""The ``file`` pool as the frontend sees it: which pages of a sample are there, a size bound, clearing.
+
+SGLang names an L3 page ``<chained page hash>_<model>_<tp rank>_<tp size>.bin``; the hash chains
+over the token ids, page by page, so the router can tell, without asking any instance, how much of
+a sample's context a continuation will find in the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+logger = logging.getLogger("seer_sglang.kvpool")
+
+
+def storage_model_name(served_model_name: str) -> str:
+    return "-".join(served_model_name.split("/"))
+
+
+class FilePool:
+    def __init__(self, directory: str | Path, served_model_name: str, page_size: int, size_gb: float,
+                 tp_size: int = 1):
+        self.directory = Path(directory)
+        self.suffix = f"_{storage_model_name(served_model_name)}_0_{tp_size}.bin"
+        self.page_size = page_size
+        self.max_bytes = int(size_gb * 2**30)
+        self.evicted_files = 0
+
+    def page_hashes(self, token_ids: list[int]) -> list[str]:
+        from sglang.srt.mem_cache.utils import get_hash_str
+
+        full = len(token_ids) - len(token_ids) % self.page_size
+        if full == 0:
+            return []
+        return list(get_hash_str(token_ids[:full], None, self.page_size))
+
+    def pooled_tokens(self, token_ids: list[int]) -> int:
+        """Tokens of the longest prefix of ``token_ids`` whose pages are all in the pool."""
+        hashes = self.page_hashes(token_ids)
+        lo, hi = 0, len(hashes)  # pages are written prefix first: binary search the last present one
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if (self.directory / f"{hashes[mid - 1]}{self.suffix}").exists():
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo * self.page_size
+
+    def usage_bytes(self) -> int:
+        total = 0
+        try:
+            with os.scandir(self.directory) as it:
+                for entry in it:
+                    if entry.name.endswith(".bin"):
+                        try:
+                            total += entry.stat().st_size
+                        except FileNotFoundError:
+                            pass
+        except FileNotFoundError:
+            return 0
+        return total
+
+    def enforce_bound(self) -> int:
+        """Evict the least recently written pages until the pool is under 90% of its bound."""
+        try:
+            entries = [e for e in os.scandir(self.directory) if e.name.endswith(".bin")]
+        except FileNotFoundError:
+            return 0
+        sized = []
+        for e in entries:
+            try:
+                st = e.stat()
+            except FileNotFoundError:
+                continue
+            sized.append((st.st_mtime, st.st_size, e.path))
+        total = sum(s for _, s, _ in sized)
+        if total <= self.max_bytes:
+            return 0
+        removed = 0
+        for _, size, path in sorted(sized):
+            if total <= 0.9 * self.max_bytes:
+                break
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            total -= size
+            removed += 1
+        self.evicted_files += removed
+        logger.info("KV pool over %.1f GiB: evicted %d oldest pages", self.max_bytes / 2**30, removed)
+        return removed
+
+    def clear(self) -> int:
+        """Drop every page: after a weight update the pool's KV belongs to the old policy."""
+        removed = 0
+        try:
+            for e in os.scandir(self.directory):
+                if e.name.endswith(".bin"):
+                    try:
+                        os.remove(e.path)
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+        except FileNotFoundError:
+            pass
+        return removed
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
