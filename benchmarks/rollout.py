@@ -7,7 +7,9 @@
 - ``baseline`` is plain SGLang: K instances started without the seer plugin; each prompt group goes
   whole to one instance, round-robin (veRL-style), as its G requests sent together.
 - The other modes are seer_sglang's policies on K instances with the plugin, switched between runs
-  with ``POST /scheduler`` (radix caches flushed in between).
+  with ``POST /scheduler`` (radix caches flushed in between). ``<mode>+pool`` runs the same policy
+  with the global KV pool (``--kv-pool file``); plain ``<mode>`` runs with ``--kv-pool none``, so
+  the pair shows what the pool saves in re-prefill.
 
 Every sample has a hidden target length from a Seer-shaped workload (long tail across groups,
 alike within a group), enforced by a custom logit processor, so no scheduler can see it; only the
@@ -122,11 +124,11 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
         ids = prompts[g]
         prompt = {"input_ids": ids, "group_id": f"{mode}-{g}",
                   "custom_params": [custom_params(len(ids), m.output_len, eos) for m in members]}
-        if mode == "oracle":
+        if mode.startswith("oracle"):
             prompt["oracle_lengths"] = [m.output_len for m in members]
         body["prompts"].append(prompt)
     async with httpx.AsyncClient(timeout=None) as http:
-        name, chunk = (mode, args.chunk_size)
+        name, chunk = (mode.split("+")[0], args.chunk_size)
         r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": chunk})
         r.raise_for_status()
         (await http.post(f"{url}/flush_cache")).raise_for_status()
@@ -138,7 +140,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
                "retractions": sum(c.get("retractions", 0) for c in s["chunks"]), "target": None}
               for s in data["samples"]]
     return {"start": start, "finish": finish, "timeline": data["summary"]["timeline"],
-            "chunks": data["summary"]["chunks"]}
+            "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv")}
 
 
 # ---- metrics ---------------------------------------------------------------------------------
@@ -160,7 +162,7 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
             "idle_s_per_instance": statistics.mean(idle) if idle else None,
             "retractions": sum(f["retractions"] for f in run["finish"]), "samples": len(ends),
             "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
-            "efficiency": bound / completion, "finish_s": ends}
+            "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {})}
 
 
 # ---- calibration -----------------------------------------------------------------------------
@@ -270,6 +272,7 @@ def plot(report: dict, runs: dict, path: Path) -> None:
 
 def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model_path, "--port", str(port),
            "--num-instances", str(args.instances), "--log-dir", str(log_dir), "--chunk-size", str(args.chunk_size),
            *engine_args]
@@ -342,13 +345,18 @@ def main() -> None:
         finally:
             stop_instances(procs)
     seer_modes = [m for m in modes if m != "baseline"]
-    if seer_modes:
-        proc, url = seer_server(model_path, args, engine_args, log_root)
+    # "<policy>" runs without the global KV pool, "<policy>+pool" with --kv-pool file: one server each.
+    for with_pool in (False, True):
+        group = [m for m in seer_modes if ("+pool" in m) == with_pool]
+        if not group:
+            continue
+        pool_args = ["--kv-pool", "file" if with_pool else "none"]
+        proc, url = seer_server(model_path, args, engine_args + pool_args, log_root / ("pool" if with_pool else "nopool"))
         try:
             if calib is None:
                 urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
                 calib = calibrate(urls, prompts[0], args.kv_tokens)
-            for mode in seer_modes:
+            for mode in group:
                 print(f"running {mode} ...", flush=True)
                 runs[mode] = asyncio.run(run_seer(url, mode, prompts, trace, args, eos))
         finally:
@@ -357,8 +365,10 @@ def main() -> None:
     for mode, run in runs.items():
         results[mode] = metrics(run, args.instances, calib)
         r = results[mode]
-        print(f"{mode:>9}: {r['completion_s']:7.1f} s  {r['throughput_tok_s']:8.0f} tok/s  tail {r['tail_s']:6.1f} s  "
-              f"retractions {r['retractions']}  efficiency {r['efficiency']:.2f}", flush=True)
+        kv = r.get("kv") or {}
+        print(f"{mode:>13}: {r['completion_s']:7.1f} s  {r['throughput_tok_s']:8.0f} tok/s  tail {r['tail_s']:6.1f} s  "
+              f"retractions {r['retractions']}  efficiency {r['efficiency']:.2f}  "
+              f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}", flush=True)
     base = results.get("baseline") or results[modes[0]]
     ratios = {m: {"throughput": r["throughput_tok_s"] / base["throughput_tok_s"],
                   "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,

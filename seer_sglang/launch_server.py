@@ -50,6 +50,9 @@ def seer_parser() -> argparse.ArgumentParser:
     g.add_argument("--kv-pool-config", default=None,
                    help="mooncake: JSON file with the store client config of an existing Mooncake cluster "
                         "(multi-node); without it a master + store are started on loopback")
+    g.add_argument("--transfer-starvation-steps", type=int, default=4,
+                   help="pool transfers yield to decode steps, but wait at most this many (weighted); 0 = never "
+                        "yield (default: 4)")
     g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")
     g.add_argument("--log-dir", default=None, help="where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     g.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for instances to be healthy")
@@ -120,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
             specs = [InstanceSpec(model_path=model_path, port=free_port(args.instance_host), host=args.instance_host,
                                   sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,
                                   with_plugin=not args.no_plugin, log_path=log_dir / f"instance-{i}.log",
-                                  cpu_threads=None if gpu else cpu_threads_per_instance(k))
+                                  cpu_threads=None if gpu else cpu_threads_per_instance(k),
+                                  extra_env=pool.instance_env(args.transfer_starvation_steps))
                      for i in range(k)]
             if pool.config.enabled:
                 log.info("KV pool: %s", pool.describe())

@@ -38,6 +38,12 @@ class RunningPool:
             return f"file, {self.config.directory}, bound {self.config.size_gb:g} GiB, page {self.config.page_size}"
         return f"{self.config.kind}"
 
+    def instance_env(self, starvation_steps: int) -> dict[str, str]:
+        """Turns on the in-instance transfer scheduler (pool pieces yield to decode steps)."""
+        if not self.config.enabled or starvation_steps <= 0:
+            return {}
+        return {"SEER_TRANSFER_SCHEDULER": "1", "SEER_TRANSFER_STARVATION_STEPS": str(starvation_steps)}
+
     def stop(self) -> None:
         from ..instances.launcher import stop_processes
 

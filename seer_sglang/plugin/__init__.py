@@ -42,9 +42,10 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
-    from . import hicache_cpu, queue_order, seeded_sampling
+    from . import hicache_cpu, queue_order, seeded_sampling, transfer_gate
 
     seeded_sampling.register_hooks()
     queue_order.register_hooks()
     hicache_cpu.register_hooks()
+    transfer_gate.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

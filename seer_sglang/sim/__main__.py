@@ -20,14 +20,18 @@ from .simulator import simulate
 from .step_model import H100_70B, StepModel
 from .workload import PRESETS, generate, load_trace
 
-POLICIES = ("group", "divided", "context", "oracle")
+POLICIES = ("group", "divided", "context", "oracle", "divided+pool", "context+pool")
 
 
 def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLICIES) -> dict:
     out = {}
     for name in policies:
         t0 = time.perf_counter()
-        result = simulate(trace, make_policy(name, chunk_size=chunk_size), model, instances, max_tokens)
+        policy_name, _, feature = name.partition("+")
+        pool = model.migration_cost() if feature == "pool" and model.pool_load_s_per_token else None
+        migration = pool or model.migration_cost(load_s_per_token=model.prefill_per_token_s)
+        result = simulate(trace, make_policy(policy_name, chunk_size=chunk_size, migration=migration), model,
+                          instances, max_tokens, pool)
         out[name] = {**result.summary(), "sim_wall_s": time.perf_counter() - t0}
     base = out[policies[0]]
     for name in policies:

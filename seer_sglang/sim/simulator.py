@@ -15,6 +15,7 @@ import dataclasses
 import heapq
 from dataclasses import dataclass, field
 
+from ..kvpool.cost import MigrationCost
 from ..rollout.buffer import RequestBuffer
 from ..rollout.policy import InstanceView, SchedulingPolicy, worst_case_tokens
 from ..rollout.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
@@ -66,6 +67,7 @@ class SimInstance:
     busy_time: float = 0.0
     retractions: int = 0
     prefill_tokens: int = 0
+    pool_tokens: int = 0
     new_token_ratio: float = 0.7  # SGLang-like: reservation for future decode tokens, decays
 
     def kv_running(self) -> int:
@@ -95,6 +97,7 @@ class SimResult:
     idle_s_per_instance: float
     retractions: int
     prefill_tokens: int
+    pool_tokens: int
     finish_times: list[float]
     lower_bound_s: float
     efficiency: float
@@ -107,8 +110,9 @@ class SimResult:
 
 class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
-                 max_tokens: int):
+                 max_tokens: int, pool: MigrationCost | None = None):
         self.policy = policy
+        self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
         self.buffer = RequestBuffer()
         self.views = [InstanceView(i, capacity_tokens=model.capacity_tokens) for i in range(instances)]
@@ -151,6 +155,8 @@ class Simulation:
         sample.chunks[-1].end = self.now
         sample.chunks[-1].new_tokens = slot.produced
         inst.remember(f"s:{sample.rid}", slot.context)
+        if self.pool is not None:
+            sample.pool_tokens = self.pool.pooled(slot.context)
         target = sample.oracle_length or sample.params.max_new_tokens
         if sample.generated >= target:
             sample.finish_reason = "stop" if sample.generated < sample.params.max_new_tokens else "length"
@@ -173,6 +179,7 @@ class Simulation:
     def _admit(self, inst: SimInstance) -> float:
         """SGLang-like admission from the instance's queue; returns the prefill time it costs."""
         prefill = 0
+        load_s = 0.0
         kv = inst.kv_running()
         reserved = sum(int(inst.new_token_ratio * (s.budget - s.produced)) for s in inst.running)
         while inst.waiting and len(inst.running) < self.model.max_running:
@@ -184,13 +191,17 @@ class Simulation:
             sample = slot.sample
             hit = max(inst.cached(f"s:{sample.rid}"), min(inst.cached(f"p:{sample.group_id}"),
                                                           len(sample.prompt_ids)))
+            if self.pool is not None and sample.pool_tokens > hit:
+                load_s += self.pool.move_s(sample.pool_tokens - hit, sample.pool_tokens - hit)
+                inst.pool_tokens += sample.pool_tokens - hit
+                hit = sample.pool_tokens
             prefill += max(0, slot.context - hit)
             inst.remember(f"p:{sample.group_id}", len(sample.prompt_ids))
             inst.running.append(slot)
             kv += slot.context
             reserved += int(inst.new_token_ratio * slot.budget)
         inst.prefill_tokens += prefill
-        return self.model.prefill(prefill)
+        return self.model.prefill(prefill) + load_s
 
     def _retract_until_fits(self, inst: SimInstance) -> None:
         """Like SGLang: when the next step's KV does not fit, retract requests back to the queue."""
@@ -262,7 +273,8 @@ class Simulation:
                          throughput_tok_s=total / completion, tail_s=completion - p90,
                          idle_s_per_instance=sum(completion - i.busy_time for i in self.instances) / n,
                          retractions=sum(i.retractions for i in self.instances),
-                         prefill_tokens=sum(i.prefill_tokens for i in self.instances), finish_times=times,
+                         prefill_tokens=sum(i.prefill_tokens for i in self.instances),
+                         pool_tokens=sum(i.pool_tokens for i in self.instances), finish_times=times,
                          lower_bound_s=bound, efficiency=bound / completion)
 
     def _peak_throughput(self) -> float:
@@ -278,5 +290,5 @@ class Simulation:
 
 
 def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
-             max_tokens: int) -> SimResult:
-    return Simulation(trace, policy, model, instances, max_tokens).run()
+             max_tokens: int, pool: MigrationCost | None = None) -> SimResult:
+    return Simulation(trace, policy, model, instances, max_tokens, pool).run()

@@ -19,6 +19,7 @@ class StepModel:
     capacity_tokens: int  # KV tokens one instance holds
     max_running: int = 1024
     source: str = ""
+    pool_load_s_per_token: float = 0.0  # global KV pool read, per token (0 = unknown: no pool modelled)
 
     def decode_step(self, batch: int, kv_tokens: int) -> float:
         return self.decode_base_s + self.decode_per_seq_s * batch + self.decode_per_kv_token_s * kv_tokens
@@ -27,6 +28,16 @@ class StepModel:
         """Time of ``steps`` consecutive steps of a fixed batch whose KV grows by ``batch`` per step."""
         first = self.decode_step(batch, kv_tokens)
         return steps * first + self.decode_per_kv_token_s * batch * steps * (steps - 1) / 2
+
+    def migration_cost(self, load_s_per_token: float | None = None, page_size: int = 16):
+        """The router's move cost on this model; ``load_s_per_token`` None = reloading costs as much as
+        recomputing (no pool)."""
+        from ..kvpool.cost import MigrationCost
+
+        load = self.pool_load_s_per_token if load_s_per_token is None else load_s_per_token
+        return MigrationCost(prefill_s_per_token=self.prefill_per_token_s, load_s_per_token=load,
+                             load_fixed_s=self.decode_base_s, decode_s_per_token=self.decode_step(1, 0),
+                             page_size=page_size)
 
     def prefill(self, tokens: int) -> float:
         return self.prefill_per_token_s * tokens
@@ -46,9 +57,10 @@ class StepModel:
 #  - KV read: 320 KB per token over 8 x 3.35 TB/s -> ~12 ns per KV token per step;
 #  - per-sequence cost (sampling, scheduling, small GEMM growth): ~40 us;
 #  - prefill: ~2 * 70e9 FLOP/token at ~50% of 8 x 989 TFLOP/s -> ~35 us per token;
-#  - KV capacity: (8 x 80 GB - 140 GB) x 0.9 / 320 KB ~ 1.4M tokens.
+#  - KV capacity: (8 x 80 GB - 140 GB) x 0.9 / 320 KB ~ 1.4M tokens;
+#  - global KV pool read (Mooncake over RDMA, ~20 GB/s into one instance): 320 KB / 20 GB/s ~ 16 us per token.
 H100_70B = StepModel(
     name="h100x8-70b-public", decode_base_s=0.012, decode_per_seq_s=40e-6, decode_per_kv_token_s=12e-9,
-    prefill_per_token_s=35e-6, capacity_tokens=1_400_000, max_running=1024,
+    prefill_per_token_s=35e-6, capacity_tokens=1_400_000, max_running=1024, pool_load_s_per_token=16e-6,
     source="public H100 figures for a 70B-class model (derivation in seer_sglang/sim/step_model.py)",
 )
