@@ -83,6 +83,9 @@ else
   "$VPY" -m seer_sglang.cpu_shims uninstall "$SITE"
 fi
 
+step "build the native suffix automaton (drafters)"
+"$VPY" -m seer_sglang.spec.native || echo "[setup] native suffix automaton not built; the Python one will be used"
+
 step "prepare models (tiny, smollm2)"
 "$VPY" -m seer_sglang.models tiny | tail -n 1
 "$VPY" -m seer_sglang.models smollm2 | tail -n 1

@@ -1,0 +1,30 @@
+"""Grouped speculative decoding: model-free drafters and the grouped draft server.
+
+``make_drafter(name)`` gives a drafter (no I/O) with the ``Drafter`` interface:
+``suffix`` (per request), ``group-suffix`` (per prompt group, the default) or ``sam``.
+"""
+
+from __future__ import annotations
+
+from seer_sglang.spec.draft import Draft, Drafter, IndexedDrafter
+from seer_sglang.spec.sam import SamDrafter
+from seer_sglang.spec.suffix_tree import SuffixDrafter
+
+DRAFTERS = ("suffix", "group-suffix", "sam")
+DEFAULT_DRAFTER = "group-suffix"
+
+
+def make_drafter(name: str = DEFAULT_DRAFTER, native: bool | str | None = None, **kw) -> IndexedDrafter:
+    """``native``: None uses the C automaton when it loads, True requires it, False forces Python,
+    "ext" or "ctypes" picks a native binding."""
+    if name == "suffix":
+        return SuffixDrafter(per_request=True, native=native, **kw)
+    if name == "group-suffix":
+        return SuffixDrafter(per_request=False, native=native, **kw)
+    if name == "sam":
+        return SamDrafter(native=native, **kw)
+    raise ValueError(f"unknown drafter {name!r}; choose one of {DRAFTERS}")
+
+
+__all__ = ["DRAFTERS", "DEFAULT_DRAFTER", "Draft", "Drafter", "IndexedDrafter", "SamDrafter", "SuffixDrafter",
+           "make_drafter"]

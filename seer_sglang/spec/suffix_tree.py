@@ -1,0 +1,31 @@
+"""SuffixDecoding drafters: frequency-ranked token trees from the matched suffix.
+
+``group-suffix`` (Seer): one index per prompt group, fed by every sibling and the prompt, so a request
+drafts what its siblings wrote after the same context. ``suffix``: one index per request (its prompt and
+its own output only), the SuffixDecoding baseline.
+
+The index is a suffix automaton with occurrence counts (``seer_sglang.spec.sam``); for strings up to
+``max_depth`` tokens its counts equal those of a depth-limited suffix tree, so a child's score is
+``parent score * count(child) / count(node)`` exactly as in a suffix tree.
+"""
+
+from __future__ import annotations
+
+from seer_sglang.spec.draft import Draft, IndexedDrafter, _Request
+
+
+class SuffixDrafter(IndexedDrafter):
+    """Match the longest suffix (at most match_cap tokens) of the request's context that has a
+    continuation, then expand best-first by score: ``max_paths=1`` is the greedy path, ``max_paths=k``
+    a tree of at most ``max_tokens`` nodes and ``k`` leaves; nodes below ``min_score`` are not drafted."""
+
+    def __init__(self, per_request: bool = False, **kw):
+        super().__init__(**kw)
+        self.per_request = per_request
+
+    @property
+    def name(self) -> str:
+        return "suffix" if self.per_request else "group-suffix"
+
+    def _draft(self, r: _Request, max_tokens: int, max_paths: int, min_score: float) -> Draft:
+        return Draft(*r.index.draft_frequent(r.head, r.seq, self.match_cap, max_tokens, max_paths, min_score))
