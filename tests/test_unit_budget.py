@@ -1,0 +1,88 @@
+"""Adaptive draft budget: cost-model fit and best gamma, greedy allocation with priorities, switch-off
+rules, and the fixed-threshold policy, on hand-checked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from seer_sglang.spec.budget import BudgetRequest, CostModel, DraftBudget, ThresholdSwitch
+
+# t(B, n) = 10 ms + 1 ms per verified token; each draft token accepted with probability 1/2, 1/4, ...
+COST = CostModel(base_s=0.010, per_seq_s=0.0, per_token_s=0.001, accept_curve=CostModel.geometric_curve(0.5))
+
+
+def test_step_time_and_expected_tokens():
+    assert COST.step_time(4, 3) == pytest.approx(0.010 + 0.001 * 12)
+    assert COST.expected_accepted(3) == pytest.approx(0.875)
+    assert COST.expected_accepted(2, scores=[0.9, 0.6, 0.1]) == pytest.approx(1.5)
+    assert COST.expected_accepted(20) == pytest.approx(sum(0.5 ** i for i in range(1, 9)))
+    # B = 1, gamma = 2: 1.75 expected tokens in 13 ms
+    assert COST.tokens_per_second(1, 2) == pytest.approx(1.75 / 0.013)
+
+
+def test_best_gamma_shrinks_with_batch_size():
+    # B = 1: gamma 0..3 give 90.9, 125, 134.6, 133.9 tokens/s -> 2
+    assert COST.best_gamma(1) == 2
+    # B = 100: 1 / 0.11 = 9.09 per request beats 1.5 / 0.21 = 7.14 -> no speculation
+    assert COST.best_gamma(100) == 0
+    gammas = [COST.best_gamma(b) for b in (1, 2, 4, 8, 16, 32, 64)]
+    assert gammas == sorted(gammas, reverse=True) and gammas[0] > gammas[-1]
+    assert COST.best_gamma(1, gamma_max=1) == 1
+
+
+def test_fit_recovers_the_linear_model():
+    true = CostModel(0.012, 4e-5, 2e-6, (0.6,))
+    points = [(b, n, true.step_time(b, n)) for b in (1, 8, 64, 256) for n in (1, 3, 9)]
+    fit = CostModel.fit(points, [0.6])
+    assert fit.base_s == pytest.approx(0.012, rel=1e-6)
+    assert fit.per_seq_s == pytest.approx(4e-5, rel=1e-6)
+    assert fit.per_token_s == pytest.approx(2e-6, rel=1e-6)
+    assert fit.accept_curve == (0.6,)
+
+
+def test_allocation_is_greedy_by_weighted_score():
+    budget = DraftBudget(COST, gamma_max=8, lam=2.0)  # batch 2 -> gamma* = 2, total 4
+    assert budget.gamma_star(2) == 2
+    reqs = [BudgetRequest("a", True, [0.4, 0.3, 0.2]), BudgetRequest("b", False, [0.7, 0.55, 0.5, 0.45])]
+    # weighted: a 0.8, 0.6, 0.4; b 0.7, 0.55, 0.5 -> picks a .8, b .7, a .6, b .55
+    d = budget.allocate(reqs)
+    assert d.enabled and d.gamma_star == 2 and d.per_request == {"a": 2, "b": 2}
+    # without the priority weight the low-priority request's better drafts take the whole budget
+    d = DraftBudget(COST, lam=1.0).allocate(reqs)
+    assert d.per_request == {"a": 0, "b": 4}
+
+
+def test_allocation_respects_caps_and_zero_scores():
+    budget = DraftBudget(COST, gamma_max=2, lam=2.0)
+    # batch 1 -> gamma* = 2 (capped by gamma_max), total 2; only one non-zero score is available
+    d = budget.allocate([BudgetRequest("a", False, [0.9, 0.0, 0.8])])
+    assert d.per_request == {"a": 1} and d.enabled
+    d = budget.allocate([BudgetRequest("a", False, [0.9, 0.9, 0.9, 0.9])])
+    assert d.per_request == {"a": 2}
+    # a longer batch than the candidate list: the budget counts the whole batch
+    d = budget.allocate([BudgetRequest("a", False, [0.9] * 8)], batch_size=2)
+    assert d.gamma_star == 2 and d.per_request == {"a": 2}
+
+
+def test_speculation_off_at_large_batch():
+    reqs = [BudgetRequest(str(i), i % 2 == 0, [0.9, 0.8]) for i in range(100)]
+    d = DraftBudget(COST).allocate(reqs)
+    assert not d.enabled and d.gamma_star == 0 and set(d.per_request.values()) == {0}
+    assert "best gamma is 0" in d.reason
+
+
+def test_speculation_off_when_budget_below_high_priority_count():
+    reqs = [BudgetRequest(str(i), True, [0.9]) for i in range(5)]
+    d = DraftBudget(COST).allocate(reqs, batch_size=2)  # gamma* 2 -> budget 4 < 5 long-tail requests
+    assert not d.enabled and d.gamma_star == 2 and set(d.per_request.values()) == {0}
+    assert "budget 4 < 5" in d.reason
+    assert DraftBudget(COST).allocate(reqs[:4], batch_size=2).enabled
+
+
+def test_threshold_switch():
+    policy = ThresholdSwitch(gamma=3, max_batch=2)
+    reqs = [BudgetRequest("a", False, [0.5] * 5), BudgetRequest("b", True, [0.5])]
+    d = policy.allocate(reqs)
+    assert d.enabled and d.per_request == {"a": 3, "b": 1} and d.gamma_star == 3
+    d = policy.allocate(reqs + [BudgetRequest("c", False, [0.5] * 5)])
+    assert not d.enabled and d.per_request == {"a": 0, "b": 0, "c": 0}
