@@ -2,6 +2,7 @@
 
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -20,20 +21,24 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
                         "--scheduler", "context", "--chunk-size", "32")
     try:
         wait_server(server)
-        prompts = [[5 + i, 17, 300 + 7 * i, 42, 1000 + i] for i in range(6)]
-        body = {"prompts": [{"input_ids": p} for p in prompts], "n": 4, "max_tokens": 240, "temperature": 0,
+        # Distinct prompts of 40 tokens: no sample can find another's KV, so a moved continuation's
+        # context can only come from the pool (or be recomputed).
+        prompts = [[5 + i, 17, 300 + 7 * i, 42, 1000 + i] * 8 for i in range(24)]
+        body = {"prompts": [{"input_ids": p} for p in prompts], "n": 1, "max_tokens": 240, "temperature": 0,
                 "ignore_eos": True}
         box = {}
         worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{server.url}/v1/rollout", json=body,
                                                                          timeout=600)))
         worker.start()
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # wait until both instances hold chunks mid-way
+        # Wait until both instances hold chunks and finished chunks have put pages in the pool.
+        while time.monotonic() < deadline:
             inst = httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]
-            if all(i["inflight_chunks"] for i in inst):
+            pooled = httpx.get(f"{server.url}/kv_pool", timeout=10).json()["bytes"]
+            if all(i["inflight_chunks"] for i in inst) and pooled > 0:
                 break
             time.sleep(0.05)
-        time.sleep(0.3)
+        time.sleep(0.5)
         victim = _instance_pids(server)[0]
         cmd = victim.cmdline()
         victim_url = f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}"
@@ -47,9 +52,9 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         samples = r.json()["samples"]
         assert len(samples) == 24 and len({(s["prompt_index"], s["index"]) for s in samples}) == 24
         with httpx.Client(timeout=600) as http:
-            ref = [http.post(f"{plain_url}/generate", json={"input_ids": p, "sampling_params": {
-                "max_new_tokens": 240, "temperature": 0, "ignore_eos": True}}).json()["output_ids"]
-                   for p in prompts]
+            ref = [out["output_ids"] for out in http.post(f"{plain_url}/generate", json={
+                "input_ids": prompts, "sampling_params": {"max_new_tokens": 240, "temperature": 0,
+                                                          "ignore_eos": True}}).json()]
         for s in samples:
             assert s["finish_reason"] == "length" and s["error"] is None
             assert len(s["output_ids"]) == 240 == len(s["logprobs"])  # nothing lost, nothing twice
@@ -57,6 +62,13 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         moved = [s for s in samples if s["chunks"][0]["instance"] == victim_index
                  and s["chunks"][-1]["instance"] != victim_index]
         assert moved, "no sample was moved off the killed instance"
+        # The moved continuations found what the dead instance had written to the global KV pool.
+        resumed = [next(c for c in s["chunks"] if c["instance"] != victim_index) for s in moved]
+        assert sum(c["kv"]["pool"] for c in resumed) > 0, [c["kv"] for c in resumed]
+        # and its death left no torn page behind: every page file has the one page size
+        pool_dir = Path(httpx.get(f"{server.url}/kv_pool", timeout=10).json()["directory"])
+        sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
+        assert len(sizes) == 1, sizes
         health = httpx.get(f"{server.url}/health").json()
         assert health["healthy_instances"] == 1
     finally:

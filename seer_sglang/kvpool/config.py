@@ -23,6 +23,9 @@ class KVPoolConfig:
     page_size: int = 16
     mooncake: dict = field(default_factory=dict)  # mooncake: the store client's config
     prefetch_timeout_s: float = 5.0  # a slow pool falls back to recompute after this
+    # SGLang only looks in L3 for a miss of at least this many tokens (its default, 256, would
+    # leave short continuations recomputing).
+    prefetch_threshold: int = 64
     cpu: bool = True
 
     def __post_init__(self) -> None:
@@ -34,7 +37,8 @@ class KVPoolConfig:
         return self.kind != "none"
 
     def storage_extra_config(self) -> dict:
-        extra: dict = {"prefetch_timeout_base": self.prefetch_timeout_s, "prefetch_timeout_per_ki_token": 0.5}
+        extra: dict = {"prefetch_timeout_base": self.prefetch_timeout_s, "prefetch_timeout_per_ki_token": 0.5,
+                       "prefetch_threshold": max(self.page_size, self.prefetch_threshold)}
         if self.kind == "file":
             extra["file_storage_path"] = str(self.directory)
         else:
