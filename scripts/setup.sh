@@ -83,6 +83,29 @@ else
   "$VPY" -m seer_sglang.cpu_shims uninstall "$SITE"
 fi
 
+# Mooncake, the production KV pool backend (optional: --kv-pool file needs nothing of it). Its
+# import needs libibverbs even over TCP; without the system package, unpack Debian's into the venv.
+install_mooncake() {
+  local wheel=mooncake-transfer-engine-non-cuda==0.3.13.post1
+  [[ $MODE == gpu ]] && wheel=mooncake-transfer-engine
+  "${PIP[@]}" -q --no-deps "$wheel" msgpack || return 1
+  if ! ldconfig -p 2>/dev/null | grep -q "libibverbs.so.1 "; then
+    command -v apt-get >/dev/null && command -v dpkg >/dev/null || return 1
+    local tmp; tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download libibverbs1 libnl-3-200 libnl-route-3-200 >/dev/null 2>&1) || { rm -rf "$tmp"; return 1; }
+    mkdir -p "$tmp/root" "$VENV/mooncake-libs"
+    for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$tmp/root"; done
+    find "$tmp/root" -name "lib*.so*" -exec cp -a {} "$VENV/mooncake-libs/" \;
+    rm -rf "$tmp"
+  fi
+  "$VPY" -c "from seer_sglang.kvpool.mooncake import mooncake_available as a; import sys; sys.exit(1 if a() else 0)"
+}
+if [[ ${SEER_SKIP_MOONCAKE:-0} != 1 ]] && ! stamp_ok mooncake "$MODE"; then
+  step "install Mooncake (optional KV pool backend)"
+  if install_mooncake; then stamp_set mooncake "$MODE"
+  else echo "[setup] Mooncake not installed; --kv-pool mooncake is unavailable (file works)"; fi
+fi
+
 step "build the native suffix automaton (drafters)"
 "$VPY" -m seer_sglang.spec.native || echo "[setup] native suffix automaton not built; the Python one will be used"
 

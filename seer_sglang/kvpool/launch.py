@@ -40,9 +40,14 @@ class RunningPool:
 
     def instance_env(self, starvation_steps: int) -> dict[str, str]:
         """Turns on the in-instance transfer scheduler (pool pieces yield to decode steps)."""
-        if not self.config.enabled or starvation_steps <= 0:
-            return {}
-        return {"SEER_TRANSFER_SCHEDULER": "1", "SEER_TRANSFER_STARVATION_STEPS": str(starvation_steps)}
+        env: dict[str, str] = {}
+        if self.config.kind == "mooncake":
+            from .mooncake import library_env
+
+            env.update(library_env())
+        if self.config.enabled and starvation_steps > 0:
+            env.update({"SEER_TRANSFER_SCHEDULER": "1", "SEER_TRANSFER_STARVATION_STEPS": str(starvation_steps)})
+        return env
 
     def stop(self) -> None:
         from ..instances.launcher import stop_processes

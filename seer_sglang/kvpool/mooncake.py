@@ -7,7 +7,9 @@ needs ``libibverbs.so.1`` even over TCP.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,20 +17,56 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 
 class MooncakeUnavailable(ValueError):
     pass
 
 
+# ``scripts/setup.sh`` unpacks libibverbs and its libnl dependencies here when the system lacks them.
+_LIB_NAMES = ("libnl-3.so.200", "libnl-route-3.so.200", "libibverbs.so.1")
+
+
+def private_lib_dir() -> Path | None:
+    path = Path(sys.prefix) / "mooncake-libs"
+    return path if (path / "libibverbs.so.1").exists() else None
+
+
+def library_env() -> dict[str, str]:
+    """Environment for processes that load Mooncake (instances, master, store service)."""
+    lib = private_lib_dir()
+    if lib is None:
+        return {}
+    current = os.environ.get("LD_LIBRARY_PATH")
+    return {"LD_LIBRARY_PATH": f"{lib}:{current}" if current else str(lib)}
+
+
+def _preload_private_libs() -> None:
+    lib = private_lib_dir()
+    if lib is None:
+        return
+    for name in _LIB_NAMES:
+        ctypes.CDLL(str(lib / name), mode=ctypes.RTLD_GLOBAL)
+
+
+def _master_binary() -> Path | None:
+    beside = Path(sys.executable).parent / "mooncake_master"  # a venv's bin/ need not be on PATH
+    if beside.exists():
+        return beside
+    found = shutil.which("mooncake_master")
+    return Path(found) if found else None
+
+
 def mooncake_available() -> str | None:
     """None when Mooncake can run here, else why not."""
     try:
+        _preload_private_libs()
         import mooncake.store  # noqa: F401
     except Exception as e:  # ImportError, or OSError for a missing libibverbs
         return f"Mooncake is not importable ({type(e).__name__}: {e}); install it with `bash scripts/setup.sh --with-mooncake`"
-    if shutil.which("mooncake_master") is None:
-        return "mooncake_master is not on PATH"
+    if _master_binary() is None:
+        return "mooncake_master is not installed"
     return None
 
 
@@ -42,18 +80,22 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = "127.0.0.1")
     rpc, meta, metrics, store = free_port(), free_port(), free_port(), free_port()
     procs: list[subprocess.Popen] = []
 
+    env = {**os.environ, **library_env()}
+
     def spawn(cmd: list[str], name: str) -> None:
         with open(log_dir / f"mooncake-{name}.log", "ab") as log:
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          preexec_fn=_die_with_parent))
+                                          env=env, preexec_fn=_die_with_parent))
 
-    spawn(["mooncake_master", f"--rpc_address={host}", f"--rpc_port={rpc}", "--enable_http_metadata_server=true",
+    spawn([str(_master_binary()), f"--rpc_address={host}", f"--rpc_port={rpc}", "--enable_http_metadata_server=true",
            f"--http_metadata_server_host={host}", f"--http_metadata_server_port={meta}",
            f"--metrics_host={host}", f"--metrics_port={metrics}"], "master")
     common = {"local_hostname": host, "metadata_server": f"http://{host}:{meta}/metadata",
               "master_server_address": f"{host}:{rpc}", "protocol": "tcp", "device_name": ""}
     store_config = log_dir / "mooncake-store.json"
-    store_config.write_text(json.dumps({**common, "global_segment_size": f"{max(1, int(size_gb))}gb",
+    # The store's segment is DRAM: never more than an eighth of the machine's memory.
+    segment_gb = max(1, int(min(size_gb, psutil.virtual_memory().total / 2**30 / 8)))
+    store_config.write_text(json.dumps({**common, "global_segment_size": f"{segment_gb}gb",
                                         "local_buffer_size": 0}))
     try:
         _wait_port(host, meta, procs[0])
