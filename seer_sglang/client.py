@@ -32,6 +32,7 @@ class Chunk:
     end: float | None
     tokens: int
     cached_tokens: int = 0
+    kv: dict[str, int] | None = None  # context tokens by source: device, host, pool, recomputed
 
 
 @dataclass

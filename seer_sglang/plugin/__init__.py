@@ -46,6 +46,7 @@ def register() -> None:
 
     seeded_sampling.register_hooks()
     queue_order.register_hooks()
+    from ..spec.plugin_hooks import register_spec; register_spec()  # noqa: E702
     hicache_cpu.register_hooks()
     transfer_gate.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

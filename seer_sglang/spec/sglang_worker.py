@@ -1,0 +1,235 @@
+"""The ``SEER`` speculative worker: SGLang's NGRAM verify path with a pluggable, group-aware drafter.
+
+NGRAM already drafts model-free token trees and verifies them in one target forward; only its draft
+source (one C++ n-gram corpus per instance, blind to prompt groups) is wrong for grouped rollouts,
+where the useful drafts come from the sibling samples of the same prompt. This worker keeps NGRAM's
+verify, KV bookkeeping and relay, and swaps the corpus for a drafter with the interface of
+``seer_sglang.spec.draft.Drafter``: ``register_group(group, prompt)``, ``update(group, request,
+prev_token_count, new_tokens) -> stored count`` (response tokens only, idempotent by offset) and
+``draft(group, request, max_tokens, max_paths) -> Draft``.
+
+The group comes from the router's rid ``<group>-<index>-c<chunk>``; all chunks of one sample share
+the request id ``<group>-<index>``. Chunk 0 brings the group prompt. A later chunk's input is the
+prompt plus the sample's earlier output, split by the prompt the drafter already holds for the group.
+
+The drafter (set in the environment of the SGLang process): ``SEER_SPEC_DRAFTER`` = a drafter name
+of ``seer_sglang.spec.make_drafter`` (default ``group-suffix``) or ``module:callable`` (called with
+the server args); ``SEER_DRAFT_SERVER`` = a draft server address, to sync through it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import time
+
+import numpy as np
+from sglang.srt.managers.schedule_batch import ScheduleBatch
+from sglang.srt.runtime_context import get_device, get_schedule, get_spec
+from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+from sglang.srt.speculative.ngram_worker import NGRAMWorker
+
+from ..plugin.queue_order import SEER_RID
+from . import DEFAULT_DRAFTER
+from .draft import Draft
+
+logger = logging.getLogger("seer_sglang.spec")
+DRAFTER_ENV = "SEER_SPEC_DRAFTER"
+SERVER_ENV = "SEER_DRAFT_SERVER"
+GROUP_TTL_S = 600.0  # a group with no request here for this long leaves the local drafter
+
+
+def request_key(rid: str) -> tuple[str, str, int]:
+    """(group_id, request_id, chunk) of an SGLang rid; a rid outside the router's format is its own group."""
+    match = SEER_RID.match(rid or "")
+    if match is None:
+        return rid, rid, 0
+    group = match.group("group")
+    return group, f"{group}-{match.group('index')}", int(match.group("chunk"))
+
+
+def tree_layout(last_token: int, draft: Draft, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """SGLang's verify layout of one request: node 0 = the last verified token, then the draft.
+
+    Returns (tokens [num_nodes] int64, mask [num_nodes, num_nodes] bool), mask[i, j] meaning node j is
+    node i or one of its ancestors. A draft node whose parent does not come before it, or past the
+    budget, is dropped with its subtree. Unused nodes see only themselves: SGLang then takes them for
+    parentless nodes and never visits them, so they cannot be accepted.
+    """
+    tokens = np.full(num_nodes, last_token, dtype=np.int64)
+    mask = np.eye(num_nodes, dtype=np.bool_)
+    node_of: dict[int, int] = {-1: 0}
+    for i, (token, parent) in enumerate(zip(draft.tokens, draft.parents)):
+        if len(node_of) >= num_nodes:
+            break
+        if parent not in node_of or parent >= i:
+            continue
+        node, up = len(node_of), node_of[parent]
+        node_of[i] = node
+        tokens[node] = token
+        mask[node] |= mask[up]
+    return tokens, mask
+
+
+def make_drafter(server_args):
+    spec = os.environ.get(DRAFTER_ENV) or DEFAULT_DRAFTER
+    if ":" in spec:
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)(server_args)
+    address = os.environ.get(SERVER_ENV)
+    if address:
+        from .draft_client import DraftClient
+
+        return DraftClient(address, spec)
+    from . import make_drafter as make_named
+
+    return make_named(spec)
+
+
+def _group_prompt(drafter, group_id: str) -> list[int]:
+    """The prompt the drafter holds for the group ([] if none); DraftClient keeps it in its replica."""
+    source = drafter if hasattr(drafter, "prompt") else getattr(drafter, "drafter", None)
+    return list(source.prompt(group_id)) if source is not None and hasattr(source, "prompt") else []
+
+
+class _RequestsLeft:
+    """Stands in for NGRAM's corpus in the calls the inherited code makes on it."""
+
+    def __init__(self, worker: SeerSpecWorker):
+        self.worker = worker
+
+    def erase_match_state(self, rids: list[str]) -> None:
+        for rid in rids:
+            self.worker.live.pop(rid, None)
+
+    def reset(self) -> None:
+        self.worker.live.clear()
+
+
+class SeerSpecWorker(NGRAMWorker):
+    """NGRAM's tree verification with drafts from a group-aware drafter."""
+
+    def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
+        # NGRAMWorker.__init__ would build (and JIT-compile) its C++ corpus; the rest is its setup.
+        BaseSpecWorker.__init__(self)
+        spec = get_spec()
+        self.server_args = server_args
+        self.enable_overlap = not get_schedule().disable_overlap_schedule
+        self._target_worker = target_worker
+        self.model_runner = target_worker.model_runner
+        self.page_size = get_schedule().page_size
+        self.draft_token_num = spec.speculative_num_draft_tokens
+        self.speculative_num_draft_tokens = spec.speculative_num_draft_tokens
+        self.max_trie_depth = spec.speculative_ngram_max_trie_depth
+        self.topk = spec.speculative_eagle_topk
+        self.speculative_num_steps = spec.speculative_num_steps
+        self.device = get_device().device
+        self.adaptive_controller = None
+        self._prev_decode_rids: set = set()
+        self.grammar_tree_host = None
+        self.max_paths = max(1, spec.speculative_eagle_topk or 1)
+        self.drafter = make_drafter(server_args)
+        self.synced = bool(os.environ.get(SERVER_ENV))
+        self.offset: dict[str, int] = {}  # rid -> where its response starts in its token sequence
+        self.fed: dict[str, int] = {}  # rid -> response tokens the drafter holds
+        self.live: dict = {}  # rid -> Req, for the requests of recent decode batches
+        self.group_used: dict[str, float] = {}  # group -> last time a request of it was here
+        self._next_idle_check = 0.0
+        self.ngram_corpus = _RequestsLeft(self)
+        if str(self.device).startswith("cpu"):
+            from .cpu_ops import install_lazy
+
+            install_lazy()
+        logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths", type(self.drafter).__name__,
+                    self.draft_token_num - 1, self.max_paths)
+
+    def clear_cache_pool(self):
+        self.offset.clear()
+        self.fed.clear()
+        self.live.clear()
+        self._prev_decode_rids = set()
+
+    def _release_idle_groups(self, now: float) -> None:
+        """Bound the local drafter's memory over a long rollout; a group's siblings may still come
+        back within the TTL (and a draft server keeps its own copy)."""
+        if now < self._next_idle_check:
+            return
+        self._next_idle_check = now + 10.0
+        active = {request_key(rid)[0] for rid in self.fed}
+        release = getattr(self.drafter, "release_group", None) or self.drafter.drop_group
+        for group, last in list(self.group_used.items()):
+            if group not in active and now - last > GROUP_TTL_S:
+                release(group)
+                del self.group_used[group]
+
+    def _response_offset(self, req) -> int | None:
+        """Register the request's group; returns where its response starts, None if not known yet."""
+        group, _, chunk = request_key(req.rid)
+        prompt = list(req.origin_input_ids_unpadded)
+        if chunk == 0:
+            self.drafter.register_group(group, prompt)
+            return len(prompt)
+        known = _group_prompt(self.drafter, group)
+        self.drafter.register_group(group, ())
+        if known and prompt[:len(known)] == known:
+            return len(known)
+        if self.synced:  # the replica may still be fetching the group from the draft server
+            return None
+        return len(prompt)  # a local drafter that never saw the group: this chunk's tokens only
+
+    def _catch_up(self, req, pending: list[int]) -> int:
+        """Give the drafter the response tokens of ``req`` it lacks; returns the sequence's last token.
+
+        The sequence is prompt + committed output (cut at its stop: the last verify step may overshoot
+        it) + ``pending`` (tokens verified but, under overlap scheduling, not yet committed).
+        """
+        prompt, output = req.origin_input_ids_unpadded, list(req.output_ids_through_stop) + pending
+        offset = self.offset.get(req.rid)
+        if offset is None:
+            offset = self._response_offset(req)
+            if offset is None:
+                return output[-1] if output else prompt[-1]
+            self.offset[req.rid] = offset
+        response = list(prompt[offset:]) + output if offset < len(prompt) else output
+        fed = self.fed.get(req.rid, 0)
+        if len(response) > fed:
+            group, request, _ = request_key(req.rid)
+            stored = self.drafter.update(group, request, fed, response[fed:])
+            if stored < fed:  # the drafter has a gap (e.g. a restarted server): resend from there
+                stored = self.drafter.update(group, request, stored, response[stored:])
+            self.fed[req.rid] = stored
+        return output[-1] if output else prompt[-1]
+
+    def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
+        """Called after a request's final tokens are committed: the drafter gets the whole output."""
+        req = self.live.pop(rid, None)
+        if req is not None:
+            self._catch_up(req, [])
+        self.offset.pop(rid, None)
+        self.fed.pop(rid, None)
+
+    def _prepare_draft_tokens(self, batch: ScheduleBatch) -> tuple[np.ndarray, np.ndarray]:
+        bs, d = len(batch.reqs), self.draft_token_num
+        pending: list[list[int]] = [[] for _ in range(bs)]
+        if self.enable_overlap and not batch.grammar_needs_sync():
+            flat = batch.spec_info.accept_tokens.cpu().tolist()
+            lens = batch.spec_info.accept_lens.cpu().tolist()
+            pending = [flat[i * d:i * d + lens[i]] for i in range(bs)]
+        # Feed the whole batch before drafting, so siblings see each other's latest tokens.
+        now, last = time.monotonic(), []
+        for req, extra in zip(batch.reqs, pending):
+            self.live[req.rid] = req
+            self.group_used[request_key(req.rid)[0]] = now
+            last.append(self._catch_up(req, extra))
+        self._release_idle_groups(now)
+        tokens = np.empty((bs, d), dtype=np.int64)
+        masks = np.empty((bs, d, d), dtype=np.bool_)
+        for i, req in enumerate(batch.reqs):
+            group, request, _ = request_key(req.rid)
+            draft = self.drafter.draft(group, request, d - 1, self.max_paths)
+            tokens[i], masks[i] = tree_layout(last[i], draft, d)
+        return tokens.reshape(-1), masks.reshape(-1)
+
+    def _update_ngram_corpus(self, batch: ScheduleBatch):
+        """The drafter is fed from committed tokens (see _prepare_draft_tokens, note_request_finished)."""
