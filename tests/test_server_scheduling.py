@@ -87,7 +87,8 @@ def test_temperature_1_chunked_distribution_equals_plain_sglang(seer_url, plain_
     set_scheduler(seer_url, "context", chunk_size=CHUNK)
     ours = rollout(seer_url, {"prompts": [{"input_ids": prompt}], "n": n, "max_tokens": 18,
                               "temperature": 1.0, "ignore_eos": True})
-    assert all(len(s["chunks"]) == 2 for s in ours)
+    # position CHUNK starts a new chunk (a chunk lost to a slow instance may add one more later)
+    assert all(len(s["chunks"]) >= 2 and s["chunks"][0]["tokens"] == CHUNK for s in ours)
     with httpx.Client(timeout=600) as http:
         theirs = http.post(f"{plain_url}/generate", json={"input_ids": [prompt] * n, "sampling_params": {
             "max_new_tokens": 18, "temperature": 1.0, "ignore_eos": True}}).json()
