@@ -167,7 +167,8 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
 
 # ---- calibration -----------------------------------------------------------------------------
 
-def calibrate(urls: list[str], prompt: list[int], kv_cap: int) -> dict:
+def calibrate(urls: list[str], prompt: list[int], kv_cap: int, batches: tuple[int, ...] = (1, 4, 16, 64),
+              steps: int = 64) -> dict:
     """Step times of the real engines, for the efficiency bound and the CPU step model."""
 
     async def decode(batch: int, tokens: int, context: int = 0) -> float:
@@ -189,23 +190,27 @@ def calibrate(urls: list[str], prompt: list[int], kv_cap: int) -> dict:
             return time.perf_counter() - t0
 
     asyncio.run(decode(1, 8))  # warm-up
-    steps = 64
     per_batch = {}
-    for batch in (1, 4, 16, 64):
+    for batch in batches:
         elapsed = asyncio.run(decode(batch, steps))
         per_batch[batch] = elapsed / steps  # every instance runs this batch at once, as in a rollout
     xs = list(per_batch)
     slope = (per_batch[xs[-1]] - per_batch[xs[0]]) / (xs[-1] - xs[0])
     base = per_batch[1] - slope
     context = min(1024, kv_cap // 32)
-    asyncio.run(decode(16, 4, context))  # cache the long prompt: time decode, not prefill
-    long_step = asyncio.run(decode(16, steps, context)) / steps
-    per_kv = max(0.0, (long_step - per_batch[16]) / (16 * context))
+    mid = batches[len(batches) // 2]
+    asyncio.run(decode(mid, 4, context))  # cache the long prompt: time decode, not prefill
+    long_step = asyncio.run(decode(mid, steps, context)) / steps
+    per_kv = max(0.0, (long_step - per_batch[mid]) / (mid * context))
     pre = asyncio.run(prefill(2000)) / 2000
     peak = max(b * len(urls) / t for b, t in per_batch.items())
     return {"step_s_by_batch": per_batch, "min_step_s": per_batch[1], "peak_tok_s": peak,
             "prefill_s_per_token": pre, "decode_base_s": max(base, 1e-4), "decode_per_seq_s": max(slope, 0.0),
             "decode_per_kv_token_s": per_kv, "capacity_tokens": kv_cap}
+
+
+def calib_batches(args) -> tuple[int, ...]:
+    return tuple(int(b) for b in args.calib_batches.split(","))
 
 
 def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -> dict:
@@ -305,6 +310,8 @@ def main() -> None:
     ap.add_argument("--kv-tokens", type=int, default=12288, help="per-instance KV cap (--max-total-tokens)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--calib-batches", default="1,4,16,64", help="batch sizes timed for the step model")
+    ap.add_argument("--calib-steps", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
 
@@ -339,7 +346,7 @@ def main() -> None:
         try:
             wait_healthy(procs)
             urls = [p.url for p in procs]
-            calib = calibrate(urls, prompts[0], args.kv_tokens)
+            calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
             print(f"calibration: {json.dumps({k: v for k, v in calib.items() if k != 'step_s_by_batch'})}", flush=True)
             runs["baseline"] = asyncio.run(run_baseline(urls, prompts, trace, args, eos))
         finally:
@@ -355,7 +362,7 @@ def main() -> None:
         try:
             if calib is None:
                 urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
-                calib = calibrate(urls, prompts[0], args.kv_tokens)
+                calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
             for mode in group:
                 print(f"running {mode} ...", flush=True)
                 runs[mode] = asyncio.run(run_seer(url, mode, prompts, trace, args, eos))
