@@ -48,6 +48,15 @@ def random_parents(gen: torch.Generator, b: int, m: int) -> torch.Tensor:
     return parents
 
 
+def random_tree_case(gen: torch.Generator, b: int, m: int, v: int, scale: float):
+    """Random trees of ``m`` draft nodes over a vocabulary of ``v``, with the target logits of a
+    random transition-table model at every node; drawn in a fixed order from ``gen``."""
+    tables = torch.randn(m + 1, v, v, generator=gen) * scale
+    parents = random_parents(gen, b, m)
+    tokens = torch.randint(0, v, (b, m), generator=gen)
+    return tokens, parents, tree_logits(tables, tokens, parents)
+
+
 def test_tree_structure_depths_padding_and_cycles():
     parents = torch.tensor([[-1, 0, 0, 1, 3, -1, 5], [-1, 0, 3, 2, 1, 4, 5]])
     valid, depth = tree_structure(parents)
@@ -125,11 +134,8 @@ def test_greedy_logprobs_and_max_depth():
 
 def test_sample_accept_greedy_rows_match_greedy_accept():
     gen = torch.Generator().manual_seed(3)
-    b, m, v = 64, 8, 10
-    tables = torch.randn(m + 1, v, v, generator=gen) * 4
-    parents = random_parents(gen, b, m)
-    tokens = torch.randint(0, v, (b, m), generator=gen)
-    logits = tree_logits(tables, tokens, parents)
+    b = 64
+    tokens, parents, logits = random_tree_case(gen, b, m=8, v=10, scale=4.0)
     temps = torch.where(torch.arange(b) % 2 == 0, 0.0, 1.0)
     res = sample_accept(tokens, parents, logits, temperature=temps, top_p=0.9, generator=gen)
     ref = greedy_accept(tokens, parents, logits)
@@ -157,11 +163,8 @@ def test_process_probs_matches_sglang_torch_sampler_rules():
 
 def test_sample_logprobs_follow_sglang_conventions():
     gen = torch.Generator().manual_seed(4)
-    b, m, v = 16, 6, 9
-    tables = torch.randn(m + 1, v, v, generator=gen) * 2
-    parents = random_parents(gen, b, m)
-    tokens = torch.randint(0, v, (b, m), generator=gen)
-    logits = tree_logits(tables, tokens, parents)
+    b = 16
+    tokens, parents, logits = random_tree_case(gen, b, m=6, v=9, scale=2.0)
     res = sample_accept(tokens, parents, logits, temperature=0.7, top_k=5, generator=gen)
     probs = process_probs(logits, 0.7, top_k=5)
     for r in range(b):

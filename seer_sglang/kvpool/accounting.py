@@ -12,15 +12,17 @@ from ..rollout.request import ChunkRecord, Sample
 from .cost import MigrationCost
 
 
+KV_SOURCES = ("device", "host", "pool", "recomputed")
+
+
 def chunk_sources(chunk: ChunkRecord) -> dict[str, int]:
-    return {"device": chunk.device_tokens, "host": chunk.host_tokens, "pool": chunk.pool_tokens,
-            "recomputed": chunk.recomputed_tokens}
+    return dict(zip(KV_SOURCES, (chunk.device_tokens, chunk.host_tokens, chunk.pool_tokens,
+                                 chunk.recomputed_tokens)))
 
 
 def rollout_sources(samples: Iterable[Sample], cost: MigrationCost | None = None) -> dict[str, float]:
     """Totals over a rollout: tokens by source, re-prefill tokens, and the time the pool saved."""
-    totals = {"device": 0, "host": 0, "pool": 0, "recomputed": 0, "reprefill_tokens": 0, "continuations": 0,
-              "moves": 0}
+    totals = {**dict.fromkeys(KV_SOURCES, 0), "reprefill_tokens": 0, "continuations": 0, "moves": 0}
     for sample in samples:
         previous = None
         for i, chunk in enumerate(sample.chunks):

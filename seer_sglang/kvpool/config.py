@@ -15,6 +15,20 @@ from pathlib import Path
 KV_POOL_KINDS = ("none", "file", "mooncake")
 
 
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in an SGLang command line, given as ``--flag v`` or ``--flag=v``."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
 @dataclass
 class KVPoolConfig:
     kind: str = "none"
@@ -65,7 +79,7 @@ class KVPoolConfig:
             ours["--sleep-on-idle"] = None
         args: list[str] = []
         for flag, value in ours.items():
-            if flag in user_args:
+            if has_flag(user_args, flag):
                 continue
             args += [flag] if value is None else [flag, value]
         return args

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 logger = logging.getLogger("seer_sglang.kvpool")
@@ -48,44 +47,45 @@ class FilePool:
                 hi = mid - 1
         return lo * self.page_size
 
-    def usage_bytes(self) -> int:
-        total = 0
+    def _pages(self) -> list[tuple[float, int, str]]:
+        """(mtime, bytes, path) of every page file; instances write and delete them concurrently."""
+        pages = []
         try:
             with os.scandir(self.directory) as it:
                 for entry in it:
-                    if entry.name.endswith(".bin"):
-                        try:
-                            total += entry.stat().st_size
-                        except FileNotFoundError:
-                            pass
+                    if not entry.name.endswith(".bin"):
+                        continue
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:
+                        continue
+                    pages.append((st.st_mtime, st.st_size, entry.path))
         except FileNotFoundError:
-            return 0
-        return total
+            pass
+        return pages
+
+    @staticmethod
+    def _unlink(path: str) -> bool:
+        try:
+            os.remove(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def usage_bytes(self) -> int:
+        return sum(size for _, size, _ in self._pages())
 
     def enforce_bound(self) -> int:
         """Evict the least recently written pages until the pool is under 90% of its bound."""
-        try:
-            entries = [e for e in os.scandir(self.directory) if e.name.endswith(".bin")]
-        except FileNotFoundError:
-            return 0
-        sized = []
-        for e in entries:
-            try:
-                st = e.stat()
-            except FileNotFoundError:
-                continue
-            sized.append((st.st_mtime, st.st_size, e.path))
-        total = sum(s for _, s, _ in sized)
+        pages = self._pages()
+        total = sum(size for _, size, _ in pages)
         if total <= self.max_bytes:
             return 0
         removed = 0
-        for _, size, path in sorted(sized):
+        for _, size, path in sorted(pages):
             if total <= 0.9 * self.max_bytes:
                 break
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+            self._unlink(path)
             total -= size
             removed += 1
         self.evicted_files += removed
@@ -94,18 +94,4 @@ class FilePool:
 
     def clear(self) -> int:
         """Drop every page: after a weight update the pool's KV belongs to the old policy."""
-        removed = 0
-        try:
-            for e in os.scandir(self.directory):
-                if e.name.endswith(".bin"):
-                    try:
-                        os.remove(e.path)
-                        removed += 1
-                    except FileNotFoundError:
-                        pass
-        except FileNotFoundError:
-            pass
-        return removed
-
-    def remove(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+        return sum(self._unlink(path) for _, _, path in self._pages())

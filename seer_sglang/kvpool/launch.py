@@ -11,19 +11,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import KVPoolConfig
+from .config import KVPoolConfig, flag_value
 from .file_pool import FilePool
 
 logger = logging.getLogger("seer_sglang.kvpool")
-
-
-def _flag_value(args: list[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 @dataclass
@@ -63,10 +54,10 @@ def start_kv_pool(args: argparse.Namespace, sglang_args: list[str], log_dir: Pat
     kind = args.kv_pool or ("file" if log_dir is not None and not args.no_plugin else "none")
     if kind != "none" and args.no_plugin and cpu:
         raise ValueError("--kv-pool on CPU needs the seer plugin (it makes HiCache run there); drop --no-plugin")
-    page_size = int(_flag_value(sglang_args, "--page-size") or 16)
+    page_size = int(flag_value(sglang_args, "--page-size") or 16)
     config = KVPoolConfig(kind=kind, size_gb=args.kv_pool_size_gb, page_size=page_size, cpu=cpu)
     pool = RunningPool(config)
-    served = _flag_value(sglang_args, "--served-model-name") or model_path
+    served = flag_value(sglang_args, "--served-model-name") or model_path
     if kind == "file":
         if args.kv_pool_dir:
             config.directory = Path(args.kv_pool_dir)

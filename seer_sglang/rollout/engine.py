@@ -218,7 +218,7 @@ class RolloutEngine:
         view.inflight += 1
         self.buffer.mark_running(sample, instance)
         sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new,
-                                         context_tokens=len(sample.prompt_ids) + sample.generated))
+                                         context_tokens=sample.context_len))
         task = asyncio.create_task(self._run_chunk(sample, instance, max_new, reserve))
         self._chunk_tasks[sample.rid] = task
 

@@ -48,7 +48,7 @@ def chunk_tokens(sample: Sample, chunk_size: int | None) -> int:
 
 
 def worst_case_tokens(sample: Sample, max_new: int) -> int:
-    return len(sample.prompt_ids) + sample.generated + max_new
+    return sample.context_len + max_new
 
 
 class SchedulingPolicy:
@@ -147,7 +147,7 @@ class ChunkedPolicy(SchedulingPolicy):
     def move_share(self, sample: Sample, budget: int) -> float:
         if not sample.chunks:
             return 0.0
-        return self.migration.overhead_share(len(sample.prompt_ids) + sample.generated, budget, sample.pool_tokens)
+        return self.migration.overhead_share(sample.context_len, budget, sample.pool_tokens)
 
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_instance: dict[int, Dispatch] = {}

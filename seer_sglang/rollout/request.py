@@ -128,6 +128,11 @@ class Sample:
         return self.params.max_new_tokens - self.generated
 
     @property
+    def context_len(self) -> int:
+        """Tokens a continuation starts from (prompt + generated), without building the list."""
+        return len(self.prompt_ids) + self.generated
+
+    @property
     def context_ids(self) -> list[int]:
         """What a continuation chunk is prefilled with: prompt plus everything generated so far."""
         return self.prompt_ids + self.output_ids

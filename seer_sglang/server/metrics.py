@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from ..kvpool.accounting import chunk_sources
+from ..kvpool.accounting import KV_SOURCES, rollout_sources
 from ..rollout.policy import InstanceView
 from ..rollout.request import Sample
 
@@ -42,12 +42,12 @@ class Metrics:
         self.samples.labels(sample.finish_reason or "unknown").inc()
         self.prompt_tokens.inc(len(sample.prompt_ids))
         self.generation_tokens.inc(sample.generated)
-        for i, chunk in enumerate(sample.chunks):
+        for chunk in sample.chunks:
             self.chunks.labels(str(chunk.instance)).inc()
-            for source, tokens in chunk_sources(chunk).items():
-                self.kv_tokens.labels(source).inc(tokens)
-            if i > 0:
-                self.reprefill_tokens.inc(chunk.recomputed_tokens)
+        kv = rollout_sources([sample])
+        for source in KV_SOURCES:
+            self.kv_tokens.labels(source).inc(kv[source])
+        self.reprefill_tokens.inc(kv["reprefill_tokens"])
         if sample.finished_at:
             self.sample_latency.observe(sample.finished_at - sample.submitted_at)
 

@@ -28,8 +28,8 @@ def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLIC
     for name in policies:
         t0 = time.perf_counter()
         policy_name, _, feature = name.partition("+")
-        pool = model.migration_cost() if feature == "pool" and model.pool_load_s_per_token else None
-        migration = pool or model.migration_cost(load_s_per_token=model.prefill_per_token_s)
+        migration = model.migration_cost()
+        pool = migration if feature == "pool" and model.pool_load_s_per_token else None
         result = simulate(trace, make_policy(policy_name, chunk_size=chunk_size, migration=migration), model,
                           instances, max_tokens, pool)
         out[name] = {**result.summary(), "sim_wall_s": time.perf_counter() - t0}

@@ -29,13 +29,12 @@ class StepModel:
         first = self.decode_step(batch, kv_tokens)
         return steps * first + self.decode_per_kv_token_s * batch * steps * (steps - 1) / 2
 
-    def migration_cost(self, load_s_per_token: float | None = None, page_size: int = 16):
-        """The router's move cost on this model; ``load_s_per_token`` None = reloading costs as much as
-        recomputing (no pool)."""
+    def migration_cost(self, page_size: int = 16):
+        """The router's move cost on this model. Without a pool no sample holds pooled tokens, so
+        the same object prices every move as a re-prefill."""
         from ..kvpool.cost import MigrationCost
 
-        load = self.pool_load_s_per_token if load_s_per_token is None else load_s_per_token
-        return MigrationCost(prefill_s_per_token=self.prefill_per_token_s, load_s_per_token=load,
+        return MigrationCost(prefill_s_per_token=self.prefill_per_token_s, load_s_per_token=self.pool_load_s_per_token,
                              load_fixed_s=self.decode_base_s, decode_s_per_token=self.decode_step(1, 0),
                              page_size=page_size)
 

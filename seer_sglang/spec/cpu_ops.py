@@ -19,26 +19,29 @@ from .acceptance import tree_speculative_sampling_target_only_torch, verify_tree
 logger = logging.getLogger("seer_sglang.spec")
 
 
+def _packed_segments(req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor):
+    """(request, its slice of req_to_token, its slice of the packed buffer) for requests whose
+    ``end - start`` entries lie end to end in one packed buffer."""
+    pos = 0
+    for req, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
+        yield req, slice(start, end), slice(pos, pos + end - start)
+        pos += end - start
+
+
 def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
                                  start_offset: torch.Tensor, end_offset: torch.Tensor,
                                  out_cache_loc: torch.Tensor, pool_len: int) -> None:
     """req_to_token[req, start:end] = the next (end - start) entries of out_cache_loc."""
-    pos = 0
-    for req, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
-        n = end - start
-        req_to_token[req, start:end] = out_cache_loc[pos:pos + n].to(req_to_token.dtype)
-        pos += n
+    for req, row, packed in _packed_segments(req_pool_indices, start_offset, end_offset):
+        req_to_token[req, row] = out_cache_loc[packed].to(req_to_token.dtype)
 
 
 def assign_extend_cache_locs_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
                                  start_offset: torch.Tensor, end_offset: torch.Tensor,
                                  out_cache_loc: torch.Tensor, pool_len: int) -> None:
     """The inverse gather: out_cache_loc (packed) = req_to_token[req, start:end] per request."""
-    pos = 0
-    for req, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
-        n = end - start
-        out_cache_loc[pos:pos + n] = req_to_token[req, start:end].to(out_cache_loc.dtype)
-        pos += n
+    for req, row, packed in _packed_segments(req_pool_indices, start_offset, end_offset):
+        out_cache_loc[packed] = req_to_token[req, row].to(out_cache_loc.dtype)
 
 
 def fill_accept_out_cache_loc_cpu(accept_index: torch.Tensor, out_cache_loc: torch.Tensor,
