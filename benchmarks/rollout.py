@@ -128,7 +128,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
             prompt["oracle_lengths"] = [m.output_len for m in members]
         body["prompts"].append(prompt)
     async with httpx.AsyncClient(timeout=None) as http:
-        name, chunk = (mode.split("+")[0], args.chunk_size)
+        name, chunk = (mode_options(mode)[0], args.chunk_size)
         r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": chunk})
         r.raise_for_status()
         (await http.post(f"{url}/flush_cache")).raise_for_status()
@@ -140,7 +140,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
                "retractions": sum(c.get("retractions", 0) for c in s["chunks"]), "target": None}
               for s in data["samples"]]
     return {"start": start, "finish": finish, "timeline": data["summary"]["timeline"],
-            "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv")}
+            "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv"), "spec": data["summary"].get("spec")}
 
 
 # ---- metrics ---------------------------------------------------------------------------------
@@ -162,7 +162,9 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
             "idle_s_per_instance": statistics.mean(idle) if idle else None,
             "retractions": sum(f["retractions"] for f in run["finish"]), "samples": len(ends),
             "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
-            "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {})}
+            "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
+            **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
+               if run.get("spec") and run["spec"]["draft_steps"] else {})}
 
 
 # ---- calibration -----------------------------------------------------------------------------
@@ -220,7 +222,10 @@ def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -
 
     out = {}
     for mode, real in results.items():
-        policy = make_policy("group" if mode == "baseline" else mode, chunk_size=args.chunk_size)
+        if any(o.startswith("sd") for o in mode_options(mode)[1]):
+            continue  # the simulator does not model speculative decoding
+        # The CPU step model has no pool-load term: "+pool" modes are simulated as recompute.
+        policy = make_policy("group" if mode == "baseline" else mode_options(mode)[0], chunk_size=args.chunk_size)
         sim = simulate(trace, policy, model, args.instances, args.max_tokens)
         out[mode] = {"real_completion_s": real["completion_s"], "sim_completion_s": sim.completion_s,
                      "error": sim.completion_s / real["completion_s"] - 1.0,
@@ -275,6 +280,24 @@ def plot(report: dict, runs: dict, path: Path) -> None:
 
 # ---- main ------------------------------------------------------------------------------------
 
+def mode_options(mode: str) -> tuple[str, set[str]]:
+    """``<policy>[+pool][+sd|+sd-<drafter>]`` -> (policy, options)."""
+    policy, *options = mode.split("+")
+    return policy, set(options)
+
+
+def server_config(mode: str, default_draft: str) -> tuple[str, str]:
+    """(kv pool, drafter) of the seer server a mode runs on: modes that agree share one server."""
+    _, options = mode_options(mode)
+    draft = "none"
+    for option in options:
+        if option == "sd":
+            draft = default_draft
+        elif option.startswith("sd-"):
+            draft = option[3:]
+    return ("file" if "pool" in options else "none"), draft
+
+
 def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -312,6 +335,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--calib-batches", default="1,4,16,64", help="batch sizes timed for the step model")
     ap.add_argument("--calib-steps", type=int, default=64)
+    ap.add_argument("--draft", default="group-suffix", help="drafter of the +sd modes (+sd-<drafter> picks one)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
 
@@ -352,13 +376,12 @@ def main() -> None:
         finally:
             stop_instances(procs)
     seer_modes = [m for m in modes if m != "baseline"]
-    # "<policy>" runs without the global KV pool, "<policy>+pool" with --kv-pool file: one server each.
-    for with_pool in (False, True):
-        group = [m for m in seer_modes if ("+pool" in m) == with_pool]
-        if not group:
-            continue
-        pool_args = ["--kv-pool", "file" if with_pool else "none"]
-        proc, url = seer_server(model_path, args, engine_args + pool_args, log_root / ("pool" if with_pool else "nopool"))
+    # One seer server per (kv pool, drafter): "+pool" runs with --kv-pool file, "+sd" with speculation.
+    configs = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
+    for pool, draft in configs:
+        group = [m for m in seer_modes if server_config(m, args.draft) == (pool, draft)]
+        extra = ["--kv-pool", pool, "--draft", draft]
+        proc, url = seer_server(model_path, args, engine_args + extra, log_root / f"pool-{pool}-draft-{draft}")
         try:
             if calib is None:
                 urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
@@ -375,7 +398,8 @@ def main() -> None:
         kv = r.get("kv") or {}
         print(f"{mode:>13}: {r['completion_s']:7.1f} s  {r['throughput_tok_s']:8.0f} tok/s  tail {r['tail_s']:6.1f} s  "
               f"retractions {r['retractions']}  efficiency {r['efficiency']:.2f}  "
-              f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}", flush=True)
+              f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}  "
+              f"acceptance {r.get('mean_acceptance_length') or '-'}", flush=True)
     base = results.get("baseline") or results[modes[0]]
     ratios = {m: {"throughput": r["throughput_tok_s"] / base["throughput_tok_s"],
                   "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,

@@ -33,6 +33,7 @@ class Chunk:
     tokens: int
     cached_tokens: int = 0
     kv: dict[str, int] | None = None  # context tokens by source: device, host, pool, recomputed
+    spec: dict[str, int] | None = None  # speculative decoding: draft_steps, accepted_tokens
 
 
 @dataclass
@@ -51,6 +52,7 @@ class RolloutSample:
     chunks: list[Chunk] = field(default_factory=list)
     error: str | None = None
     rid: str = ""
+    spec: dict[str, Any] | None = None  # draft_steps, accepted_tokens, mean_acceptance_length
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "RolloutSample":
@@ -60,7 +62,8 @@ class RolloutSample:
                    finish_reason=d.get("finish_reason"), prompt_tokens=d["prompt_tokens"],
                    completion_tokens=d["completion_tokens"], latency_s=timing.get("latency_s", 0.0),
                    first_token_s=timing.get("first_token_s"),
-                   chunks=[Chunk(**c) for c in d.get("chunks") or []], error=d.get("error"), rid=d.get("rid", ""))
+                   chunks=[Chunk(**c) for c in d.get("chunks") or []], error=d.get("error"), rid=d.get("rid", ""),
+                   spec=d.get("spec"))
 
 
 @dataclass

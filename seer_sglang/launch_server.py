@@ -53,6 +53,14 @@ def seer_parser() -> argparse.ArgumentParser:
     g.add_argument("--transfer-starvation-steps", type=int, default=4,
                    help="pool transfers yield to decode steps, but wait at most this many (weighted); 0 = never "
                         "yield (default: 4)")
+    g.add_argument("--draft", default="group-suffix", choices=["none", "suffix", "group-suffix", "sam"],
+                   help="speculative decoding with model-free drafts, verified losslessly by each instance: "
+                        "group-suffix = one suffix tree per prompt group, fed by all siblings wherever they run "
+                        "(default), suffix = each request's own history only, sam = suffix automaton, none = off")
+    g.add_argument("--draft-tokens", type=int, default=8,
+                   help="most draft tokens verified per request and step (default: 8)")
+    g.add_argument("--draft-paths", type=int, default=4,
+                   help="most branches of one draft tree (default: 4)")
     g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")
     g.add_argument("--log-dir", default=None, help="where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     g.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for instances to be healthy")
@@ -102,10 +110,11 @@ def main(argv: list[str] | None = None) -> None:
                                      free_port, has_cuda, start_instance, stop_instances, wait_healthy)
     from .kvpool.launch import start_kv_pool
     from .models import resolve_model_path
+    from .spec.launch import start_drafting
 
     model_path = resolve_model_path(args.model_path)
     procs = []
-    pool = None
+    pool = drafts = None
     # SIGTERM behaves like Ctrl-C until uvicorn takes over, so `finally` always stops the instances.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
@@ -119,15 +128,20 @@ def main(argv: list[str] | None = None) -> None:
             log_dir = Path(args.log_dir) if args.log_dir else default_log_dir()
             log_dir.mkdir(parents=True, exist_ok=True)
             pool = start_kv_pool(args, sglang_args, log_dir, model_path, cpu=not gpu)
-            instance_args = sglang_args + pool.config.instance_args(sglang_args)
+            drafts = start_drafting(args.draft, args.draft_tokens, args.draft_paths, log_dir, cpu=not gpu,
+                                    with_plugin=not args.no_plugin)
+            instance_args = sglang_args + pool.config.instance_args(sglang_args) + drafts.instance_args(sglang_args)
             specs = [InstanceSpec(model_path=model_path, port=free_port(args.instance_host), host=args.instance_host,
                                   sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,
                                   with_plugin=not args.no_plugin, log_path=log_dir / f"instance-{i}.log",
                                   cpu_threads=None if gpu else cpu_threads_per_instance(k),
-                                  extra_env=pool.instance_env(args.transfer_starvation_steps))
+                                  extra_env={**pool.instance_env(args.transfer_starvation_steps),
+                                             **drafts.instance_env()})
                      for i in range(k)]
             if pool.config.enabled:
                 log.info("KV pool: %s", pool.describe())
+            if drafts.enabled:
+                log.info("speculative decoding: %s", drafts.describe())
             log.info("starting %d SGLang instance(s) on %s with %s; logs in %s", k, "GPU" if gpu else "CPU",
                      model_path, log_dir)
             for spec in specs:
@@ -169,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
             stop_instances(procs)
         if pool is not None:
             pool.stop()
+        if drafts is not None:
+            drafts.stop()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,14 @@ def test_rollout_ids_logprobs_and_text_agree(seer_url, tok):
         assert s["text"] == tok.decode(s["output_ids"])
         assert s["finish_reason"] in ("stop", "length")
         assert s["timing"]["latency_s"] > 0 and s["chunks"] and s["chunks"][0]["instance"] in (0, 1)
+    # the shared server runs the default speculative decoding: steps and accepted drafts per sample and chunk
+    spec = data["summary"]["spec"]
+    assert spec["draft_steps"] == sum(s["spec"]["draft_steps"] for s in samples) > 0
+    assert spec["accepted_tokens"] == sum(s["spec"]["accepted_tokens"] for s in samples)
+    for s in samples:
+        assert s["spec"]["draft_steps"] == sum(c["spec"]["draft_steps"] for c in s["chunks"])
+        assert s["spec"]["draft_steps"] + s["spec"]["accepted_tokens"] <= len(s["output_ids"])
+    assert spec["mean_acceptance_length"] == (spec["accepted_tokens"] + spec["draft_steps"]) / spec["draft_steps"]
     chat_prompt = tok.encode_chat([{"role": "user", "content": "2+3?"}])
     assert next(s for s in samples if s["prompt_index"] == 1)["prompt_tokens"] == len(chat_prompt)
     assert next(s for s in samples if s["prompt_index"] == 2)["prompt_tokens"] == 5

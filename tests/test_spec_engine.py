@@ -38,7 +38,9 @@ DRAFT_TOKENS = 8  # nodes per verify tree: the last verified token + 7 drafts
 NEW_TOKENS = 20
 SPEC_ARGS = ["--attention-backend", "seer_verify", "--speculative-num-draft-tokens", str(DRAFT_TOKENS),
              "--speculative-ngram-max-bfs-breadth", "4"]
-N_SAMPLED = 200
+N_SAMPLED = 10_000  # per draft shape (tree, chain)
+SEEDED = dict(temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=NEW_TOKENS)
+FORCED_LENGTHS = [3, 7, 12, 18]
 T1_CANDIDATES = 6
 
 
@@ -69,23 +71,23 @@ def oracle_tree(ref: list[int], context: list[int], max_tokens: int) -> Draft:
 
 class ScriptedDrafter(DraftClient):
     """The client of the draft server (group-suffix replicas), plus scripted trees (``refs``: oracle trees;
-    ``table``: siblings for a context) and a record of its replica (every group's prompt and every
-    request's tokens), rewritten on each update."""
+    ``table``: siblings or a chain for a context) and a record of what it was fed (the group's prompt and
+    the request's tokens after each update)."""
 
     def __init__(self, server_args=None):
         super().__init__(os.environ["SEER_DRAFT_SERVER"], "group-suffix")
         self.plan_path = os.environ[PLAN_ENV]
         plan = json.loads(Path(self.plan_path).read_text())
         self.refs = plan["refs"]
-        self.table = {tuple(ctx): cands for ctx, cands in plan["table"]}
+        self.table = {tuple(ctx): (cands, shape) for ctx, cands, shape in plan["table"]}
 
     def update(self, group_id, request_id, prev_token_count, new_tokens):
         stored = super().update(group_id, request_id, prev_token_count, new_tokens)
         with self._lock:
-            d = self.drafter
-            seen = {g: {"prompt": d.prompt(g), "requests": {r: d.tokens(g, r) for r in d.counts(g)}}
-                    for g in d.group_ids()}
-        Path(self.plan_path + ".seen.json").write_text(json.dumps(seen))
+            line = [group_id, list(self.drafter.prompt(group_id)), request_id,
+                    list(self.drafter.tokens(group_id, request_id))]
+        with open(self.plan_path + ".seen.jsonl", "a") as f:  # appended: 20k samples per test
+            f.write(json.dumps(line) + "\n")
         return stored
 
     def draft(self, group_id, request_id, max_tokens, max_paths=1, min_score=0.1):
@@ -93,9 +95,10 @@ class ScriptedDrafter(DraftClient):
             context = self.drafter.prompt(group_id) + self.drafter.tokens(group_id, request_id)
         if group_id in self.refs:
             return oracle_tree(self.refs[group_id], context, max_tokens)
-        cands = self.table.get(tuple(context))
-        if cands:
-            return Draft(list(cands), [-1] * len(cands), [1.0] * len(cands))
+        cands, shape = self.table.get(tuple(context), ((), ""))
+        if cands:  # a tree: candidates as siblings; a chain: each under the one before
+            parents = [-1] * len(cands) if shape == "tree" else list(range(-1, len(cands) - 1))
+            return Draft(list(cands), parents, [1.0] * len(cands))
         return super().draft(group_id, request_id, max_tokens, max_paths, min_score)
 
 
@@ -204,7 +207,8 @@ def _start(model: str, log_dir: Path, name: str, args: list[str], env: dict[str,
 
 def _generate(url: str, input_ids: list[list[int]], rids: list[str] | None = None, seeds: list[int] | None = None,
               **params) -> list[dict]:
-    extra = {k: params.pop(k) for k in ("return_logprob", "top_logprobs_num", "logprob_start_len") if k in params}
+    extra = {k: params.pop(k) for k in ("return_logprob", "top_logprobs_num", "logprob_start_len",
+                                        "custom_logit_processor") if k in params}
     sampling = params if seeds is None else [dict(params, sampling_seed=s) for s in seeds]
     body = {"input_ids": input_ids, "sampling_params": sampling, **extra}
     if rids is not None:
@@ -229,24 +233,43 @@ def logs(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("spec")
 
 
+def _eos(model: str) -> int:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model).eos_token_id
+
+
+def _forced(model: str, prompt: list[int], length: int) -> dict:
+    from seer_sglang.sim.force_length import ForceLengthProcessor, custom_params
+
+    return {"custom_logit_processor": ForceLengthProcessor.to_str(),
+            "custom_params": custom_params(len(prompt), length, _eos(model))}
+
+
+def _target_probs(url: str, prompt: list[int]) -> dict:
+    """The likeliest first tokens t1 of a prompt and, for each, p(t2 | prompt, t1)."""
+    probe = dict(temperature=0, max_new_tokens=1, return_logprob=True, logprob_start_len=-1)
+    first = _generate(url, [prompt], top_logprobs_num=T1_CANDIDATES, **probe)[0]
+    p_t1 = {tid: math.exp(lp) for lp, tid, *_ in first["meta_info"]["output_top_logprobs"][0]}
+    second = _generate(url, [prompt + [t] for t in p_t1], top_logprobs_num=64, **probe)
+    return {t: {tid: math.exp(lp) for lp, tid, *_ in o["meta_info"]["output_top_logprobs"][0]}
+            for t, o in zip(p_t1, second)}
+
+
 @pytest.fixture(scope="module")
 def plain(tiny_model, logs) -> dict:
-    """Greedy outputs of plain SGLang, and the target distributions for the sampling check: the likeliest
-    first tokens t1 of the sampling prompt and, for each, p(t2 | prompt, t1)."""
-    prompts = _prompts(tiny_model, 33)
-    sample_prompt = prompts[32]
+    """Greedy and seeded temperature-1 outputs of SGLang without speculation, and the target distributions
+    for the sampling checks (one prompt drafted with trees, one with chains)."""
+    prompts = _prompts(tiny_model, 34)
     inst = _start(tiny_model, logs, "plain", [])
     try:
         greedy = [o["output_ids"] for o in _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS)]
-        probe = dict(temperature=0, max_new_tokens=1, return_logprob=True, logprob_start_len=-1)
-        first = _generate(inst.url, [sample_prompt], top_logprobs_num=T1_CANDIDATES, **probe)[0]
-        p_t1 = {tid: math.exp(lp) for lp, tid, *_ in first["meta_info"]["output_top_logprobs"][0]}
-        second = _generate(inst.url, [sample_prompt + [t] for t in p_t1], top_logprobs_num=64, **probe)
+        seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], seeds=list(range(500, 532)), **SEEDED)
+        p_t2 = {shape: _target_probs(inst.url, prompts[32 + k]) for k, shape in enumerate(("tree", "chain"))}
     finally:
         stop_instances([inst])
-    p_t2 = {t: {tid: math.exp(lp) for lp, tid, *_ in o["meta_info"]["output_top_logprobs"][0]}
-            for t, o in zip(p_t1, second)}
-    return {"prompts": prompts[:32], "greedy": greedy, "sample_prompt": sample_prompt, "p_t1": p_t1, "p_t2": p_t2}
+    return {"prompts": prompts[:32], "greedy": greedy, "seeded": [o["output_ids"] for o in seeded],
+            "sample_prompts": {"tree": prompts[32], "chain": prompts[33]}, "p_t2": p_t2}
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +277,11 @@ def seer(tiny_model, logs, plain) -> dict:
     """One SEER server: oracle trees (32 samples), staggered siblings on group-suffix drafts (8 groups x 4),
     and N_SAMPLED samples at temperature 1 that get the three likeliest second tokens as drafts."""
     prompts, greedy = plain["prompts"], plain["greedy"]
-    table = [[plain["sample_prompt"] + [t1], sorted(p, key=p.get, reverse=True)[:3]] for t1, p in plain["p_t2"].items()]
-    plan = {"refs": {f"o{i}": prompts[i] + greedy[i] for i in range(32)}, "table": table}
+    table = [[plain["sample_prompts"][shape] + [t1], sorted(p, key=p.get, reverse=True)[:3], shape]
+             for shape, by_t1 in plain["p_t2"].items() for t1, p in by_t1.items()]
+    refs = {f"o{i}": prompts[i] + greedy[i] for i in range(32)}
+    refs.update({f"f{i}": refs[f"o{i}"] for i in range(len(FORCED_LENGTHS))})
+    plan = {"refs": refs, "table": table}
     plan_path = logs / "plan.json"
     plan_path.write_text(json.dumps(plan))
     tests_dir = str(Path(__file__).resolve().parent)
@@ -274,7 +300,8 @@ def seer(tiny_model, logs, plain) -> dict:
                 elsewhere.register_group(f"x{i}", prompts[i])
                 elsewhere.update(f"x{i}", f"x{i}-0", 0, greedy[i])
             assert elsewhere.flush(10)
-        inst = _start(tiny_model, logs, "seer", ["--speculative-algorithm", "SEER", *SPEC_ARGS], env)
+        inst = _start(tiny_model, logs, "seer", ["--speculative-algorithm", "SEER", "--enable-custom-logit-processor",
+                                                 *SPEC_ARGS], env)
         oracle = _generate(inst.url, prompts[:32], [f"o{i}-0-c0" for i in range(32)], temperature=0,
                            max_new_tokens=NEW_TOKENS)
         first = _generate(inst.url, prompts[:8], [f"s{i}-0-c0" for i in range(8)], temperature=0,
@@ -286,8 +313,15 @@ def seer(tiny_model, logs, plain) -> dict:
         chunk0 = _generate(inst.url, prompts[8:10], ["c8-0-c0", "c9-0-c0"], temperature=0, max_new_tokens=half)
         chunk1 = _generate(inst.url, [prompts[i] + o["output_ids"] for i, o in zip((8, 9), chunk0)],
                            ["c8-0-c1", "c9-0-c1"], temperature=0, max_new_tokens=NEW_TOKENS - half)
-        sampled = _generate(inst.url, [plain["sample_prompt"]] * N_SAMPLED, [f"t-{i}-c0" for i in range(N_SAMPLED)],
-                            seeds=list(range(N_SAMPLED)), temperature=1.0, max_new_tokens=2)
+        sampled = {shape: _generate(inst.url, [prompt] * N_SAMPLED, [f"{shape}-{i}-c0" for i in range(N_SAMPLED)],
+                                    seeds=list(range(N_SAMPLED)), temperature=1.0, max_new_tokens=2)
+                   for shape, prompt in plain["sample_prompts"].items()}
+        seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], [f"m{i // 4}-{i % 4}-c0" for i in range(32)],
+                           seeds=list(range(500, 532)), **SEEDED)
+        forced = []  # oracle trees run past the forced end: the processor must see each node's depth
+        for i, length in enumerate(FORCED_LENGTHS):
+            forced += _generate(inst.url, [prompts[i]], [f"f{i}-0-c0"], temperature=0, max_new_tokens=NEW_TOKENS,
+                                **_forced(tiny_model, prompts[i], length))
         remote_rids = [f"x{i}-{j}-c0" for i in range(10, 14) for j in (1, 2)]
         remote = _generate(inst.url, [prompts[int(r.split("-")[0][1:])] for r in remote_rids], remote_rids,
                            temperature=0, max_new_tokens=NEW_TOKENS)
@@ -297,10 +331,14 @@ def seer(tiny_model, logs, plain) -> dict:
             stop_instances([inst])
         server.terminate()
         server.wait(timeout=10)
-    seen = json.loads((logs / "plan.json.seen.json").read_text())
+    seen: dict[str, dict] = {}  # the replica as of each request's last update
+    for line in (logs / "plan.json.seen.jsonl").read_text().splitlines():
+        group, prompt, request, tokens = json.loads(line)
+        seen.setdefault(group, {"prompt": prompt, "requests": {}})["requests"][request] = tokens
+        seen[group]["prompt"] = prompt
     chunked = [a["output_ids"] + b["output_ids"] for a, b in zip(chunk0, chunk1)]
     return {"oracle": oracle, "first": first, "rest": rest, "rest_rids": rest_rids, "chunked": chunked,
-            "sampled": sampled, "seen": seen, "remote": remote, "remote_rids": remote_rids, "on_server": on_server}
+            "sampled": sampled, "seeded": seeded, "forced": forced, "seen": seen, "remote": remote, "remote_rids": remote_rids, "on_server": on_server}
 
 
 def _server_tokens(address: str, group: str) -> dict[str, list[int]]:
@@ -355,9 +393,9 @@ def test_drafter_is_fed_every_committed_token(plain, seer):
     for i, out in zip((8, 9), seer["chunked"]):  # a later chunk extends its sample, not the prompt
         assert out == plain["greedy"][i]
         assert seen[f"c{i}"] == {"prompt": prompts[i], "requests": {f"c{i}-0": out}}
-    fed = seen["t"]["requests"]
+    fed = seen["chain"]["requests"]
     assert len(fed) == N_SAMPLED
-    assert all(fed[f"t-{i}"] == o["output_ids"] for i, o in enumerate(seer["sampled"]))
+    assert all(fed[f"chain-{i}"] == o["output_ids"] for i, o in enumerate(seer["sampled"]["chain"]))
 
 
 def test_siblings_on_another_instance_draft_through_the_server(plain, seer):
@@ -369,15 +407,17 @@ def test_siblings_on_another_instance_draft_through_the_server(plain, seer):
     assert seer["on_server"] == {"o0-0": seer["oracle"][0]["output_ids"]}
 
 
-def test_seer_sampling_is_lossless(plain, seer):
-    """Temperature 1: the second token (drafted as the three likeliest siblings, verified by tree rejection
-    sampling) follows the target distribution p(t2 | prompt, t1), for each likely first token t1."""
+@pytest.mark.parametrize("shape", ["tree", "chain"])
+def test_seer_sampling_is_lossless(plain, seer, shape):
+    """Temperature 1, N_SAMPLED draws per draft shape: the second token (drafted as the three likeliest second
+    tokens, as siblings or as a chain) follows the target distribution p(t2 | prompt, t1) of the model without
+    speculation, for each likely first token t1 (chi-squared goodness of fit)."""
     from scipy.stats import chi2
 
-    outs, stat, dof = seer["sampled"], 0.0, 0
-    covered = [o for o in outs if o["output_ids"][0] in plain["p_t2"]]
+    outs, stat, dof = seer["sampled"][shape], 0.0, 0
+    covered = [o for o in outs if o["output_ids"][0] in plain["p_t2"][shape]]
     assert len(covered) >= 0.5 * N_SAMPLED
-    for t1, probs in plain["p_t2"].items():
+    for t1, probs in plain["p_t2"][shape].items():
         t2 = [o["output_ids"][1] for o in covered if o["output_ids"][0] == t1]
         bins = [t for t in sorted(probs, key=probs.get, reverse=True) if probs[t] * len(t2) >= 5]
         if not bins:
@@ -389,10 +429,26 @@ def test_seer_sampling_is_lossless(plain, seer):
             observed[-2:], expected[-2:] = [sum(observed[-2:])], [sum(expected[-2:])]
         stat += sum((o - e) ** 2 / e for o, e in zip(observed, expected))
         dof += len(observed) - 1
-    assert dof >= 2
+    assert dof >= 10
     assert chi2.sf(stat, dof) > 1e-3, (stat, dof)
     accepted = sum(o["meta_info"]["spec_num_correct_drafts"] for o in covered)
     assert accepted > 0.25 * len(covered)  # the drafts carry much of the mass: accept and reject paths both run
+
+
+def test_seeded_sampling_is_identical_with_speculation(plain, seer):
+    """Temperature 1, top-p, top-k, 8 groups of 4 seeded siblings drafting from each other: every token equals
+    SGLang's seeded sampler without speculation."""
+    assert [o["output_ids"] for o in seer["seeded"]] == plain["seeded"]
+    assert sum(o["meta_info"].get("spec_num_correct_drafts", 0) for o in seer["seeded"]) > 0
+
+
+def test_custom_logit_processor_runs_on_every_tree_node(tiny_model, plain, seer):
+    """The forced-length processor ends each sample exactly at its target although the oracle trees draft past
+    it: verify rows see their draft depth. Before the end, the tokens are the greedy ones."""
+    eos = _eos(tiny_model)
+    for i, (length, out) in enumerate(zip(FORCED_LENGTHS, seer["forced"])):
+        assert out["output_ids"] == plain["greedy"][i][:length - 1] + [eos]
+    assert sum(o["meta_info"]["spec_num_correct_drafts"] for o in seer["forced"]) > 0
 
 
 def test_sglang_ngram_on_cpu_equals_plain_sglang(tiny_model, logs, plain):

@@ -296,6 +296,8 @@ class RolloutEngine:
         chunk.pool_tokens = int(details.get("storage") or 0)
         if not details:
             chunk.device_tokens = chunk.cached_tokens
+        chunk.draft_steps = int(meta.get("spec_verify_ct") or 0)
+        chunk.accepted_tokens = int(meta.get("spec_num_correct_drafts") or 0)
         retractions = int(meta.get("num_retractions") or 0)
         self.retractions[instance] += retractions - chunk.retractions  # stream events are cumulative
         chunk.retractions = retractions

@@ -75,6 +75,9 @@ class ChunkRecord:
     host_tokens: int = 0
     pool_tokens: int = 0
     context_tokens: int = 0
+    # Speculative decoding: verify steps, and draft tokens they accepted (each step also emits one token).
+    draft_steps: int = 0
+    accepted_tokens: int = 0
 
     @property
     def recomputed_tokens(self) -> int:

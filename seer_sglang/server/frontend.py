@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kvpool.accounting import chunk_sources
+from ..spec.accounting import spec_totals
 from ..rollout.engine import NoHealthyInstance, RolloutEngine
 from ..rollout.request import Group, Sample, SampleState, SamplingParams
 from .errors import APIError
@@ -126,9 +127,11 @@ class Frontend:
                 "first_token_s": (sample.first_token_at - sample.submitted_at) if sample.first_token_at else None,
                 "latency_s": end - sample.submitted_at,
             },
+            "spec": spec_totals([sample]),
             "chunks": [
                 {"instance": c.instance, "start": c.start, "end": c.end, "tokens": c.new_tokens,
-                 "cached_tokens": c.cached_tokens, "kv": chunk_sources(c)}
+                 "cached_tokens": c.cached_tokens, "kv": chunk_sources(c),
+                 "spec": {"draft_steps": c.draft_steps, "accepted_tokens": c.accepted_tokens}}
                 for c in sample.chunks
             ],
         }

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from ..kvpool.accounting import KV_SOURCES, rollout_sources
 from ..rollout.policy import InstanceView
 from ..rollout.request import Sample
+from ..spec.accounting import spec_totals
 
 
 class Metrics:
@@ -32,6 +33,10 @@ class Metrics:
                                  "(DRAM) tier, global pool, or recomputed", ["source"], registry=r)
         self.reprefill_tokens = Counter("seer_reprefill_tokens", "Tokens recomputed by continuation chunks",
                                         registry=r)
+        self.draft_steps = Counter("seer_spec_draft_steps", "Speculative verify steps of finished samples",
+                                   registry=r)
+        self.accepted_tokens = Counter("seer_spec_accepted_tokens", "Draft tokens accepted by verify steps",
+                                       registry=r)
         self.kv_pool_bytes = Gauge("seer_kv_pool_bytes", "Bytes of KV pages in the global pool", registry=r)
         self.kv_pool_evicted = Gauge("seer_kv_pool_evicted_pages", "Pages evicted by the pool's size bound",
                                      registry=r)
@@ -48,6 +53,9 @@ class Metrics:
         for source in KV_SOURCES:
             self.kv_tokens.labels(source).inc(kv[source])
         self.reprefill_tokens.inc(kv["reprefill_tokens"])
+        spec = spec_totals([sample])
+        self.draft_steps.inc(spec["draft_steps"])
+        self.accepted_tokens.inc(spec["accepted_tokens"])
         if sample.finished_at:
             self.sample_latency.observe(sample.finished_at - sample.submitted_at)
 

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..kvpool.accounting import rollout_sources
+from ..spec.accounting import spec_totals
 from ..rollout.request import Group, Sample, SamplingParams
 from .errors import APIError
 from .frontend import Frontend
@@ -69,6 +70,7 @@ def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: fl
             "throughput_tok_s": tokens / elapsed if elapsed > 0 else 0.0,
             "failed": sum(1 for s in samples if s.error),
             "kv": rollout_sources(samples, getattr(fe.engine.policy, "migration", None)),
+            "spec": spec_totals(samples),
             **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline if p.t >= started]}
                if req.return_timeline else {})}
 

@@ -4,7 +4,8 @@ The target travels in the request's ``custom_params`` (opaque to every scheduler
 sequence length at which the sample must end: ``{"end_at": prompt_len + target, "eos": id}``.
 It bans EOS before that length and forces it as the token that reaches it, so every sample has
 exactly its target length, also when chunked (a continuation is prefilled with prompt + earlier
-chunks, so the total length is what counts).
+chunks, so the total length is what counts). Under speculative decoding each verify-tree node is
+a row of its own, ``__draft_depth__`` tokens past the request's committed length.
 
 Instances must run with ``--enable-custom-logit-processor``.
 """
@@ -25,7 +26,7 @@ class ForceLengthProcessor(CustomLogitProcessor):
             req = params.get("__req__")
             if req is None:
                 continue
-            length = len(req.origin_input_ids) + len(req.output_ids)
+            length = len(req.origin_input_ids) + len(req.output_ids) + int(params.get("__draft_depth__", 0))
             eos = int(params["eos"])
             if length + 1 >= int(params["end_at"]):
                 logits[row, :] = -float("inf")

@@ -12,6 +12,9 @@ from seer_sglang.spec.suffix_tree import SuffixDrafter
 
 DRAFTERS = ("suffix", "group-suffix", "sam")
 DEFAULT_DRAFTER = "group-suffix"
+# Set in the environment of an SGLang instance running SEER: the drafter name, and the draft server address.
+DRAFTER_ENV = "SEER_SPEC_DRAFTER"
+SERVER_ENV = "SEER_DRAFT_SERVER"
 
 
 def make_drafter(name: str = DEFAULT_DRAFTER, native: bool | str | None = None, **kw) -> IndexedDrafter:
@@ -26,5 +29,5 @@ def make_drafter(name: str = DEFAULT_DRAFTER, native: bool | str | None = None, 
     raise ValueError(f"unknown drafter {name!r}; choose one of {DRAFTERS}")
 
 
-__all__ = ["DRAFTERS", "DEFAULT_DRAFTER", "Draft", "Drafter", "IndexedDrafter", "SamDrafter", "SuffixDrafter",
+__all__ = ["DRAFTERS", "DEFAULT_DRAFTER", "DRAFTER_ENV", "SERVER_ENV", "Draft", "Drafter", "IndexedDrafter", "SamDrafter", "SuffixDrafter",
            "make_drafter"]

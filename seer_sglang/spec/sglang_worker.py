@@ -31,12 +31,10 @@ from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..plugin.queue_order import SEER_RID
-from . import DEFAULT_DRAFTER
+from . import DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
 from .draft import Draft
 
 logger = logging.getLogger("seer_sglang.spec")
-DRAFTER_ENV = "SEER_SPEC_DRAFTER"
-SERVER_ENV = "SEER_DRAFT_SERVER"
 GROUP_TTL_S = 600.0  # a group with no request here for this long leaves the local drafter
 
 
@@ -141,6 +139,9 @@ class SeerSpecWorker(NGRAMWorker):
             from .cpu_ops import install_lazy
 
             install_lazy()
+        from . import verify_sampling
+
+        verify_sampling.install()  # after the CPU ops: it wraps the tree sampler they put in place
         logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths", type(self.drafter).__name__,
                     self.draft_token_num - 1, self.max_paths)
 

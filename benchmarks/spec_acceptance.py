@@ -1,0 +1,145 @@
+"""Mean acceptance length of each drafter on grouped math rollouts (G siblings per prompt).
+
+    python -m benchmarks.spec_acceptance --model smollm2 --prompts 4 --group-size 8 --max-tokens 256 \
+        --drafters group-suffix,suffix,sam,ngram --out benchmarks/results/spec_acceptance_cpu_smollm2.json
+
+One SGLang instance per drafter (with the seer plugin), one after another, the same sampled workload
+each time: all P x G samples sent together, as a rollout does, with the router's request ids so the
+SEER drafters know each sample's group. ``ngram`` is SGLang's own NGRAM (one corpus per instance,
+blind to groups). A ``none`` reference run (no speculation) gives the temperature-0 check: with
+``--temperature 0`` every drafter's tokens must equal it. Acceptance length = tokens emitted per verify
+step, over the decode phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmarks.rollout import make_prompts
+from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
+                                            start_instance, stop_instances, wait_healthy)
+from seer_sglang.models import resolve_model_path
+from seer_sglang.spec import DRAFTER_ENV
+
+SEER_FLAGS = ["--speculative-num-draft-tokens", "9", "--speculative-ngram-max-bfs-breadth", "4"]
+
+
+def instance_args(drafter: str, cpu: bool) -> tuple[list[str], dict[str, str]]:
+    if drafter == "none":
+        return [], {}
+    backend = ["--attention-backend", "seer_verify"] if cpu else []
+    if drafter == "ngram":
+        return ["--speculative-algorithm", "NGRAM", *SEER_FLAGS, *backend], {}
+    return ["--speculative-algorithm", "SEER", *SEER_FLAGS, *backend], {DRAFTER_ENV: drafter}
+
+
+def run(url: str, prompts: list[list[int]], args) -> tuple[list[dict], float]:
+    ids, rids, params = [], [], []
+    for p, prompt in enumerate(prompts):
+        for i in range(args.group_size):
+            ids.append(prompt)
+            rids.append(f"g{p}-{i}-c0")
+            params.append({"max_new_tokens": args.max_tokens, "temperature": args.temperature,
+                           "sampling_seed": 1000 * p + i})
+    t0 = time.perf_counter()
+    r = httpx.post(f"{url}/generate", json={"input_ids": ids, "rid": rids, "sampling_params": params}, timeout=None)
+    r.raise_for_status()
+    return r.json(), time.perf_counter() - t0
+
+
+def acceptance(outs: list[dict]) -> float | None:
+    steps = sum(o["meta_info"].get("spec_verify_ct", 0) for o in outs)
+    return sum(len(o["output_ids"]) - 1 for o in outs) / steps if steps else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.spec_acceptance")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--drafters", default="group-suffix,suffix,sam,ngram")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="benchmarks/results/spec_acceptance.json")
+    args = ap.parse_args()
+
+    from seer_sglang.server.tokenizer import PromptTokenizer
+
+    model_path = resolve_model_path(args.model)
+    prompts = make_prompts(PromptTokenizer(model_path), args.prompts, args.seed)
+    cpu = not has_cuda()
+    log_root = Path(f"/tmp/seer-spec-bench-{int(time.time())}")
+    log_root.mkdir(parents=True)
+    results: dict[str, dict] = {}
+    reference = None
+    for drafter in ["none", *args.drafters.split(",")]:
+        extra, env = instance_args(drafter, cpu)
+        spec = InstanceSpec(model_path=model_path, port=free_port(), cpu=cpu, gpu_id=0 if not cpu else None,
+                            sglang_args=["--dtype", args.dtype, *extra], log_path=log_root / f"{drafter}.log",
+                            cpu_threads=cpu_threads_per_instance(1) if cpu else None, extra_env=env)
+        inst = start_instance(spec)
+        try:
+            wait_healthy([inst], progress=False)
+            outs, wall = run(inst.url, prompts, args)
+        finally:
+            stop_instances([inst])
+        if drafter == "none":
+            reference = [o["output_ids"] for o in outs]
+        by_sibling = [acceptance(outs[i::args.group_size]) for i in range(args.group_size)]
+        tokens = sum(len(o["output_ids"]) for o in outs)
+        results[drafter] = {"mean_acceptance_length": acceptance(outs), "by_sibling_index": by_sibling,
+                            "output_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+                            "identical_to_no_speculation": [o["output_ids"] for o in outs] == reference}
+        print(f"{drafter:>13}: acceptance {results[drafter]['mean_acceptance_length'] or '-'}  "
+              f"{tokens / wall:6.1f} tok/s  identical {results[drafter]['identical_to_no_speculation']}", flush=True)
+    base = results.get("suffix", {}).get("mean_acceptance_length")
+    ratios = {d: r["mean_acceptance_length"] / base for d, r in results.items()
+              if base and r["mean_acceptance_length"]}
+    speed = {d: r["tokens_per_s"] / results["none"]["tokens_per_s"] for d, r in results.items()}
+    report = {"config": {**vars(args), "machine": f"{'GPU' if not cpu else 'CPU'} {platform.machine()}, "
+                                                  f"{__import__('os').cpu_count()} cores",
+                         "prompt_tokens": statistics.mean(len(p) for p in prompts)},
+              "drafters": results, "acceptance_vs_suffix": ratios, "speed_vs_no_speculation": speed}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    plot(report, out.with_suffix(".png"))
+    print(f"wrote {out}")
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drafters = [d for d, r in report["drafters"].items() if r["mean_acceptance_length"]]
+    fig, (ax_bar, ax_sib) = plt.subplots(1, 2, figsize=(11, 3.6))
+    ax_bar.bar(drafters, [report["drafters"][d]["mean_acceptance_length"] for d in drafters], color="tab:blue")
+    ax_bar.axhline(1.0, color="gray", lw=0.8)
+    ax_bar.set_ylabel("tokens per verify step")
+    ax_bar.set_title("mean acceptance length")
+    for d in drafters:
+        ax_sib.plot(range(len(report["drafters"][d]["by_sibling_index"])),
+                    [v or 1.0 for v in report["drafters"][d]["by_sibling_index"]], marker="o", label=d)
+    ax_sib.set_xlabel("sibling index in its group")
+    ax_sib.set_title("acceptance length by sibling")
+    ax_sib.legend(fontsize=7)
+    cfg = report["config"]
+    fig.suptitle(f"{cfg['model']}: {cfg['prompts']} prompts x {cfg['group_size']}, max {cfg['max_tokens']} tokens, "
+                 f"temperature {cfg['temperature']} ({cfg['machine']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

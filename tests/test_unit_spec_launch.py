@@ -1,0 +1,57 @@
+"""``--draft`` on the launcher: the SGLang flags and environment each instance gets, and rollout totals."""
+
+import pytest
+
+from seer_sglang.rollout.request import ChunkRecord, Sample, SamplingParams
+from seer_sglang.spec import DRAFTER_ENV, SERVER_ENV
+from seer_sglang.spec.accounting import spec_totals
+from seer_sglang.spec.launch import RunningDrafts, start_drafting
+
+
+def test_instances_get_seer_with_the_drafter_and_server():
+    drafts = RunningDrafts("group-suffix", draft_tokens=8, draft_paths=4, cpu=True, address="tcp://127.0.0.1:9")
+    args = drafts.instance_args(["--dtype", "float32"])
+    assert args[args.index("--speculative-algorithm") + 1] == "SEER"
+    assert args[args.index("--speculative-num-draft-tokens") + 1] == "9"  # 8 drafts + the last verified token
+    assert args[args.index("--speculative-ngram-max-bfs-breadth") + 1] == "4"
+    assert args[args.index("--attention-backend") + 1] == "seer_verify"
+    assert drafts.instance_env() == {DRAFTER_ENV: "group-suffix", SERVER_ENV: "tcp://127.0.0.1:9"}
+
+
+def test_user_flags_win_and_gpu_keeps_its_backend():
+    drafts = RunningDrafts("suffix", cpu=True, address="tcp://127.0.0.1:9")
+    assert drafts.instance_args(["--speculative-algorithm", "NGRAM"]) == []
+    assert "--attention-backend" not in drafts.instance_args(["--attention-backend=torch_native"])
+    assert "--attention-backend" not in RunningDrafts("sam", cpu=False).instance_args([])
+
+
+def test_none_attached_or_plain_start_nothing(tmp_path):
+    for drafts in (start_drafting("none", 8, 4, tmp_path, cpu=True),
+                   start_drafting("group-suffix", 8, 4, None, cpu=True),  # attached: --instance-urls
+                   start_drafting("group-suffix", 8, 4, tmp_path, cpu=True, with_plugin=False)):
+        assert not drafts.enabled and drafts.instance_args([]) == [] and drafts.instance_env() == {}
+        assert drafts.processes == []
+    with pytest.raises(ValueError, match="--draft"):
+        start_drafting("eagle", 8, 4, tmp_path, cpu=True)
+    with pytest.raises(ValueError, match="at least 1"):
+        start_drafting("suffix", 0, 4, tmp_path, cpu=True)
+
+
+def test_draft_server_starts_and_stops(tmp_path):
+    from seer_sglang.spec.draft_client import wait_ready
+
+    drafts = start_drafting("group-suffix", 8, 4, tmp_path, cpu=True)
+    try:
+        assert drafts.enabled and drafts.address.startswith("tcp://127.0.0.1:")
+        wait_ready(drafts.address, timeout_s=5)
+    finally:
+        drafts.stop()
+    assert all(p.poll() is not None for p in drafts.processes)
+
+
+def test_acceptance_length_counts_the_bonus_token():
+    sample = Sample("g-0", "g", 0, [1, 2], SamplingParams(max_new_tokens=8))
+    sample.chunks = [ChunkRecord(0, 0.0, 4, draft_steps=3, accepted_tokens=2),
+                     ChunkRecord(1, 1.0, 4, draft_steps=1, accepted_tokens=2)]
+    assert spec_totals([sample]) == {"draft_steps": 4, "accepted_tokens": 4, "mean_acceptance_length": 2.0}
+    assert spec_totals([Sample("h-0", "h", 0, [1], SamplingParams(max_new_tokens=8))])["mean_acceptance_length"] is None
