@@ -21,7 +21,8 @@ def test_default_model_chat_and_greedy_identity_with_speculation(tmp_path):
     plain = start_instance(InstanceSpec(model_path=str(prepare("smollm2")), port=free_port(), with_plugin=False,
                                         sglang_args=["--dtype", "float32"], log_path=tmp_path / "plain.log",
                                         cpu_threads=1))
-    server = start_seer(None, tmp_path, "--num-instances", "2", "--dtype", "float32")  # the default model and draft
+    # the default model and draft; no KV pool: HiCache's host tier does not fit next to 3 float32 instances
+    server = start_seer(None, tmp_path, "--num-instances", "2", "--dtype", "float32", "--kv-pool", "none")
     try:
         wait_server(server)
         wait_healthy([plain], timeout_s=600, progress=False)
