@@ -26,18 +26,20 @@ from benchmarks.rollout import make_prompts
 from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
-from seer_sglang.spec import DRAFTER_ENV
-
-SEER_FLAGS = ["--speculative-num-draft-tokens", "9", "--speculative-ngram-max-bfs-breadth", "4"]
+from seer_sglang.spec.launch import RunningDrafts
 
 
 def instance_args(drafter: str, cpu: bool) -> tuple[list[str], dict[str, str]]:
+    """The launcher's SEER flags (local drafter, no draft server: one instance); ``ngram`` swaps in
+    SGLang's NGRAM with the same tree shape."""
     if drafter == "none":
         return [], {}
-    backend = ["--attention-backend", "seer_verify"] if cpu else []
+    drafts = RunningDrafts("group-suffix" if drafter == "ngram" else drafter, cpu=cpu)
+    args = drafts.instance_args([])
     if drafter == "ngram":
-        return ["--speculative-algorithm", "NGRAM", *SEER_FLAGS, *backend], {}
-    return ["--speculative-algorithm", "SEER", *SEER_FLAGS, *backend], {DRAFTER_ENV: drafter}
+        args[args.index("--speculative-algorithm") + 1] = "NGRAM"
+        return args, {}
+    return args, drafts.instance_env()
 
 
 def run(url: str, prompts: list[list[int]], args) -> tuple[list[dict], float]:
