@@ -8,7 +8,8 @@ each time: all P x G samples sent together, as a rollout does, with the router's
 SEER drafters know each sample's group. ``ngram`` is SGLang's own NGRAM (one corpus per instance,
 blind to groups). A ``none`` reference run (no speculation) gives the temperature-0 check: with
 ``--temperature 0`` every drafter's tokens must equal it. Acceptance length = tokens emitted per verify
-step, over the decode phase.
+step, over the decode phase. Drafts are verified whole (``--budget full``), so the figure is the
+drafter's own; ``--budget adaptive`` measures what the default budget keeps of it.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from seer_sglang.models import resolve_model_path
 from seer_sglang.spec.launch import RunningDrafts
 
 
-def instance_args(drafter: str, cpu: bool) -> tuple[list[str], dict[str, str]]:
+def instance_args(drafter: str, cpu: bool, budget: str = "full") -> tuple[list[str], dict[str, str]]:
     """The launcher's SEER flags (local drafter, no draft server: one instance); ``ngram`` swaps in
     SGLang's NGRAM with the same tree shape."""
     if drafter == "none":
         return [], {}
-    drafts = RunningDrafts("group-suffix" if drafter == "ngram" else drafter, cpu=cpu)
+    drafts = RunningDrafts("group-suffix" if drafter == "ngram" else drafter, cpu=cpu, budget=budget)
     args = drafts.instance_args([])
     if drafter == "ngram":
         args[args.index("--speculative-algorithm") + 1] = "NGRAM"
@@ -71,6 +72,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--drafters", default="group-suffix,suffix,sam,ngram")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", default="full", choices=["full", "adaptive", "threshold"],
+                    help="draft budget of the SEER drafters (full: the drafter's own acceptance)")
     ap.add_argument("--out", default="benchmarks/results/spec_acceptance.json")
     args = ap.parse_args()
 
@@ -84,7 +87,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     reference = None
     for drafter in ["none", *args.drafters.split(",")]:
-        extra, env = instance_args(drafter, cpu)
+        extra, env = instance_args(drafter, cpu, args.budget)
         spec = InstanceSpec(model_path=model_path, port=free_port(), cpu=cpu, gpu_id=0 if not cpu else None,
                             sglang_args=["--dtype", args.dtype, *extra], log_path=log_root / f"{drafter}.log",
                             cpu_threads=cpu_threads_per_instance(1) if cpu else None, extra_env=env)

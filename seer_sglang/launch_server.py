@@ -61,6 +61,15 @@ def seer_parser() -> argparse.ArgumentParser:
                    help="most draft tokens verified per request and step (default: 8)")
     g.add_argument("--draft-paths", type=int, default=4,
                    help="most branches of one draft tree (default: 4)")
+    g.add_argument("--draft-budget", default="adaptive", choices=["adaptive", "threshold", "full"],
+                   help="drafts verified per request and step: adaptive = the batch's best draft length from a "
+                        "step-cost model, shared out by acceptance odds with long-tail requests weighted 2x, off "
+                        "when it does not pay (default); threshold = all drafts up to batch size 32, none above; "
+                        "full = all drafts always")
+    g.add_argument("--draft-cost", default=None,
+                   help="profile for the adaptive budget: JSON with base_s/per_seq_s/per_token_s/accept_curve, or "
+                        "a step model written by benchmarks.rollout; without it each instance fits its own step "
+                        "times as it runs (CPU) or verifies full drafts (GPU)")
     g.add_argument("--instance-host", default="127.0.0.1", help="bind address of started instances")
     g.add_argument("--log-dir", default=None, help="where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     g.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for instances to be healthy")
@@ -129,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
             log_dir.mkdir(parents=True, exist_ok=True)
             pool = start_kv_pool(args, sglang_args, log_dir, model_path, cpu=not gpu)
             drafts = start_drafting(args.draft, args.draft_tokens, args.draft_paths, log_dir, cpu=not gpu,
-                                    with_plugin=not args.no_plugin)
+                                    with_plugin=not args.no_plugin, budget=args.draft_budget,
+                                    cost_path=args.draft_cost)
             instance_args = sglang_args + pool.config.instance_args(sglang_args) + drafts.instance_args(sglang_args)
             specs = [InstanceSpec(model_path=model_path, port=free_port(args.instance_host), host=args.instance_host,
                                   sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,

@@ -116,3 +116,67 @@ def test_pool_down_falls_back_to_recompute(seer_url, plain_url, instance_urls, p
     first = _generate(a, prompt, 32)["output_ids"]
     pool = FilePool(directory, tiny_model, pool_info["page_size"], 1.0)
     assert _wait_pooled(pool, prompt + first, 224) >= 224
+
+
+def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, tmp_path):
+    """An instance is killed while it decodes and writes pages to a pool; one restarted on the same pool
+    loads the pages that were finished, with the tokens of plain SGLang. Half-written page files such a
+    kill can leave are removed once stale, and never before."""
+    import os
+    import threading
+
+    import psutil
+
+    from seer_sglang.instances.launcher import InstanceSpec, free_port, start_instance, stop_instances, wait_healthy
+    from seer_sglang.kvpool.config import KVPoolConfig
+
+    directory = tmp_path / "pool"
+    directory.mkdir()
+    config = KVPoolConfig(kind="file", directory=directory, page_size=PAGE)
+    args = ["--dtype", "float32", *config.instance_args([])]
+
+    def start(name: str):
+        inst = start_instance(InstanceSpec(model_path=tiny_model, port=free_port(), sglang_args=args,
+                                           log_path=tmp_path / f"{name}.log", cpu_threads=1))
+        try:
+            wait_healthy([inst], timeout_s=600, progress=False)
+        except BaseException:
+            stop_instances([inst])
+            raise
+        return inst
+
+    rng = random.Random(11)
+    prompt = [rng.randrange(5, 1000) for _ in range(320)]
+    pool = FilePool(directory, tiny_model, PAGE, 1.0)
+    doomed = start("doomed")
+    try:
+        box: dict = {}
+        worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{doomed.url}/generate", json={
+            "input_ids": prompt, "sampling_params": {"max_new_tokens": 2000, "temperature": 0, "ignore_eos": True}},
+            timeout=600)))
+        worker.start()
+        assert _wait_pooled(pool, prompt, 320, timeout_s=120) == 320  # its prompt pages are written ...
+        time.sleep(1.0)  # ... and it is decoding (and writing decoded pages) when it dies
+        victim = psutil.Process(doomed.popen.pid)
+        for p in [victim] + victim.children(recursive=True):
+            p.kill()
+        worker.join(60)
+    finally:
+        stop_instances([doomed])
+    assert "r" not in box or box["r"].status_code != 200  # it died mid-request
+    sizes = {f.stat().st_size for f in directory.glob("*.bin")}
+    assert len(sizes) == 1 and len(list(directory.glob("*.bin"))) > 320 // PAGE, sizes  # whole pages only
+
+    stale, fresh = directory / ".0123456789abcdef.tmp", directory / ".fedcba9876543210.tmp"
+    for path in (stale, fresh):  # what a kill between write and rename leaves; fresh = a write in flight
+        path.write_bytes(b"\0" * 100)
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert pool.remove_stale_partials() == 1 and not stale.exists() and fresh.exists()
+
+    restarted = start("restarted")
+    try:
+        out = _generate(restarted.url, prompt, 32)
+    finally:
+        stop_instances([restarted])
+    assert (out["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) >= 320 - PAGE
+    assert out["output_ids"] == _generate(plain_url, prompt, 32)["output_ids"]

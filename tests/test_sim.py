@@ -54,3 +54,27 @@ def test_step_model_closed_form_matches_stepwise_sum():
     m = dataclasses.replace(SMALL, decode_per_kv_token_s=3e-7)
     stepwise = sum(m.decode_step(16, 1000 + 16 * i) for i in range(20))
     assert abs(m.decode_steps(20, 16, 1000) - stepwise) < 1e-9
+
+
+def test_speculation_runs_the_engines_draft_budget(trace):
+    """+sd modes: every sample still ends exactly; drafts that are never accepted change nothing; better
+    acceptance makes the rollout faster; sibling drafts (group) beat a request's own (suffix); and the
+    budget turns drafts off where verifying a token costs more than it can save."""
+    from seer_sglang.sim.__main__ import mode_features
+    from seer_sglang.sim.spec_model import SpecModel
+
+    policy = lambda: make_policy("context", chunk_size=512)  # noqa: E731
+    plain = simulate(trace, policy(), SMALL, instances=4, max_tokens=4096)
+    useless = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(own_alpha=0.0, group_alpha=0.0))
+    assert useless.completion_s == pytest.approx(plain.completion_s) and useless.mean_acceptance_length == 1.0
+    grouped = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel())
+    suffix = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(grouped=False))
+    for r in (grouped, suffix):
+        assert r.total_tokens == plain.total_tokens and len(r.finish_times) == len(trace)
+    assert grouped.mean_acceptance_length > suffix.mean_acceptance_length > 1.2
+    assert grouped.completion_s < suffix.completion_s < plain.completion_s
+    costly = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(verify_per_token_s=1.0))
+    assert costly.mean_acceptance_length == 1.0 and costly.completion_s == pytest.approx(plain.completion_s)
+    assert mode_features("context+pool+sd-suffix")[1:] == (True, SpecModel(grouped=False))
+    with pytest.raises(ValueError, match="sd-eagle"):
+        mode_features("context+sd-eagle")

@@ -293,7 +293,7 @@ def seer(tiny_model, logs, plain) -> dict:
         server = subprocess.Popen([sys.executable, "-m", "seer_sglang.spec.draft_server", "--bind", address],
                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     env = {PLAN_ENV: str(plan_path), "SEER_SPEC_DRAFTER": "test_spec_engine:ScriptedDrafter",
-           "SEER_DRAFT_SERVER": address,
+           "SEER_DRAFT_SERVER": address, "SEER_DRAFT_BUDGET": "full",  # every scripted node is verified
            "PYTHONPATH": os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)}
     inst = None
     try:
@@ -458,6 +458,46 @@ def test_custom_logit_processor_runs_on_every_tree_node(tiny_model, plain, seer)
     for i, (length, out) in enumerate(zip(FORCED_LENGTHS, seer["forced"])):
         assert out["output_ids"] == plain["greedy"][i][:length - 1] + [eos]
     assert sum(o["meta_info"]["spec_num_correct_drafts"] for o in seer["forced"]) > 0
+
+
+# Step cost 10 ms + 60 ms per verified token and request; the first two drafts are accepted 90% of the time,
+# later ones never: the best draft length is 2 at batch size 1 and 0 (no drafts) from batch size 2 on.
+BUDGET_PROFILE = {"base_s": 0.01, "per_seq_s": 0.0, "per_token_s": 0.06, "accept_curve": [0.9, 0.9, 0, 0, 0, 0, 0]}
+
+
+@pytest.fixture(scope="module")
+def budgeted(tiny_model, logs, plain) -> dict:
+    """SEER with the group-suffix drafter under the adaptive budget and a fixed profile. Per group: sibling 0
+    alone, then sibling 1 alone (it drafts sibling 0's output), then siblings 2 and 3 of all groups together."""
+    prompts = plain["prompts"]
+    profile = logs / "budget_profile.json"
+    profile.write_text(json.dumps(BUDGET_PROFILE))
+    env = {"SEER_SPEC_DRAFTER": "group-suffix", "SEER_DRAFT_BUDGET": "adaptive", "SEER_DRAFT_COST": str(profile)}
+    inst = _start(tiny_model, logs, "budgeted", ["--speculative-algorithm", "SEER", *SPEC_ARGS], env)
+    try:
+        alone = {j: [_generate(inst.url, [prompts[g]], [f"b{g}-{j}-c0"], temperature=0,
+                               max_new_tokens=NEW_TOKENS)[0] for g in range(4)] for j in (0, 1)}
+        rids = [f"b{g}-{j}-c0" for g in range(4) for j in (2, 3)]
+        together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, temperature=0,
+                             max_new_tokens=NEW_TOKENS)
+    finally:
+        stop_instances([inst])
+    return {"alone": alone, "together": together, "together_groups": [int(r[1]) for r in rids]}
+
+
+def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):
+    """Alone, sibling 1 has sibling 0's whole output as drafts but verifies exactly 2 per step (3 tokens a step);
+    in a batch of 8 speculation does not pay, so no draft is verified. Tokens equal plain SGLang throughout."""
+    greedy = plain["greedy"]
+    for j in (0, 1):
+        assert [o["output_ids"] for o in budgeted["alone"][j]] == greedy[:4]
+    for out in budgeted["alone"][1]:
+        meta = out["meta_info"]
+        assert meta["spec_verify_ct"] == -(-(NEW_TOKENS - 1) // 3), meta
+        assert NEW_TOKENS - 1 - meta["spec_verify_ct"] <= meta["spec_num_correct_drafts"] <= 2 * meta["spec_verify_ct"]
+    assert [o["output_ids"] for o in budgeted["together"]] == [greedy[g] for g in budgeted["together_groups"]]
+    assert all(o["meta_info"]["spec_num_correct_drafts"] == 0 for o in budgeted["together"])
+    assert all(o["meta_info"]["spec_verify_ct"] == NEW_TOKENS - 1 for o in budgeted["together"])
 
 
 def test_sglang_ngram_on_cpu_equals_plain_sglang(tiny_model, logs, plain):

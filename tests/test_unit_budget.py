@@ -86,3 +86,54 @@ def test_threshold_switch():
     assert d.enabled and d.per_request == {"a": 3, "b": 1} and d.gamma_star == 3
     d = policy.allocate(reqs + [BudgetRequest("c", False, [0.5] * 5)])
     assert not d.enabled and d.per_request == {"a": 0, "b": 0, "c": 0}
+
+
+def test_online_cost_fits_its_own_steps_and_acceptance():
+    from seer_sglang.spec.budget import OnlineCost
+
+    online = OnlineCost(gamma_max=4, min_points=8)
+    for i in range(7):
+        online.record_step(1 + i % 3, 3, COST.step_time(1 + i % 3, 3))
+    assert online.model() is None  # too few points, and one width only
+    for b, n in [(1, 1), (2, 5), (3, 2), (4, 4), (2, 1)]:
+        online.record_step(b, n, COST.step_time(b, n))
+    # per request and step: drafts verified, drafts accepted
+    online.record_acceptance([4, 4, 2, 0], [2, 1, 2, 0])
+    assert online.curve() == pytest.approx((1.0, 2 / 3, 0.0, 0.0))
+    model = online.model()
+    assert model.per_token_s == pytest.approx(COST.per_token_s) and model.base_s == pytest.approx(COST.base_s)
+    assert model.accept_curve == pytest.approx((1.0, 2 / 3, 0.0, 0.0))
+    online.record_acceptance([1], [0])  # position 1 now accepted 3 of 4 times; the curve never rises
+    assert online.curve()[:2] == pytest.approx((0.75, 2 / 3))
+
+
+def test_adaptive_budget_verifies_full_drafts_until_it_has_a_model():
+    from seer_sglang.spec.budget import AdaptiveBudget
+
+    budget = AdaptiveBudget(gamma_max=3)
+    reqs = [BudgetRequest("a", False, [0.9, 0.5, 0.2, 0.1]), BudgetRequest("b", False, [0.4])]
+    assert budget.allocate(reqs).per_request == {"a": 3, "b": 1}
+    for b, n in [(1, 1), (2, 4), (3, 2), (4, 3)] * 8:
+        budget.online.record_step(b, n, COST.step_time(b, n))
+    budget.online.record_acceptance([3], [3])
+    decision = budget.allocate(reqs)  # fitted: COST's step times with drafts always accepted -> gamma* 3 at B = 2
+    always = CostModel(COST.base_s, COST.per_seq_s, COST.per_token_s, (1.0, 1.0, 1.0))
+    assert decision.gamma_star == always.best_gamma(2, 3) == 3 and decision.per_request == {"a": 3, "b": 1}
+    fixed = AdaptiveBudget(COST, gamma_max=8)
+    assert fixed.online is None and fixed.allocate(reqs).gamma_star == COST.best_gamma(2)
+
+
+def test_profiles_load_from_cost_or_step_model_files(tmp_path):
+    from seer_sglang.sim.step_model import H100_70B
+    from seer_sglang.spec.budget import load_cost, make_budget
+
+    path = tmp_path / "step.json"
+    H100_70B.save(path)
+    cost = load_cost(str(path))
+    # a one-token verify step costs what the step model's decode step costs
+    assert cost.step_time(8, 1) == pytest.approx(H100_70B.decode_step(8, 0))
+    assert cost.accept_curve == CostModel.geometric_curve(0.6)
+    assert make_budget("full", 5).allocate([BudgetRequest("a", False, [0.1] * 9)], 10_000).per_request == {"a": 5}
+    assert not make_budget("threshold", 5).allocate([BudgetRequest("a", False, [0.1])], 64).enabled
+    with pytest.raises(ValueError, match="draft budget"):
+        make_budget("eager", 5)

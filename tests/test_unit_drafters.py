@@ -321,3 +321,25 @@ def test_falls_back_to_python_without_a_compiler(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["PySuffixAutomaton", "[3,", "1]"]
+
+
+def test_budget_order_takes_likeliest_nodes_whose_parent_is_taken():
+    # root -> 0 (0.9) -> 2 (0.8) -> 4 (0.1); root -> 1 (0.5) -> 3 (0.45)
+    draft = Draft([10, 11, 12, 13, 14], [-1, -1, 0, 1, 2], [0.9, 0.5, 0.8, 0.45, 0.1])
+    order = draft.best_first()
+    assert order == [0, 2, 1, 3, 4]
+    for k in range(len(order) + 1):  # every prefix is a tree, kept in BFS order
+        sub = draft.keep(order[:k])
+        assert len(sub) == k and all(-1 <= p < i for i, p in enumerate(sub.parents))
+    assert draft.keep(order[:3]) == Draft([10, 11, 12], [-1, -1, 0], [0.9, 0.5, 0.8])
+    # a child scored above its parent still waits for it; nodes without scores count as equally likely
+    assert Draft([1, 2], [-1, 0], [0.2, 0.9]).best_first() == [0, 1]
+    assert Draft([1, 2, 3], [-1, -1, 0]).best_first() == [0, 1, 2]
+
+
+def test_long_tail_share_of_a_batch_by_router_priority():
+    from seer_sglang.spec.budget import high_priority
+
+    assert high_priority([None, None]) == [False, False]
+    assert high_priority([5, 1, 3, 9, None, 2, 8, 7]) == [False, False, False, True, False, False, False, False]
+    assert high_priority([4, 4, 1]) == [True, True, False]  # ties at the cut all count

@@ -3,7 +3,7 @@
 import pytest
 
 from seer_sglang.rollout.request import ChunkRecord, Sample, SamplingParams
-from seer_sglang.spec import DRAFTER_ENV, SERVER_ENV
+from seer_sglang.spec import BUDGET_ENV, COST_ENV, DRAFTER_ENV, SERVER_ENV
 from seer_sglang.spec.accounting import spec_totals
 from seer_sglang.spec.launch import RunningDrafts, start_drafting
 
@@ -15,7 +15,22 @@ def test_instances_get_seer_with_the_drafter_and_server():
     assert args[args.index("--speculative-num-draft-tokens") + 1] == "9"  # 8 drafts + the last verified token
     assert args[args.index("--speculative-ngram-max-bfs-breadth") + 1] == "4"
     assert args[args.index("--attention-backend") + 1] == "seer_verify"
-    assert drafts.instance_env() == {DRAFTER_ENV: "group-suffix", SERVER_ENV: "tcp://127.0.0.1:9"}
+    assert drafts.instance_env() == {DRAFTER_ENV: "group-suffix", SERVER_ENV: "tcp://127.0.0.1:9",
+                                     BUDGET_ENV: "adaptive"}
+
+
+def test_budget_and_profile_reach_the_instances(tmp_path):
+    profile = tmp_path / "cost.json"
+    profile.write_text('{"base_s": 0.01, "per_seq_s": 0, "per_token_s": 0.001, "accept_curve": [0.5]}')
+    drafts = start_drafting("none", 8, 4, tmp_path, cpu=True, budget="threshold", cost_path=str(profile))
+    assert not drafts.enabled
+    env = RunningDrafts("sam", budget="threshold", cost_path=str(profile)).instance_env()
+    assert env[BUDGET_ENV] == "threshold" and env[COST_ENV] == str(profile.resolve())
+    with pytest.raises(ValueError, match="--draft-budget"):
+        start_drafting("suffix", 8, 4, tmp_path, cpu=True, budget="greedy")
+    (tmp_path / "bad.json").write_text('{"base_s": 1}')
+    with pytest.raises(KeyError):  # a broken profile stops the launcher, not each instance
+        start_drafting("suffix", 8, 4, tmp_path, cpu=True, cost_path=str(tmp_path / "bad.json"))
 
 
 def test_user_flags_win_and_gpu_keeps_its_backend():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 logger = logging.getLogger("seer_sglang.kvpool")
@@ -60,7 +61,7 @@ class FilePool:
                     except FileNotFoundError:
                         continue
                     pages.append((st.st_mtime, st.st_size, entry.path))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
         return pages
 
@@ -90,6 +91,26 @@ class FilePool:
             removed += 1
         self.evicted_files += removed
         logger.info("KV pool over %.1f GiB: evicted %d oldest pages", self.max_bytes / 2**30, removed)
+        return removed
+
+    def remove_stale_partials(self, max_age_s: float = 60.0) -> int:
+        """Delete half-written pages (``.<uuid>.tmp``, renamed to ``.bin`` once whole) older than
+        ``max_age_s``: an instance killed mid-write leaves them, outside the size bound. A live write
+        takes milliseconds, so an old one has no writer left."""
+        removed, cutoff = 0, time.time() - max_age_s
+        try:
+            with os.scandir(self.directory) as it:
+                for entry in it:
+                    if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                        try:
+                            if entry.stat().st_mtime < cutoff:
+                                removed += self._unlink(entry.path)
+                        except FileNotFoundError:
+                            pass
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        if removed:
+            logger.info("KV pool: removed %d half-written pages left by a stopped instance", removed)
         return removed
 
     def clear(self) -> int:

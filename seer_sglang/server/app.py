@@ -51,13 +51,14 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
     metrics = Metrics()
 
     async def pool_janitor(engine: RolloutEngine, idle_clear_s: float = 30.0, every_s: float = 5.0) -> None:
-        """Keep the pool under its bound, and empty it once the engine has been idle a while, so a
-        finished rollout's pages do not pile up on disk."""
+        """Keep the pool under its bound, drop pages half-written by killed instances, and empty it
+        once the engine has been idle a while, so a finished rollout's pages do not pile up on disk."""
         idle_since, cleared = None, True
         while True:
             await asyncio.sleep(every_s)
             try:
                 await asyncio.to_thread(kv_pool.enforce_bound)
+                await asyncio.to_thread(kv_pool.remove_stale_partials)
                 if engine.buffer.groups:
                     idle_since, cleared = None, False
                 elif not cleared:

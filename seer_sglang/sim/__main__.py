@@ -17,21 +17,39 @@ from pathlib import Path
 
 from ..rollout.policy import make_policy
 from .simulator import simulate
+from .spec_model import SpecModel
 from .step_model import H100_70B, StepModel
 from .workload import PRESETS, generate, load_trace
 
-POLICIES = ("group", "divided", "context", "oracle", "divided+pool", "context+pool")
+POLICIES = ("group", "divided", "context", "oracle", "divided+pool", "context+pool", "context+pool+sd",
+            "context+pool+sd-suffix")
 
 
-def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLICIES) -> dict:
+def mode_features(name: str, spec: SpecModel | None = None) -> tuple[str, bool, SpecModel | None]:
+    """``<policy>[+pool][+sd|+sd-suffix]`` -> (policy, pool on, speculation model or None)."""
+    policy, *features = name.split("+")
+    unknown = set(features) - {"pool", "sd", "sd-suffix"}
+    if unknown:
+        raise ValueError(f"unknown mode feature(s) {sorted(unknown)} in {name!r}")
+    spec = spec or SpecModel()
+    sd = None
+    if "sd" in features:
+        sd = spec
+    elif "sd-suffix" in features:
+        sd = dataclasses.replace(spec, grouped=False)
+    return policy, "pool" in features, sd
+
+
+def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLICIES,
+                 spec: SpecModel | None = None) -> dict:
     out = {}
     for name in policies:
         t0 = time.perf_counter()
-        policy_name, _, feature = name.partition("+")
+        policy_name, with_pool, sd = mode_features(name, spec)
         migration = model.migration_cost()
-        pool = migration if feature == "pool" and model.pool_load_s_per_token else None
+        pool = migration if with_pool and model.pool_load_s_per_token else None
         result = simulate(trace, make_policy(policy_name, chunk_size=chunk_size, migration=migration), model,
-                          instances, max_tokens, pool)
+                          instances, max_tokens, pool, sd)
         out[name] = {**result.summary(), "sim_wall_s": time.perf_counter() - t0}
     base = out[policies[0]]
     for name in policies:
@@ -52,6 +70,10 @@ def main() -> None:
     ap.add_argument("--spread-sweep", default="0.5,1.0,1.5", help="log-sigma of group means")
     ap.add_argument("--model", default="h100-70b", help="'h100-70b' (public figures) or a StepModel JSON file")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spec-own-alpha", type=float, default=SpecModel.own_alpha,
+                    help="+sd modes: acceptance probability of a draft token from a request's own history")
+    ap.add_argument("--spec-group-alpha", type=float, default=SpecModel.group_alpha,
+                    help="+sd modes: acceptance probability once all siblings have finished (group-suffix)")
     ap.add_argument("--quick", action="store_true", help="ablation only, no sweeps")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -61,7 +83,8 @@ def main() -> None:
     trace = load_trace(args.trace) if args.trace else generate(spec, args.prompts, args.seed)
     report: dict = {"config": {**vars(args), "step_model": dataclasses.asdict(model),
                                "workload_spec": dataclasses.asdict(spec), "samples": len(trace)}}
-    report["ablation"] = run_policies(trace, model, args.instances, spec.max_tokens, args.chunk_size)
+    sd = SpecModel(own_alpha=args.spec_own_alpha, group_alpha=args.spec_group_alpha)
+    report["ablation"] = run_policies(trace, model, args.instances, spec.max_tokens, args.chunk_size, spec=sd)
     _print("ablation", report["ablation"])
     if not args.quick:
         report["chunk_sweep"] = {

@@ -5,7 +5,8 @@ The router side is the real thing: ``RequestBuffer`` and the policy objects of
 Only the engines are modelled: continuous batching with a step-time model, a KV capacity,
 SGLang-like admission (a decaying new-token reservation ratio) and retraction when KV runs out,
 and a radix cache (a continuation that stays on its instance, and siblings sharing a prompt there,
-skip their cached prefill).
+skip their cached prefill). With a ``SpecModel``, every step runs the engine's draft budget and each
+request emits its expected accepted drafts on top of its token.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import math
 from dataclasses import dataclass, field
 
 from ..kvpool.cost import MigrationCost
 from ..rollout.buffer import RequestBuffer
 from ..rollout.policy import InstanceView, SchedulingPolicy, worst_case_tokens
 from ..rollout.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
+from ..spec.budget import BudgetRequest, high_priority
+from .spec_model import SpecModel
 from .step_model import StepModel
 from .workload import TraceSample, groups_of
 
@@ -45,6 +49,7 @@ class Slot:
     budget: int
     reserve: int
     produced: int = 0
+    priority: int | None = None
 
     @property
     def context(self) -> int:
@@ -68,6 +73,8 @@ class SimInstance:
     retractions: int = 0
     prefill_tokens: int = 0
     pool_tokens: int = 0
+    verify_steps: int = 0  # request-steps that verified drafts (speculation on)
+    spec_tokens: int = 0  # tokens those steps emitted
     new_token_ratio: float = 0.7  # SGLang-like: reservation for future decode tokens, decays
 
     def kv_running(self) -> int:
@@ -101,6 +108,7 @@ class SimResult:
     finish_times: list[float]
     lower_bound_s: float
     efficiency: float
+    mean_acceptance_length: float | None = None
 
     def summary(self) -> dict:
         d = dataclasses.asdict(self)
@@ -110,8 +118,10 @@ class SimResult:
 
 class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
-                 max_tokens: int, pool: MigrationCost | None = None):
+                 max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None):
         self.policy = policy
+        self.spec = spec
+        self.draft_budget = spec.budget(model) if spec is not None else None
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
         self.buffer = RequestBuffer()
@@ -123,6 +133,7 @@ class Simulation:
         self._seq = 0
         self.finish_times: list[float] = []
         self.groups = []
+        self.group_of: dict[str, Group] = {}
         for gid, members in groups_of(trace).items():
             params = SamplingParams(max_new_tokens=max_tokens)
             group = Group.make(f"g{gid}", [0] * members[0].prompt_len, len(members), params,
@@ -130,20 +141,22 @@ class Simulation:
             for s in group.samples:
                 s.output_ids = TokenCount()  # type: ignore[assignment]
             self.groups.append(group)
+            self.group_of[group.group_id] = group
 
     # ---- router side: the real policy ---------------------------------------------------------
     def dispatch(self) -> None:
         snapshot = [dataclasses.replace(v) for v in self.views]
         for decision in self.policy.schedule(self.buffer, snapshot):
             inst = self.instances[decision.instance]
-            for sample, budget in zip(decision.samples, decision.max_new_tokens):
+            priorities = decision.priorities or [None] * len(decision.samples)
+            for sample, budget, priority in zip(decision.samples, decision.max_new_tokens, priorities):
                 reserve = worst_case_tokens(sample, budget)
                 view = self.views[decision.instance]
                 view.reserved_tokens += reserve
                 view.inflight += 1
                 self.buffer.mark_running(sample, decision.instance)
                 sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
-                inst.waiting.append(Slot(sample, budget, reserve))
+                inst.waiting.append(Slot(sample, budget, reserve, priority=priority))
             if inst.busy_until is None:
                 self._push(self.now, inst.index)
 
@@ -222,16 +235,38 @@ class Simulation:
             inst.busy_until = None
             return
         batch, kv = len(inst.running), inst.kv_running()
-        steps = min(MAX_MACRO_STEPS, min(s.steps_left for s in inst.running))
+        rates, extra_s = self._spec_rates(inst.running)
+        steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(inst.running, rates)))
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
-        dt = prefill_s + self.model.decode_steps(steps, batch, kv)
-        for slot in inst.running:
-            slot.produced += steps
-            slot.sample.output_ids.n += steps  # type: ignore[attr-defined]
+        dt = prefill_s + self.model.decode_steps(steps, batch, kv) + steps * extra_s
+        for slot, rate in zip(inst.running, rates):
+            made = min(slot.steps_left, max(1, round(steps * rate)))
+            slot.produced += made
+            slot.sample.output_ids.n += made  # type: ignore[attr-defined]
+            if self.spec is not None:
+                inst.verify_steps += steps
+                inst.spec_tokens += made
         inst.new_token_ratio = max(0.1, inst.new_token_ratio - 0.0015 * steps)
         inst.busy_time += dt
         inst.busy_until = self.now + dt
         self._push(inst.busy_until, inst.index)
+
+    def _spec_rates(self, running: list[Slot]) -> tuple[list[float], float]:
+        """Expected tokens per step of each running request, and the verify cost a step adds."""
+        if self.spec is None:
+            return [1.0] * len(running), 0.0
+        group_size = {g: len(grp.samples) for g, grp in self.group_of.items()}
+        scores = []
+        for slot in running:
+            group = self.group_of[slot.sample.group_id]
+            finished = sum(s.done for s in group.samples)
+            scores.append(self.spec.draft_scores(self.spec.alpha(finished, group_size[group.group_id])))
+        high = high_priority([slot.priority for slot in running])
+        asks = [BudgetRequest(str(i), high[i], sc) for i, sc in enumerate(scores)]
+        given = self.draft_budget.allocate(asks, len(running)).per_request
+        counts = [given[str(i)] for i in range(len(running))]
+        rates = [1.0 + sum(sc[:k]) for sc, k in zip(scores, counts)]
+        return rates, self.spec.token_cost(self.model) * sum(counts)  # a ragged verify: drafts given out
 
     def _finish_step(self, inst: SimInstance) -> None:
         done = [s for s in inst.running if s.steps_left <= 0]
@@ -275,7 +310,12 @@ class Simulation:
                          retractions=sum(i.retractions for i in self.instances),
                          prefill_tokens=sum(i.prefill_tokens for i in self.instances),
                          pool_tokens=sum(i.pool_tokens for i in self.instances), finish_times=times,
-                         lower_bound_s=bound, efficiency=bound / completion)
+                         lower_bound_s=bound, efficiency=bound / completion,
+                         mean_acceptance_length=self._acceptance())
+
+    def _acceptance(self) -> float | None:
+        steps = sum(i.verify_steps for i in self.instances)
+        return sum(i.spec_tokens for i in self.instances) / steps if steps else None
 
     def _peak_throughput(self) -> float:
         """Cluster tokens/s at the best batch size that fits the KV of an average sample."""
@@ -290,5 +330,5 @@ class Simulation:
 
 
 def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
-             max_tokens: int, pool: MigrationCost | None = None) -> SimResult:
-    return Simulation(trace, policy, model, instances, max_tokens, pool).run()
+             max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None) -> SimResult:
+    return Simulation(trace, policy, model, instances, max_tokens, pool, spec).run()

@@ -15,6 +15,9 @@ DEFAULT_DRAFTER = "group-suffix"
 # Set in the environment of an SGLang instance running SEER: the drafter name, and the draft server address.
 DRAFTER_ENV = "SEER_SPEC_DRAFTER"
 SERVER_ENV = "SEER_DRAFT_SERVER"
+BUDGET_ENV = "SEER_DRAFT_BUDGET"  # adaptive | threshold | full
+COST_ENV = "SEER_DRAFT_COST"  # profile file for the adaptive budget
+BUDGETS = ("adaptive", "threshold", "full")
 
 
 def make_drafter(name: str = DEFAULT_DRAFTER, native: bool | str | None = None, **kw) -> IndexedDrafter:
@@ -29,5 +32,5 @@ def make_drafter(name: str = DEFAULT_DRAFTER, native: bool | str | None = None, 
     raise ValueError(f"unknown drafter {name!r}; choose one of {DRAFTERS}")
 
 
-__all__ = ["DRAFTERS", "DEFAULT_DRAFTER", "DRAFTER_ENV", "SERVER_ENV", "Draft", "Drafter", "IndexedDrafter", "SamDrafter", "SuffixDrafter",
+__all__ = ["BUDGETS", "BUDGET_ENV", "COST_ENV", "DRAFTERS", "DEFAULT_DRAFTER", "DRAFTER_ENV", "SERVER_ENV", "Draft", "Drafter", "IndexedDrafter", "SamDrafter", "SuffixDrafter",
            "make_drafter"]

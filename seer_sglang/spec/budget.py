@@ -61,6 +61,19 @@ class CostModel:
         return tuple(alpha ** (i + 1) for i in range(length))
 
 
+HIGH_PRIORITY_SHARE = 0.25  # the batch's top quarter by router priority counts as long-tail
+
+
+def high_priority(priorities: Sequence[int | None]) -> list[bool]:
+    """The requests in the top ``HIGH_PRIORITY_SHARE`` of the batch by router priority (the router
+    ranks the samples it expects to run longest first); none when no request carries one."""
+    known = sorted((p for p in priorities if p is not None), reverse=True)
+    if not known:
+        return [False] * len(priorities)
+    cut = known[max(0, int(len(known) * HIGH_PRIORITY_SHARE) - 1)]
+    return [p is not None and p >= cut for p in priorities]
+
+
 @dataclass(frozen=True)
 class BudgetRequest:
     """A request's candidate draft: ``draft_scores[j]`` is the acceptance probability (cumulative
@@ -143,3 +156,97 @@ class ThresholdSwitch:
             return _off(requests, 0, f"batch size {batch} > {self.max_batch}")
         per = {r.rid: min(self.gamma, len(r.draft_scores)) for r in requests}
         return BudgetDecision(per, self.gamma, True, f"fixed gamma {self.gamma}")
+
+
+class OnlineCost:
+    """A cost model an instance fits to its own verify steps, for when no offline profile is given.
+
+    Step times come from a sliding window of (batch, verified tokens per request, seconds); the
+    widths vary by themselves because a request verifies only the drafts it has. The acceptance curve
+    counts, per draft position i, how often a request that verified at least i drafts accepted them.
+    ``model()`` is None until the window shows at least two widths.
+    """
+
+    def __init__(self, gamma_max: int = 8, window: int = 256, min_points: int = 32):
+        self.gamma_max = gamma_max
+        self.points: list[tuple[int, float, float]] = []
+        self.window = window
+        self.min_points = min_points
+        self.tried = np.zeros(gamma_max, dtype=np.float64)
+        self.accepted = np.zeros(gamma_max, dtype=np.float64)
+        self._fitted: CostModel | None = None
+        self._stale = True
+
+    def record_step(self, batch: int, tokens_per_request: int, seconds: float) -> None:
+        self.points.append((batch, float(tokens_per_request), seconds))
+        del self.points[:-self.window]
+        self._stale = True
+
+    def record_acceptance(self, verified: Sequence[int], accepted: Sequence[int]) -> None:
+        """Per request of one step: drafts verified, and how many of them were accepted."""
+        for k, a in zip(verified, accepted):
+            k = min(int(k), self.gamma_max)
+            self.tried[:k] += 1
+            self.accepted[:min(int(a), k)] += 1
+        self._stale = True
+
+    def curve(self) -> tuple[float, ...]:
+        rates = np.divide(self.accepted, self.tried, out=np.zeros_like(self.accepted), where=self.tried > 0)
+        return tuple(float(r) for r in np.minimum.accumulate(rates))
+
+    def model(self) -> CostModel | None:
+        if self._stale:
+            self._stale = False
+            widths = {n for _, n, _ in self.points}
+            if len(self.points) >= self.min_points and len(widths) >= 2:
+                self._fitted = CostModel.fit(self.points, self.curve())
+        return self._fitted
+
+
+class AdaptiveBudget:
+    """``DraftBudget`` over a fixed profile (``cost``) or, without one, over ``OnlineCost``'s fit;
+    until that fit exists every request verifies all the drafts it has."""
+
+    def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0):
+        self.online = None if cost is not None else OnlineCost(gamma_max)
+        self.gamma_max = gamma_max
+        self.lam = lam
+        self._budget = DraftBudget(cost, gamma_max, lam) if cost is not None else None
+        self._model: CostModel | None = cost
+
+    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
+        if self.online is not None:
+            model = self.online.model()
+            if model is None:
+                return BudgetDecision({r.rid: min(self.gamma_max, len(r.draft_scores)) for r in requests},
+                                      self.gamma_max, True, "profiling: full drafts")
+            if model is not self._model:
+                self._model, self._budget = model, DraftBudget(model, self.gamma_max, self.lam)
+        return self._budget.allocate(requests, batch_size)
+
+
+def load_cost(path: str) -> CostModel:
+    """A profile file: ``CostModel`` fields, or a ``StepModel`` (the simulator's calibration) whose
+    decode and prefill costs give the verify cost, with a geometric acceptance curve
+    (``accept_rate``, default 0.6)."""
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(path).read_text())
+    if "per_token_s" in data:
+        return CostModel(data["base_s"], data["per_seq_s"], data["per_token_s"], tuple(data["accept_curve"]))
+    per_token = data["prefill_per_token_s"]
+    return CostModel(data["decode_base_s"], max(0.0, data["decode_per_seq_s"] - per_token), per_token,
+                     CostModel.geometric_curve(data.get("accept_rate", 0.6)))
+
+
+def make_budget(name: str, gamma_max: int, cost_path: str | None = None):
+    """``adaptive`` (Seer's budget), ``threshold`` (fixed gamma below a batch size) or ``full`` (every
+    draft token, every step): the names of ``launch_server --draft-budget``."""
+    if name == "adaptive":
+        return AdaptiveBudget(load_cost(cost_path) if cost_path else None, gamma_max)
+    if name == "threshold":
+        return ThresholdSwitch(gamma=gamma_max)
+    if name == "full":
+        return ThresholdSwitch(gamma=gamma_max, max_batch=1 << 30)
+    raise ValueError(f"unknown draft budget {name!r}; choose adaptive, threshold or full")

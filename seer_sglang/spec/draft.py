@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -32,6 +33,31 @@ class Draft:
         for p in self.parents:
             out.append(1 if p < 0 else out[p] + 1)
         return out
+
+    def best_first(self) -> list[int]:
+        """Node indices in the order a budget should take them: the most likely node whose parent is
+        already taken, so every prefix of the order is a tree. Nodes without scores count as 1."""
+        scores = self.scores if len(self.scores) == len(self.tokens) else [1.0] * len(self.tokens)
+        children: list[list[int]] = [[] for _ in range(len(self.tokens) + 1)]
+        for i, p in enumerate(self.parents):
+            if -1 <= p < i:
+                children[p + 1].append(i)
+        order: list[int] = []
+        frontier = [(-scores[i], i) for i in children[0]]
+        heapq.heapify(frontier)
+        while frontier:
+            _, i = heapq.heappop(frontier)
+            order.append(i)
+            for c in children[i + 1]:
+                heapq.heappush(frontier, (-scores[c], c))
+        return order
+
+    def keep(self, nodes: Sequence[int]) -> Draft:
+        """The sub-draft of ``nodes`` (closed under parents), still in BFS order."""
+        kept = sorted(nodes)
+        new_index = {-1: -1, **{old: new for new, old in enumerate(kept)}}
+        scores = [self.scores[i] for i in kept] if len(self.scores) == len(self.tokens) else []
+        return Draft([self.tokens[i] for i in kept], [new_index[self.parents[i]] for i in kept], scores)
 
     @classmethod
     def from_best_first(cls, tokens: list[int], parents: list[int], scores: list[float]) -> Draft:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..kvpool.config import has_flag
-from . import DRAFTER_ENV, DRAFTERS, SERVER_ENV
+from . import BUDGET_ENV, BUDGETS, COST_ENV, DRAFTER_ENV, DRAFTERS, SERVER_ENV
 from .plugin_hooks import ALGORITHM, BACKEND_NAME
 
 logger = logging.getLogger("seer_sglang.spec")
@@ -29,6 +29,8 @@ class RunningDrafts:
     draft_paths: int = 4
     cpu: bool = True
     address: str | None = None
+    budget: str = "adaptive"  # how many drafts each request verifies per step (seer_sglang.spec.budget)
+    cost_path: str | None = None  # the adaptive budget's profile; without one each instance fits its own
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -37,7 +39,7 @@ class RunningDrafts:
 
     def describe(self) -> str:
         return (f"{self.drafter}, up to {self.draft_tokens} draft tokens in {self.draft_paths} paths, "
-                f"draft server {self.address}")
+                f"{self.budget} budget, draft server {self.address}")
 
     def instance_args(self, sglang_args: list[str]) -> list[str]:
         if not self.enabled or has_flag(sglang_args, "--speculative-algorithm"):
@@ -52,7 +54,12 @@ class RunningDrafts:
     def instance_env(self) -> dict[str, str]:
         if not self.enabled:
             return {}
-        return {DRAFTER_ENV: self.drafter, **({SERVER_ENV: self.address} if self.address else {})}
+        env = {DRAFTER_ENV: self.drafter, BUDGET_ENV: self.budget}
+        if self.address:
+            env[SERVER_ENV] = self.address
+        if self.cost_path:
+            env[COST_ENV] = str(Path(self.cost_path).resolve())
+        return env
 
     def stop(self) -> None:
         from ..instances.launcher import stop_processes
@@ -61,15 +68,21 @@ class RunningDrafts:
 
 
 def start_drafting(drafter: str, draft_tokens: int, draft_paths: int, log_dir: Path | None, cpu: bool,
-                   with_plugin: bool = True) -> RunningDrafts:
+                   with_plugin: bool = True, budget: str = "adaptive", cost_path: str | None = None) -> RunningDrafts:
     """Start the draft server on loopback (when we start the instances); ``none`` starts nothing."""
     if drafter not in DRAFT_CHOICES:
         raise ValueError(f"--draft must be one of {DRAFT_CHOICES}, got {drafter!r}")
     if draft_tokens < 1 or draft_paths < 1:
         raise ValueError("--draft-tokens and --draft-paths must be at least 1")
+    if budget not in BUDGETS:
+        raise ValueError(f"--draft-budget must be one of {BUDGETS}, got {budget!r}")
+    if cost_path:
+        from .budget import load_cost
+
+        load_cost(cost_path)  # a bad profile fails here, not in every instance
     if log_dir is None or not with_plugin:
         drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
-    drafts = RunningDrafts(drafter, draft_tokens, draft_paths, cpu)
+    drafts = RunningDrafts(drafter, draft_tokens, draft_paths, cpu, budget=budget, cost_path=cost_path)
     if not drafts.enabled:
         return drafts
     from ..instances.launcher import free_port

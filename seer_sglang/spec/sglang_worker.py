@@ -12,9 +12,16 @@ The group comes from the router's rid ``<group>-<index>-c<chunk>``; all chunks o
 the request id ``<group>-<index>``. Chunk 0 brings the group prompt. A later chunk's input is the
 prompt plus the sample's earlier output, split by the prompt the drafter already holds for the group.
 
-The drafter (set in the environment of the SGLang process): ``SEER_SPEC_DRAFTER`` = a drafter name
-of ``seer_sglang.spec.make_drafter`` (default ``group-suffix``) or ``module:callable`` (called with
-the server args); ``SEER_DRAFT_SERVER`` = a draft server address, to sync through it.
+Each step a draft budget (``seer_sglang.spec.budget``) decides how many of its draft tokens each
+request verifies. On CPU the verify width then shrinks to the largest allocation, so a step whose
+budget is zero costs a plain decode step; on GPU the width stays fixed (captured graphs and FlashInfer
+plans are per width) and unallocated nodes are masked out.
+
+Set in the environment of the SGLang process: ``SEER_SPEC_DRAFTER`` = a drafter name of
+``seer_sglang.spec.make_drafter`` (default ``group-suffix``) or ``module:callable`` (called with the
+server args); ``SEER_DRAFT_SERVER`` = a draft server address, to sync through it;
+``SEER_DRAFT_BUDGET`` = ``adaptive`` (default), ``threshold`` or ``full``; ``SEER_DRAFT_COST`` = a
+profile file for the adaptive budget (without one it fits its own step times as it runs).
 """
 
 from __future__ import annotations
@@ -25,13 +32,15 @@ import os
 import time
 
 import numpy as np
+import torch
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.runtime_context import get_device, get_schedule, get_spec
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..plugin.queue_order import SEER_RID
-from . import DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
+from . import BUDGET_ENV, COST_ENV, DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
+from .budget import BudgetRequest, high_priority, make_budget
 from .draft import Draft
 
 logger = logging.getLogger("seer_sglang.spec")
@@ -68,6 +77,21 @@ def tree_layout(last_token: int, draft: Draft, num_nodes: int) -> tuple[np.ndarr
         tokens[node] = token
         mask[node] |= mask[up]
     return tokens, mask
+
+
+class _WidthViews:
+    """Per-batch-size views of one of NGRAM's preallocated buffers at the worker's current verify
+    width w, standing in for the lists NGRAM builds for its fixed width: ``rows`` gives [bs, w],
+    ``flat`` [bs * w], ``square`` [bs * w * w] (the tree masks)."""
+
+    def __init__(self, worker: "SeerSpecWorker", buffer, shape: str):
+        self.worker, self.buffer, self.shape = worker, buffer.view(-1), shape
+
+    def __getitem__(self, bs: int):
+        w = self.worker.draft_token_num
+        if self.shape == "rows":
+            return self.buffer[:bs * w].view(bs, w)
+        return self.buffer[:bs * w * (w if self.shape == "square" else 1)]
 
 
 def make_drafter(server_args):
@@ -135,6 +159,13 @@ class SeerSpecWorker(NGRAMWorker):
         self.group_used: dict[str, float] = {}  # group -> last time a request of it was here
         self._next_idle_check = 0.0
         self.ngram_corpus = _RequestsLeft(self)
+        self.full_width = self.draft_token_num
+        self.variable_width = str(self.device).startswith("cpu")
+        self.budget = make_budget(os.environ.get(BUDGET_ENV) or "adaptive", self.full_width - 1,
+                                  os.environ.get(COST_ENV) or None)
+        self._planned: tuple[np.ndarray, np.ndarray] | None = None
+        self._verified: list[int] = []
+        self._budget_log = {"steps": 0, "off": 0, "width": 0, "next_s": 0.0}
         if str(self.device).startswith("cpu"):
             from .cpu_ops import install_lazy
 
@@ -142,8 +173,18 @@ class SeerSpecWorker(NGRAMWorker):
         from . import verify_sampling
 
         verify_sampling.install()  # after the CPU ops: it wraps the tree sampler they put in place
-        logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths", type(self.drafter).__name__,
-                    self.draft_token_num - 1, self.max_paths)
+        logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths, %s budget%s",
+                    type(self.drafter).__name__, self.draft_token_num - 1, self.max_paths,
+                    os.environ.get(BUDGET_ENV) or "adaptive", "" if self.variable_width else " (fixed width)")
+
+    def _init_preallocated_tensors(self):
+        super()._init_preallocated_tensors()
+        self.positions_batch = _WidthViews(self, self.positions, "flat")
+        self.draft_tokens_batch = _WidthViews(self, self.draft_tokens, "flat")
+        self.tree_mask_batch = _WidthViews(self, self.tree_mask, "square")
+        self.retrieve_indexes_batch = _WidthViews(self, self.retrieve_indexes, "rows")
+        self.retrieve_next_token_batch = _WidthViews(self, self.retrieve_next_token, "rows")
+        self.retrieve_next_sibling_batch = _WidthViews(self, self.retrieve_next_sibling, "rows")
 
     def clear_cache_pool(self):
         self.offset.clear()
@@ -210,13 +251,24 @@ class SeerSpecWorker(NGRAMWorker):
         self.offset.pop(rid, None)
         self.fed.pop(rid, None)
 
+    def _prepare_for_speculative_decoding(self, batch: ScheduleBatch):
+        """Plan the drafts first: their budget sets the width NGRAM's verify setup then runs at."""
+        if batch.forward_mode.is_decode():
+            self._planned = self._plan_drafts(batch)
+        super()._prepare_for_speculative_decoding(batch)
+
     def _prepare_draft_tokens(self, batch: ScheduleBatch) -> tuple[np.ndarray, np.ndarray]:
-        bs, d = len(batch.reqs), self.draft_token_num
+        planned, self._planned = self._planned, None
+        return planned
+
+    def _plan_drafts(self, batch: ScheduleBatch) -> tuple[np.ndarray, np.ndarray]:
+        """Feed the drafter, draft every request, give out the budget, and set the verify width."""
+        bs, full = len(batch.reqs), self.full_width
         pending: list[list[int]] = [[] for _ in range(bs)]
         if self.enable_overlap and not batch.grammar_needs_sync():
-            flat = batch.spec_info.accept_tokens.cpu().tolist()
+            flat = batch.spec_info.accept_tokens.cpu().tolist()  # rows padded to the full width
             lens = batch.spec_info.accept_lens.cpu().tolist()
-            pending = [flat[i * d:i * d + lens[i]] for i in range(bs)]
+            pending = [flat[i * full:i * full + lens[i]] for i in range(bs)]
         # Feed the whole batch before drafting, so siblings see each other's latest tokens.
         now, last = time.monotonic(), []
         for req, extra in zip(batch.reqs, pending):
@@ -224,13 +276,63 @@ class SeerSpecWorker(NGRAMWorker):
             self.group_used[request_key(req.rid)[0]] = now
             last.append(self._catch_up(req, extra))
         self._release_idle_groups(now)
-        tokens = np.empty((bs, d), dtype=np.int64)
-        masks = np.empty((bs, d, d), dtype=np.bool_)
-        for i, req in enumerate(batch.reqs):
+        drafts, orders = [], []
+        for req in batch.reqs:
             group, request, _ = request_key(req.rid)
-            draft = self.drafter.draft(group, request, d - 1, self.max_paths)
-            tokens[i], masks[i] = tree_layout(last[i], draft, d)
+            draft = self.drafter.draft(group, request, full - 1, self.max_paths)
+            drafts.append(draft)
+            orders.append(draft.best_first())
+        high = high_priority([getattr(req, "priority", None) for req in batch.reqs])
+        asks = [BudgetRequest(str(i), high[i], [d.scores[j] if len(d.scores) == len(d) else 1.0 for j in order])
+                for i, (d, order) in enumerate(zip(drafts, orders))]
+        decision = self.budget.allocate(asks, bs)
+        self._verified = [min(decision.per_request[str(i)], len(orders[i])) for i in range(bs)]
+        width = 1 + max(self._verified, default=0) if self.variable_width else full
+        self.draft_token_num = width
+        self._note_budget(width, decision.enabled)
+        tokens = np.empty((bs, width), dtype=np.int64)
+        masks = np.empty((bs, width, width), dtype=np.bool_)
+        for i, (draft, order) in enumerate(zip(drafts, orders)):
+            tokens[i], masks[i] = tree_layout(last[i], draft.keep(order[:self._verified[i]]), width)
         return tokens.reshape(-1), masks.reshape(-1)
+
+    def _note_budget(self, width: int, enabled: bool) -> None:
+        """A log line every 30 s: how often the budget turned drafts off, and the mean verify width."""
+        log = self._budget_log
+        log["steps"] += 1
+        log["off"] += not enabled
+        log["width"] += width
+        now = time.monotonic()
+        if now >= log["next_s"]:
+            if log["next_s"]:
+                logger.info("draft budget: %d verify steps, %d without drafts, mean width %.2f",
+                            log["steps"], log["off"], log["width"] / log["steps"])
+            log.update(steps=0, off=0, width=0, next_s=now + 30.0)
+
+    def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, pp_proxy_tensors=None):
+        """NGRAM's step at the planned width; rows come back padded to the full width, the stride the
+        scheduler and the overlap relay were sized for. A CPU step also feeds the online cost fit."""
+        decode = batch.forward_mode.is_decode()
+        bs = len(batch.reqs)
+        start = time.perf_counter()
+        try:
+            result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
+        finally:
+            width, self.draft_token_num = self.draft_token_num, self.full_width
+        if not decode:
+            return result
+        if width < self.full_width:
+            rows = result.next_token_ids.view(bs, width)
+            padded = torch.zeros((bs, self.full_width), dtype=rows.dtype, device=rows.device)
+            padded[:, :width] = rows
+            result.next_token_ids = padded.view(-1)
+            result.next_draft_input.accept_tokens = result.next_token_ids
+            result.next_draft_input.draft_token_num = self.full_width
+        online = getattr(self.budget, "online", None)
+        if online is not None and self.variable_width:
+            online.record_step(bs, width, time.perf_counter() - start)
+            online.record_acceptance(self._verified, (result.accept_lens - 1).tolist())
+        return result
 
     def _update_ngram_corpus(self, batch: ScheduleBatch):
         """The drafter is fed from committed tokens (see _prepare_draft_tokens, note_request_finished)."""
