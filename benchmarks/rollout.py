@@ -206,9 +206,11 @@ def calibrate(urls: list[str], prompt: list[int], kv_cap: int, batches: tuple[in
     per_kv = max(0.0, (long_step - per_batch[mid]) / (mid * context))
     pre = asyncio.run(prefill(2000)) / 2000
     peak = max(b * len(urls) / t for b, t in per_batch.items())
+    # A one-token request on a cached prompt is all overhead but one forward: HTTP, tokenizing, scheduling.
+    overhead = statistics.median(asyncio.run(decode(1, 1)) for _ in range(5)) - per_batch[1]
     return {"step_s_by_batch": per_batch, "min_step_s": per_batch[1], "peak_tok_s": peak,
             "prefill_s_per_token": pre, "decode_base_s": max(base, 1e-4), "decode_per_seq_s": max(slope, 0.0),
-            "decode_per_kv_token_s": per_kv, "capacity_tokens": kv_cap}
+            "decode_per_kv_token_s": per_kv, "capacity_tokens": kv_cap, "request_overhead_s": max(0.0, overhead)}
 
 
 def calib_batches(args) -> tuple[int, ...]:
@@ -223,7 +225,7 @@ def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -
     out = {}
     for mode, real in results.items():
         if any(o.startswith("sd") for o in mode_options(mode)[1]):
-            continue  # the simulator does not model speculative decoding
+            continue  # the simulator's acceptance odds are not calibrated on these engines
         # The CPU step model has no pool-load term: "+pool" modes are simulated as recompute.
         policy = make_policy("group" if mode == "baseline" else mode_options(mode)[0], chunk_size=args.chunk_size)
         sim = simulate(trace, policy, model, args.instances, args.max_tokens)
@@ -408,6 +410,7 @@ def main() -> None:
                            decode_per_seq_s=calib["decode_per_seq_s"],
                            decode_per_kv_token_s=calib["decode_per_kv_token_s"],
                            prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
+                           request_overhead_s=calib["request_overhead_s"],
                            source=f"measured by benchmarks.rollout on {machine}")
     step_model.save(out.with_suffix(".step_model.json"))
     report = {"config": {**vars(args), "machine": machine, "samples": len(trace),

@@ -78,3 +78,16 @@ def test_speculation_runs_the_engines_draft_budget(trace):
     assert mode_features("context+pool+sd-suffix")[1:] == (True, SpecModel(grouped=False))
     with pytest.raises(ValueError, match="sd-eagle"):
         mode_features("context+sd-eagle")
+
+
+def test_chunk_return_overhead_delays_only_the_router(trace):
+    """A chunk reaches the router request_overhead_s after its last step: more chunks cost more time,
+    and every sample still ends exactly."""
+    slow = dataclasses.replace(SMALL, request_overhead_s=0.5)
+    results = {}
+    for name, chunk in (("group", None), ("context", 256)):
+        fast_run = simulate(trace, make_policy(name, chunk_size=chunk), SMALL, instances=4, max_tokens=4096)
+        slow_run = simulate(trace, make_policy(name, chunk_size=chunk), slow, instances=4, max_tokens=4096)
+        assert slow_run.total_tokens == fast_run.total_tokens and len(slow_run.finish_times) == len(trace)
+        results[name] = slow_run.completion_s - fast_run.completion_s
+    assert 0 < results["group"] < results["context"]  # one chunk per sample vs many

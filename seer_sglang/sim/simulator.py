@@ -129,7 +129,8 @@ class Simulation:
         self.instances = [SimInstance(i, model) for i in range(instances)]
         self.max_tokens = max_tokens
         self.now = 0.0
-        self.events: list[tuple[float, int, int]] = []
+        self.events: list[tuple[float, int, int]] = []  # (time, seq, instance index | -1 = a chunk return)
+        self.returning: dict[int, tuple[SimInstance, Slot]] = {}  # seq -> a chunk on its way back
         self._seq = 0
         self.finish_times: list[float] = []
         self.groups = []
@@ -269,10 +270,15 @@ class Simulation:
         return rates, self.spec.token_cost(self.model) * sum(counts)  # a ragged verify: drafts given out
 
     def _finish_step(self, inst: SimInstance) -> None:
+        """Finished chunks reach the router ``request_overhead_s`` later (HTTP, detokenizing)."""
         done = [s for s in inst.running if s.steps_left <= 0]
         inst.running = [s for s in inst.running if s.steps_left > 0]
         for slot in done:
-            self._return_chunk(inst, slot)
+            if self.model.request_overhead_s > 0:
+                self._push(self.now + self.model.request_overhead_s, -1)
+                self.returning[self._seq] = (inst, slot)
+            else:
+                self._return_chunk(inst, slot)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -280,7 +286,12 @@ class Simulation:
             self.buffer.add_group(group)
         self.dispatch()
         while self.events:
-            t, _, index = heapq.heappop(self.events)
+            t, seq, index = heapq.heappop(self.events)
+            if index < 0:
+                self.now = t
+                self._return_chunk(*self.returning.pop(seq))
+                self.dispatch()
+                continue
             inst = self.instances[index]
             if inst.busy_until is not None and t < inst.busy_until:
                 continue  # a stale wake-up: the instance is mid-step

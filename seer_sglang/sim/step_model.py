@@ -20,6 +20,7 @@ class StepModel:
     max_running: int = 1024
     source: str = ""
     pool_load_s_per_token: float = 0.0  # global KV pool read, per token (0 = unknown: no pool modelled)
+    request_overhead_s: float = 0.0  # per chunk, outside model steps: HTTP, tokenizing, scheduling
 
     def decode_step(self, batch: int, kv_tokens: int) -> float:
         return self.decode_base_s + self.decode_per_seq_s * batch + self.decode_per_kv_token_s * kv_tokens
