@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(urls, scheduler=args.scheduler, model_path=model_path,
                          policy_kwargs={"chunk_size": args.chunk_size, "kv_headroom": args.kv_headroom,
                                         "starvation_bound": args.starvation_bound},
-                         kv_pool=pool.file_pool, kv_pool_kind=pool.config.kind)
+                         kv_pool=pool.file_pool, kv_pool_kind=pool.config.kind,
+                         kv_pool_page_size=pool.config.page_size)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)

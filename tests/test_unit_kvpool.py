@@ -112,3 +112,16 @@ def test_file_pool_finds_the_longest_stored_prefix_and_bounds_its_size(tmp_path)
     assert pool.enforce_bound() == 2  # oldest first, down to 90% of the bound
     assert pool.usage_bytes() == 3000
     assert pool.clear() == 3 and pool.usage_bytes() == 0
+
+
+def test_router_probe_per_pool_kind(tmp_path):
+    """A file pool is probed by its page files; a Mooncake store is taken as written through (whole
+    pages); without a pool there is no probe, so every move is priced as a recompute."""
+    from seer_sglang.kvpool.file_pool import FilePool
+    from seer_sglang.server.app import _pool_probe
+
+    pool = FilePool(tmp_path, "m", 16, 1.0)
+    assert _pool_probe(pool, "file", 16) == pool.pooled_tokens
+    assert _pool_probe(None, "mooncake", 16)(list(range(70))) == 64
+    assert _pool_probe(None, "mooncake", 32)(list(range(70))) == 64
+    assert _pool_probe(None, "none", 16) is None

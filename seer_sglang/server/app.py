@@ -46,7 +46,7 @@ async def _describe_model(client: InstanceClient, model_path: str | None) -> Mod
 
 def create_app(instance_urls: list[str], *, scheduler: str = "context", model_path: str | None = None,
                policy_kwargs: dict[str, Any] | None = None, kv_pool: FilePool | None = None,
-               kv_pool_kind: str | None = None) -> FastAPI:
+               kv_pool_kind: str | None = None, kv_pool_page_size: int = 16) -> FastAPI:
     """Build the app; the engine starts in the lifespan, once the instances answer."""
     metrics = Metrics()
 
@@ -80,7 +80,7 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
         policy = make_policy(scheduler, **(policy_kwargs or {}))
         hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_load=metrics.on_load,
                             find_stop=tokenizer.find_stop,
-                            pool_probe=kv_pool.pooled_tokens if kv_pool is not None else None)
+                            pool_probe=_pool_probe(kv_pool, kv_pool_kind, kv_pool_page_size))
         engine = RolloutEngine(clients, policy, hooks=hooks)
         await engine.start()
         janitor = asyncio.create_task(pool_janitor(engine)) if kv_pool is not None else None
@@ -222,6 +222,19 @@ def create_app(instance_urls: list[str], *, scheduler: str = "context", model_pa
         return response
 
     return app
+
+
+def _pool_probe(kv_pool: FilePool | None, kind: str | None, page_size: int):
+    """How much of a context the pool holds: a file pool's page files are checked; a Mooncake store
+    is not queried, its write-through is taken as done (whole pages), so moves are priced as loads."""
+    if kv_pool is not None:
+        return kv_pool.pooled_tokens
+    if kind == "mooncake":
+        from ..kvpool.cost import MigrationCost
+
+        whole_pages = MigrationCost(page_size=page_size).pooled
+        return lambda ids: whole_pages(len(ids))
+    return None
 
 
 def _policy_json(policy) -> dict[str, Any]:
