@@ -20,6 +20,7 @@ baseline) and a PNG next to it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 import json
 import platform
@@ -134,7 +135,8 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
         (await http.post(f"{url}/flush_cache")).raise_for_status()
         start = time.time()
         r = await http.post(f"{url}/v1/rollout", json=body)
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"{mode}: /v1/rollout answered {r.status_code}: {r.text}")
     data = r.json()
     finish = [{"t": s["timing"]["submitted_at"] + s["timing"]["latency_s"], "tokens": s["completion_tokens"],
                "retractions": sum(c.get("retractions", 0) for c in s["chunks"]), "target": None}
@@ -348,7 +350,7 @@ def main() -> None:
     tokenizer = PromptTokenizer(model_path)
     eos = tokenizer.tok.eos_token_id
     prompts = make_prompts(tokenizer, args.prompts, args.seed)
-    spec = PRESETS[args.workload].scaled(args.max_tokens)
+    spec = dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
     trace = [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
              for s in generate(spec, args.prompts, args.seed)]
     out = Path(args.out)
