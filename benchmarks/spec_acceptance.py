@@ -44,17 +44,22 @@ def instance_args(drafter: str, cpu: bool, budget: str = "full") -> tuple[list[s
 
 
 def run(url: str, prompts: list[list[int]], args) -> tuple[list[dict], float]:
-    ids, rids, params = [], [], []
-    for p, prompt in enumerate(prompts):
-        for i in range(args.group_size):
-            ids.append(prompt)
-            rids.append(f"g{p}-{i}-c0")
-            params.append({"max_new_tokens": args.max_tokens, "temperature": args.temperature,
-                           "sampling_seed": 1000 * p + i})
+    """Every sample, prompt by prompt (``outs[i::G]`` = sibling i of each prompt). ``together``
+    sends all at once; ``staggered`` sends sibling 0 of every prompt first, as the length probe of
+    context-aware scheduling, and the other siblings once the probes have finished."""
+    waves = [list(range(args.group_size))] if args.arrival == "together" else [[0], list(range(1, args.group_size))]
+    outs: dict[tuple[int, int], dict] = {}
     t0 = time.perf_counter()
-    r = httpx.post(f"{url}/generate", json={"input_ids": ids, "rid": rids, "sampling_params": params}, timeout=None)
-    r.raise_for_status()
-    return r.json(), time.perf_counter() - t0
+    for wave in waves:
+        keys = [(p, i) for p in range(len(prompts)) for i in wave]
+        body = {"input_ids": [prompts[p] for p, _ in keys], "rid": [f"g{p}-{i}-c0" for p, i in keys],
+                "sampling_params": [{"max_new_tokens": args.max_tokens, "temperature": args.temperature,
+                                     "sampling_seed": 1000 * p + i} for p, i in keys]}
+        r = httpx.post(f"{url}/generate", json=body, timeout=None)
+        r.raise_for_status()
+        outs.update(zip(keys, r.json()))
+    wall = time.perf_counter() - t0
+    return [outs[(p, i)] for p in range(len(prompts)) for i in range(args.group_size)], wall
 
 
 def acceptance(outs: list[dict]) -> float | None:
@@ -72,6 +77,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--drafters", default="group-suffix,suffix,sam,ngram")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arrival", default="together", choices=["together", "staggered"],
+                    help="staggered: sibling 0 of every prompt first (context scheduling's probe), then the rest")
     ap.add_argument("--budget", default="full", choices=["full", "adaptive", "threshold"],
                     help="draft budget of the SEER drafters (full: the drafter's own acceptance)")
     ap.add_argument("--out", default="benchmarks/results/spec_acceptance.json")

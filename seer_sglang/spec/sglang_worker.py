@@ -12,10 +12,10 @@ The group comes from the router's rid ``<group>-<index>-c<chunk>``; all chunks o
 the request id ``<group>-<index>``. Chunk 0 brings the group prompt. A later chunk's input is the
 prompt plus the sample's earlier output, split by the prompt the drafter already holds for the group.
 
-Each step a draft budget (``seer_sglang.spec.budget``) decides how many of its draft tokens each
-request verifies. On CPU the verify width then shrinks to the largest allocation, so a step whose
-budget is zero costs a plain decode step; on GPU the width stays fixed (captured graphs and FlashInfer
-plans are per width) and unallocated nodes are masked out.
+Each step a draft budget (``seer_sglang.spec.budget``) picks the draft length gamma* for the batch.
+On CPU the verify width follows it (gamma* + 1), so a step with gamma* = 0 costs a plain decode step;
+on GPU the width stays fixed (captured graphs and FlashInfer plans are per width) and every draft
+is verified.
 
 Set in the environment of the SGLang process: ``SEER_SPEC_DRAFTER`` = a drafter name of
 ``seer_sglang.spec.make_drafter`` (default ``group-suffix``) or ``module:callable`` (called with the
@@ -286,7 +286,11 @@ class SeerSpecWorker(NGRAMWorker):
         asks = [BudgetRequest(str(i), high[i], [d.scores[j] if len(d.scores) == len(d) else 1.0 for j in order])
                 for i, (d, order) in enumerate(zip(drafts, orders))]
         decision = self.budget.allocate(asks, bs)
-        self._verified = [min(decision.per_request[str(i)], len(orders[i])) for i in range(bs)]
+        # SGLang verifies a rectangle: every request pays the widest request's nodes. So each request
+        # may use up to gamma* drafts at no extra cost (the per-request split only pays off in a
+        # ragged verify); at a fixed width (GPU) drafts cost nothing more, so all are verified.
+        cap = (decision.gamma_star if decision.enabled else 0) if self.variable_width else full - 1
+        self._verified = [min(cap, len(order)) for order in orders]
         width = 1 + max(self._verified, default=0) if self.variable_width else full
         self.draft_token_num = width
         self._note_budget(width, decision.enabled)
