@@ -28,6 +28,17 @@ def tiny_model() -> str:
     return str(prepare("tiny"))
 
 
+def start_healthy(spec: InstanceSpec) -> InstanceProcess:
+    """One SGLang instance, healthy; stopped again if it never gets there."""
+    inst = start_instance(spec)
+    try:
+        wait_healthy([inst], timeout_s=STARTUP_TIMEOUT_S, progress=False)
+    except BaseException:
+        stop_instances([inst])
+        raise
+    return inst
+
+
 @dataclass
 class SeerServer:
     url: str

@@ -127,7 +127,8 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
 
     import psutil
 
-    from seer_sglang.instances.launcher import InstanceSpec, free_port, start_instance, stop_instances, wait_healthy
+    from conftest import start_healthy
+    from seer_sglang.instances.launcher import InstanceSpec, free_port, stop_instances
     from seer_sglang.kvpool.config import KVPoolConfig
 
     directory = tmp_path / "pool"
@@ -136,14 +137,8 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
     args = ["--dtype", "float32", *config.instance_args([])]
 
     def start(name: str):
-        inst = start_instance(InstanceSpec(model_path=tiny_model, port=free_port(), sglang_args=args,
-                                           log_path=tmp_path / f"{name}.log", cpu_threads=1))
-        try:
-            wait_healthy([inst], timeout_s=600, progress=False)
-        except BaseException:
-            stop_instances([inst])
-            raise
-        return inst
+        return start_healthy(InstanceSpec(model_path=tiny_model, port=free_port(), sglang_args=args,
+                                          log_path=tmp_path / f"{name}.log", cpu_threads=1))
 
     rng = random.Random(11)
     prompt = [rng.randrange(5, 1000) for _ in range(320)]

@@ -21,8 +21,8 @@ import httpx
 import pytest
 import torch
 
-from seer_sglang.instances.launcher import (InstanceSpec, free_port, has_cuda, start_instance, stop_instances,
-                                            wait_healthy)
+from conftest import start_healthy
+from seer_sglang.instances.launcher import InstanceSpec, free_port, has_cuda, stop_instances
 from seer_sglang.spec.cpu_ops import copy_all_layer_kv_cache_cpu
 from seer_sglang.spec.draft import Draft
 from seer_sglang.spec.draft_client import DraftClient, call, wait_ready
@@ -197,15 +197,9 @@ def test_router_rids_map_to_group_and_sample():
 
 def _start(model: str, log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None):
     # One torch thread: the model is tiny, and OpenMP threads waiting on a busy CPU slow each step ~40x.
-    spec = InstanceSpec(model_path=model, port=free_port(), sglang_args=["--dtype", "float32", *args],
-                        log_path=log_dir / f"{name}.log", extra_env={"OMP_NUM_THREADS": "1", **(env or {})})
-    inst = start_instance(spec)
-    try:
-        wait_healthy([inst], timeout_s=600, progress=False)
-    except BaseException:
-        stop_instances([inst])
-        raise
-    return inst
+    return start_healthy(InstanceSpec(model_path=model, port=free_port(), sglang_args=["--dtype", "float32", *args],
+                                      log_path=log_dir / f"{name}.log",
+                                      extra_env={"OMP_NUM_THREADS": "1", **(env or {})}))
 
 
 def _generate(url: str, input_ids: list[list[int]], rids: list[str] | None = None, seeds: list[int] | None = None,

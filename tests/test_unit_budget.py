@@ -112,13 +112,14 @@ def test_adaptive_budget_verifies_full_drafts_until_it_has_a_model():
 
     budget = AdaptiveBudget(gamma_max=3)
     reqs = [BudgetRequest("a", False, [0.9, 0.5, 0.2, 0.1]), BudgetRequest("b", False, [0.4])]
-    assert budget.allocate(reqs).per_request == {"a": 3, "b": 1}
+    assert budget.allocate(reqs).per_request == {"a": 3, "b": 1} and budget.gamma_star(2) == 3
     for b, n in [(1, 1), (2, 4), (3, 2), (4, 3)] * 8:
         budget.online.record_step(b, n, COST.step_time(b, n))
     budget.online.record_acceptance([3], [3])
     decision = budget.allocate(reqs)  # fitted: COST's step times with drafts always accepted -> gamma* 3 at B = 2
     always = CostModel(COST.base_s, COST.per_seq_s, COST.per_token_s, (1.0, 1.0, 1.0))
     assert decision.gamma_star == always.best_gamma(2, 3) == 3 and decision.per_request == {"a": 3, "b": 1}
+    assert [budget.gamma_star(b) for b in (1, 2, 400)] == [always.best_gamma(b, 3) for b in (1, 2, 400)]
     fixed = AdaptiveBudget(COST, gamma_max=8)
     assert fixed.online is None and fixed.allocate(reqs).gamma_star == COST.best_gamma(2)
 
@@ -135,5 +136,7 @@ def test_profiles_load_from_cost_or_step_model_files(tmp_path):
     assert cost.accept_curve == CostModel.geometric_curve(0.6)
     assert make_budget("full", 5).allocate([BudgetRequest("a", False, [0.1] * 9)], 10_000).per_request == {"a": 5}
     assert not make_budget("threshold", 5).allocate([BudgetRequest("a", False, [0.1])], 64).enabled
+    assert [make_budget("threshold", 5).gamma_star(b) for b in (32, 33)] == [5, 0]
+    assert make_budget("full", 5).gamma_star(10_000) == 5
     with pytest.raises(ValueError, match="draft budget"):
         make_budget("eager", 5)

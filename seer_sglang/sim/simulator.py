@@ -256,12 +256,11 @@ class Simulation:
         """Expected tokens per step of each running request, and the verify cost a step adds."""
         if self.spec is None:
             return [1.0] * len(running), 0.0
-        group_size = {g: len(grp.samples) for g, grp in self.group_of.items()}
         scores = []
         for slot in running:
             group = self.group_of[slot.sample.group_id]
             finished = sum(s.done for s in group.samples)
-            scores.append(self.spec.draft_scores(self.spec.alpha(finished, group_size[group.group_id])))
+            scores.append(self.spec.draft_scores(self.spec.alpha(finished, len(group.samples))))
         high = high_priority([slot.priority for slot in running])
         asks = [BudgetRequest(str(i), high[i], sc) for i, sc in enumerate(scores)]
         given = self.draft_budget.allocate(asks, len(running)).per_request

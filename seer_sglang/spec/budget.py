@@ -148,11 +148,14 @@ class ThresholdSwitch:
     gamma: int = 4
     max_batch: int = 32
 
+    def gamma_star(self, batch_size: int) -> int:
+        return self.gamma if batch_size <= self.max_batch else 0
+
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
         batch = len(requests) if batch_size is None else batch_size
         if self.gamma == 0:
             return _off(requests, 0, "gamma is 0")
-        if batch > self.max_batch:
+        if self.gamma_star(batch) == 0:
             return _off(requests, 0, f"batch size {batch} > {self.max_batch}")
         per = {r.rid: min(self.gamma, len(r.draft_scores)) for r in requests}
         return BudgetDecision(per, self.gamma, True, f"fixed gamma {self.gamma}")
@@ -214,15 +217,26 @@ class AdaptiveBudget:
         self._budget = DraftBudget(cost, gamma_max, lam) if cost is not None else None
         self._model: CostModel | None = cost
 
-    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
+    def _fitted(self) -> DraftBudget | None:
+        """The budget over the current model; None while the online fit has too few steps."""
         if self.online is not None:
             model = self.online.model()
             if model is None:
-                return BudgetDecision({r.rid: min(self.gamma_max, len(r.draft_scores)) for r in requests},
-                                      self.gamma_max, True, "profiling: full drafts")
+                return None
             if model is not self._model:
                 self._model, self._budget = model, DraftBudget(model, self.gamma_max, self.lam)
-        return self._budget.allocate(requests, batch_size)
+        return self._budget
+
+    def gamma_star(self, batch_size: int) -> int:
+        budget = self._fitted()
+        return self.gamma_max if budget is None else budget.gamma_star(batch_size)
+
+    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
+        budget = self._fitted()
+        if budget is None:
+            return BudgetDecision({r.rid: min(self.gamma_max, len(r.draft_scores)) for r in requests},
+                                  self.gamma_max, True, "profiling: full drafts")
+        return budget.allocate(requests, batch_size)
 
 
 def load_cost(path: str) -> CostModel:

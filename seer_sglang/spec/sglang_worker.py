@@ -40,7 +40,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..plugin.queue_order import SEER_RID
 from . import BUDGET_ENV, COST_ENV, DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
-from .budget import BudgetRequest, high_priority, make_budget
+from .budget import make_budget
 from .draft import Draft
 
 logger = logging.getLogger("seer_sglang.spec")
@@ -160,13 +160,13 @@ class SeerSpecWorker(NGRAMWorker):
         self._next_idle_check = 0.0
         self.ngram_corpus = _RequestsLeft(self)
         self.full_width = self.draft_token_num
-        self.variable_width = str(self.device).startswith("cpu")
+        self.variable_width = on_cpu = str(self.device).startswith("cpu")
         self.budget = make_budget(os.environ.get(BUDGET_ENV) or "adaptive", self.full_width - 1,
                                   os.environ.get(COST_ENV) or None)
         self._planned: tuple[np.ndarray, np.ndarray] | None = None
         self._verified: list[int] = []
         self._budget_log = {"steps": 0, "off": 0, "width": 0, "next_s": 0.0}
-        if str(self.device).startswith("cpu"):
+        if on_cpu:
             from .cpu_ops import install_lazy
 
             install_lazy()
@@ -276,35 +276,28 @@ class SeerSpecWorker(NGRAMWorker):
             self.group_used[request_key(req.rid)[0]] = now
             last.append(self._catch_up(req, extra))
         self._release_idle_groups(now)
-        drafts, orders = [], []
-        for req in batch.reqs:
-            group, request, _ = request_key(req.rid)
-            draft = self.drafter.draft(group, request, full - 1, self.max_paths)
-            drafts.append(draft)
-            orders.append(draft.best_first())
-        high = high_priority([getattr(req, "priority", None) for req in batch.reqs])
-        asks = [BudgetRequest(str(i), high[i], [d.scores[j] if len(d.scores) == len(d) else 1.0 for j in order])
-                for i, (d, order) in enumerate(zip(drafts, orders))]
-        decision = self.budget.allocate(asks, bs)
-        # SGLang verifies a rectangle: every request pays the widest request's nodes. So each request
-        # may use up to gamma* drafts at no extra cost (the per-request split only pays off in a
-        # ragged verify); at a fixed width (GPU) drafts cost nothing more, so all are verified.
-        cap = (decision.gamma_star if decision.enabled else 0) if self.variable_width else full - 1
-        self._verified = [min(cap, len(order)) for order in orders]
+        drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) for req in batch.reqs]
+        # SGLang verifies a rectangle: every request pays the widest request's nodes, so the budget's
+        # gamma* is the width and each request verifies up to gamma* of its likeliest drafts (the
+        # per-request split only pays off in a ragged verify). At a fixed width (GPU) drafts cost
+        # nothing more, so all are verified.
+        gamma = self.budget.gamma_star(bs) if self.variable_width else full - 1
+        self._verified = [min(gamma, len(draft)) for draft in drafts]
         width = 1 + max(self._verified, default=0) if self.variable_width else full
         self.draft_token_num = width
-        self._note_budget(width, decision.enabled)
+        self._note_budget(width, gamma > 0)
         tokens = np.empty((bs, width), dtype=np.int64)
         masks = np.empty((bs, width, width), dtype=np.bool_)
-        for i, (draft, order) in enumerate(zip(drafts, orders)):
-            tokens[i], masks[i] = tree_layout(last[i], draft.keep(order[:self._verified[i]]), width)
+        for i, (draft, k) in enumerate(zip(drafts, self._verified)):
+            kept = draft if k == len(draft) else draft.keep(draft.best_first()[:k])
+            tokens[i], masks[i] = tree_layout(last[i], kept, width)
         return tokens.reshape(-1), masks.reshape(-1)
 
-    def _note_budget(self, width: int, enabled: bool) -> None:
+    def _note_budget(self, width: int, drafting: bool) -> None:
         """A log line every 30 s: how often the budget turned drafts off, and the mean verify width."""
         log = self._budget_log
         log["steps"] += 1
-        log["off"] += not enabled
+        log["off"] += not drafting
         log["width"] += width
         now = time.monotonic()
         if now >= log["next_s"]:
