@@ -62,6 +62,13 @@ def run(url: str, prompts: list[list[int]], args) -> tuple[list[dict], float]:
     return [outs[(p, i)] for p in range(len(prompts)) for i in range(args.group_size)], wall
 
 
+def save_outputs(prompts: list[list[int]], outputs: list[list[int]], group_size: int, path: Path) -> None:
+    """The samples without speculation, by group: what ``benchmarks.draft_replay`` replays drafters over."""
+    groups = [{"prompt": p, "outputs": outputs[k * group_size:(k + 1) * group_size]} for k, p in enumerate(prompts)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"groups": groups}))
+
+
 def acceptance(outs: list[dict]) -> float | None:
     steps = sum(o["meta_info"].get("spec_verify_ct", 0) for o in outs)
     return sum(len(o["output_ids"]) - 1 for o in outs) / steps if steps else None
@@ -93,7 +100,7 @@ def main() -> None:
     log_root.mkdir(parents=True)
     results: dict[str, dict] = {}
     reference = None
-    for drafter in ["none", *args.drafters.split(",")]:
+    for drafter in ["none", *filter(None, args.drafters.split(","))]:
         extra, env = instance_args(drafter, cpu, args.budget)
         spec = InstanceSpec(model_path=model_path, port=free_port(), cpu=cpu, gpu_id=0 if not cpu else None,
                             sglang_args=["--dtype", args.dtype, *extra], log_path=log_root / f"{drafter}.log",
@@ -106,6 +113,7 @@ def main() -> None:
             stop_instances([inst])
         if drafter == "none":
             reference = [o["output_ids"] for o in outs]
+            save_outputs(prompts, reference, args.group_size, Path(args.out).with_suffix(".outputs.json"))
         by_sibling = [acceptance(outs[i::args.group_size]) for i in range(args.group_size)]
         tokens = sum(len(o["output_ids"]) for o in outs)
         results[drafter] = {"mean_acceptance_length": acceptance(outs), "by_sibling_index": by_sibling,
@@ -113,6 +121,8 @@ def main() -> None:
                             "identical_to_no_speculation": [o["output_ids"] for o in outs] == reference}
         print(f"{drafter:>13}: acceptance {results[drafter]['mean_acceptance_length'] or '-'}  "
               f"{tokens / wall:6.1f} tok/s  identical {results[drafter]['identical_to_no_speculation']}", flush=True)
+    if len(results) == 1:
+        return
     base = results.get("suffix", {}).get("mean_acceptance_length")
     ratios = {d: r["mean_acceptance_length"] / base for d, r in results.items()
               if base and r["mean_acceptance_length"]}

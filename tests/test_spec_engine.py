@@ -260,12 +260,15 @@ def plain(tiny_model, logs) -> dict:
     prompts = _prompts(tiny_model, 34)
     inst = _start(tiny_model, logs, "plain", [])
     try:
-        greedy = [o["output_ids"] for o in _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS)]
+        greedy_outs = _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True,
+                                top_logprobs_num=2)
+        greedy = [o["output_ids"] for o in greedy_outs]
         seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], seeds=SEEDS, **SEEDED)
         p_t2 = {shape: _target_probs(inst.url, prompts[32 + k]) for k, shape in enumerate(("tree", "chain"))}
     finally:
         stop_instances([inst])
-    return {"prompts": prompts[:32], "greedy": greedy, "seeded": [o["output_ids"] for o in seeded],
+    return {"prompts": prompts[:32], "greedy": greedy, "greedy_meta": [o["meta_info"] for o in greedy_outs],
+            "seeded": [o["output_ids"] for o in seeded],
             "sample_prompts": {"tree": prompts[32], "chain": prompts[33]}, "p_t2": p_t2}
 
 
@@ -469,11 +472,11 @@ def budgeted(tiny_model, logs, plain) -> dict:
     env = {"SEER_SPEC_DRAFTER": "group-suffix", "SEER_DRAFT_BUDGET": "adaptive", "SEER_DRAFT_COST": str(profile)}
     inst = _start(tiny_model, logs, "budgeted", ["--speculative-algorithm", "SEER", *SPEC_ARGS], env)
     try:
-        alone = {j: [_generate(inst.url, [prompts[g]], [f"b{g}-{j}-c0"], temperature=0,
-                               max_new_tokens=NEW_TOKENS)[0] for g in range(4)] for j in (0, 1)}
+        with_logprobs = dict(temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True, top_logprobs_num=2)
+        alone = {j: [_generate(inst.url, [prompts[g]], [f"b{g}-{j}-c0"], **with_logprobs)[0] for g in range(4)]
+                 for j in (0, 1)}
         rids = [f"b{g}-{j}-c0" for g in range(4) for j in (2, 3)]
-        together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, temperature=0,
-                             max_new_tokens=NEW_TOKENS)
+        together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, **with_logprobs)
     finally:
         stop_instances([inst])
     return {"alone": alone, "together": together, "together_groups": [int(r[1]) for r in rids]}
@@ -492,6 +495,25 @@ def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):
     assert [o["output_ids"] for o in budgeted["together"]] == [greedy[g] for g in budgeted["together_groups"]]
     assert all(o["meta_info"]["spec_num_correct_drafts"] == 0 for o in budgeted["together"])
     assert all(o["meta_info"]["spec_verify_ct"] == NEW_TOKENS - 1 for o in budgeted["together"])
+
+
+def _logprobs(meta: dict) -> tuple[list[float], list[list[tuple[float, int]]]]:
+    return ([lp for lp, *_ in meta["output_token_logprobs"]],
+            [[(lp, tid) for lp, tid, *_ in top] for top in meta["output_top_logprobs"]])
+
+
+def test_logprobs_equal_plain_sglang_with_and_without_drafts(plain, budgeted):
+    """Logprobs (sampled token and top 2) equal SGLang's without speculation, whether a step verified
+    drafts (sibling 1 alone) or ran as a plain decode step (the batch of 8, where drafts do not pay)."""
+    outs = [(o, g) for o, g in zip(budgeted["alone"][1], range(4))]
+    outs += list(zip(budgeted["together"], budgeted["together_groups"]))
+    for out, g in outs:
+        got, ref = _logprobs(out["meta_info"]), _logprobs(plain["greedy_meta"][g])
+        assert len(got[0]) == len(ref[0]) == NEW_TOKENS
+        assert got[0] == pytest.approx(ref[0], abs=1e-4)
+        assert [[t for _, t in top] for top in got[1]] == [[t for _, t in top] for top in ref[1]]
+        assert [lp for top in got[1] for lp, _ in top] == pytest.approx([lp for top in ref[1] for lp, _ in top],
+                                                                         abs=1e-4)
 
 
 def test_sglang_ngram_on_cpu_equals_plain_sglang(tiny_model, logs, plain):

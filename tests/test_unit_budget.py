@@ -38,6 +38,25 @@ def test_fit_recovers_the_linear_model():
     assert fit.per_seq_s == pytest.approx(4e-5, rel=1e-6)
     assert fit.per_token_s == pytest.approx(2e-6, rel=1e-6)
     assert fit.accept_curve == (0.6,)
+    assert fit.verify_base_s == pytest.approx(0, abs=1e-12) and fit.verify_per_seq_s == pytest.approx(0, abs=1e-12)
+
+
+def test_fit_separates_the_verify_overhead_from_plain_decode_steps():
+    """Plain decode steps (one token per request) skip the verify machinery; the fit prices it apart."""
+    true = CostModel(0.012, 4e-5, 2e-6, (0.6,), verify_base_s=0.005, verify_per_seq_s=3e-4)
+    points = [(b, n, true.step_time(b, n)) for b in (1, 8, 64, 256) for n in (1, 2, 3, 9)]
+    fit = CostModel.fit(points, [0.6])
+    for name in ("base_s", "per_seq_s", "per_token_s", "verify_base_s", "verify_per_seq_s"):
+        assert getattr(fit, name) == pytest.approx(getattr(true, name), rel=1e-4), name
+
+
+def test_verify_overhead_turns_speculation_off():
+    """A verify step without the overhead would pay at batch 8 (gamma* 2); with it, plain decode wins."""
+    cheap = CostModel(0.010, 0.0, 0.001, CostModel.geometric_curve(0.5))
+    costly = CostModel(0.010, 0.0, 0.001, CostModel.geometric_curve(0.5), verify_base_s=0.004, verify_per_seq_s=0.002)
+    assert cheap.best_gamma(8) > 0
+    assert costly.step_time(8, 1) == cheap.step_time(8, 1)  # plain decode pays no verify overhead
+    assert costly.best_gamma(8) == 0 and costly.best_gamma(1) > 0
 
 
 def test_allocation_is_greedy_by_weighted_score():
@@ -122,6 +141,24 @@ def test_adaptive_budget_verifies_full_drafts_until_it_has_a_model():
     assert [budget.gamma_star(b) for b in (1, 2, 400)] == [always.best_gamma(b, 3) for b in (1, 2, 400)]
     fixed = AdaptiveBudget(COST, gamma_max=8)
     assert fixed.online is None and fixed.allocate(reqs).gamma_star == COST.best_gamma(2)
+
+
+def test_online_budget_explores_the_other_side():
+    """The online fit sees only the steps it chose, so every EXPLORE_EVERY-th step takes the other side."""
+    from seer_sglang.spec.budget import AdaptiveBudget
+
+    every = AdaptiveBudget.EXPLORE_EVERY
+    profiling = AdaptiveBudget(gamma_max=3)
+    assert [profiling.gamma_star(1) for _ in range(2 * every)].count(0) == 2  # no model yet: full, but some plain
+    off = AdaptiveBudget(gamma_max=3)
+    for b, n in [(1, 1), (8, 4), (8, 2), (8, 1)] * 8:  # drafts never accepted: plain decode is best
+        off.online.record_step(b, n, COST.step_time(b, n))
+    off.online.record_acceptance([3], [0])
+    picks = [off.gamma_star(8) for _ in range(2 * every)]
+    assert picks.count(3) == 2 and picks.count(0) == 2 * every - 2
+    assert AdaptiveBudget(COST, gamma_max=8).gamma_star(1) == COST.best_gamma(1)  # a fixed profile never explores
+    fixed = AdaptiveBudget(COST, gamma_max=8)
+    assert len({fixed.gamma_star(100) for _ in range(2 * every)}) == 1
 
 
 def test_profiles_load_from_cost_or_step_model_files(tmp_path):

@@ -19,17 +19,21 @@ import numpy as np
 @dataclass(frozen=True)
 class CostModel:
     """Step time t(B, n) = base_s + per_seq_s * B + per_token_s * B * n for n verified tokens per
-    request (the last verified token plus gamma drafts), and an acceptance curve:
-    ``accept_curve[i]`` = probability that draft token i + 1 of a linear draft is accepted
-    (non-increasing; zero past its end)."""
+    request (the last verified token plus gamma drafts), plus verify_base_s + verify_per_seq_s * B when
+    the step verifies drafts (n > 1): the tree mask, the acceptance walk and the KV moves that a plain
+    decode step (n = 1) does without. And an acceptance curve: ``accept_curve[i]`` = probability that
+    draft token i + 1 of a linear draft is accepted (non-increasing; zero past its end)."""
 
     base_s: float
     per_seq_s: float
     per_token_s: float
     accept_curve: tuple[float, ...]
+    verify_base_s: float = 0.0
+    verify_per_seq_s: float = 0.0
 
     def step_time(self, batch: int, tokens_per_request: float) -> float:
-        return self.base_s + self.per_seq_s * batch + self.per_token_s * batch * tokens_per_request
+        verify = self.verify_base_s + self.verify_per_seq_s * batch if tokens_per_request > 1 else 0.0
+        return self.base_s + self.per_seq_s * batch + self.per_token_s * batch * tokens_per_request + verify
 
     def expected_accepted(self, k: int, scores: Sequence[float] | None = None) -> float:
         """Expected accepted draft tokens among the first k: the sum of their acceptance
@@ -48,12 +52,19 @@ class CostModel:
 
     @classmethod
     def fit(cls, points: Sequence[tuple[int, float, float]], accept_curve: Sequence[float]) -> "CostModel":
-        """Least-squares fit of (base_s, per_seq_s, per_token_s) to measured
-        (batch, tokens_per_request, step_seconds) points; negative terms are clipped to zero."""
-        a = np.array([[1.0, b, b * n] for b, n, _ in points])
+        """Non-negative least-squares fit of the five time terms to measured (batch, tokens_per_request,
+        step_seconds) points. The verify terms need steps with and without drafts; without plain
+        steps they stay zero (the base terms absorb them)."""
+        from scipy.optimize import nnls
+
+        with_plain = any(n <= 1 for _, n, _ in points)
+        a = np.array([[1.0, b, b * n, float(n > 1 and with_plain), b * float(n > 1 and with_plain)]
+                      for b, n, _ in points])
         y = np.array([t for _, _, t in points])
-        coef = np.clip(np.linalg.lstsq(a, y, rcond=None)[0], 0.0, None)
-        return cls(float(coef[0]), float(coef[1]), float(coef[2]), tuple(float(p) for p in accept_curve))
+        scale = np.maximum(np.abs(a).max(axis=0), 1e-12)  # columns of equal size: nnls is scale-sensitive
+        coef = nnls(a / scale, y)[0] / scale
+        return cls(float(coef[0]), float(coef[1]), float(coef[2]), tuple(float(p) for p in accept_curve),
+                   float(coef[3]), float(coef[4]))
 
     @staticmethod
     def geometric_curve(alpha: float, length: int = 8) -> tuple[float, ...]:
@@ -167,7 +178,8 @@ class OnlineCost:
     Step times come from a sliding window of (batch, verified tokens per request, seconds); the
     widths vary by themselves because a request verifies only the drafts it has. The acceptance curve
     counts, per draft position i, how often a request that verified at least i drafts accepted them.
-    ``model()`` is None until the window shows at least two widths.
+    ``model()`` is None until the window shows at least two widths. A step of width 1 is a plain decode
+    step (no drafts anywhere in the batch).
     """
 
     def __init__(self, gamma_max: int = 8, window: int = 256, min_points: int = 32):
@@ -208,7 +220,13 @@ class OnlineCost:
 
 class AdaptiveBudget:
     """``DraftBudget`` over a fixed profile (``cost``) or, without one, over ``OnlineCost``'s fit;
-    until that fit exists every request verifies all the drafts it has."""
+    until that fit exists every request verifies all the drafts it has.
+
+    The online fit only sees the steps the budget chose, so every ``EXPLORE_EVERY``-th step takes the
+    other side (no drafts when gamma* > 0, all drafts when gamma* = 0): the fit keeps measuring plain
+    decode and verify steps both, and turns drafts back on when acceptance rises (siblings finish)."""
+
+    EXPLORE_EVERY = 16
 
     def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0):
         self.online = None if cost is not None else OnlineCost(gamma_max)
@@ -216,6 +234,7 @@ class AdaptiveBudget:
         self.lam = lam
         self._budget = DraftBudget(cost, gamma_max, lam) if cost is not None else None
         self._model: CostModel | None = cost
+        self._steps = 0
 
     def _fitted(self) -> DraftBudget | None:
         """The budget over the current model; None while the online fit has too few steps."""
@@ -229,6 +248,11 @@ class AdaptiveBudget:
 
     def gamma_star(self, batch_size: int) -> int:
         budget = self._fitted()
+        if self.online is not None:
+            self._steps += 1
+            if self._steps % self.EXPLORE_EVERY == 0:
+                chosen = self.gamma_max if budget is None else budget.gamma_star(batch_size)
+                return self.gamma_max if chosen == 0 else 0
         return self.gamma_max if budget is None else budget.gamma_star(batch_size)
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
@@ -248,7 +272,8 @@ def load_cost(path: str) -> CostModel:
 
     data = json.loads(Path(path).read_text())
     if "per_token_s" in data:
-        return CostModel(data["base_s"], data["per_seq_s"], data["per_token_s"], tuple(data["accept_curve"]))
+        return CostModel(data["base_s"], data["per_seq_s"], data["per_token_s"], tuple(data["accept_curve"]),
+                         data.get("verify_base_s", 0.0), data.get("verify_per_seq_s", 0.0))
     per_token = data["prefill_per_token_s"]
     return CostModel(data["decode_base_s"], max(0.0, data["decode_per_seq_s"] - per_token), per_token,
                      CostModel.geometric_curve(data.get("accept_rate", 0.6)))

@@ -13,8 +13,8 @@ the request id ``<group>-<index>``. Chunk 0 brings the group prompt. A later chu
 prompt plus the sample's earlier output, split by the prompt the drafter already holds for the group.
 
 Each step a draft budget (``seer_sglang.spec.budget``) picks the draft length gamma* for the batch.
-On CPU the verify width follows it (gamma* + 1), so a step with gamma* = 0 costs a plain decode step;
-on GPU the width stays fixed (captured graphs and FlashInfer plans are per width) and every draft
+On CPU the verify width follows it (gamma* + 1), and a step with gamma* = 0 (or no drafts anywhere in
+the batch) runs as SGLang's plain decode step; on GPU the width stays fixed (captured graphs and FlashInfer plans are per width) and every draft
 is verified.
 
 Set in the environment of the SGLang process: ``SEER_SPEC_DRAFTER`` = a drafter name of
@@ -33,9 +33,12 @@ import time
 
 import numpy as np
 import torch
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
 from sglang.srt.managers.schedule_batch import ScheduleBatch
+from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.runtime_context import get_device, get_schedule, get_spec
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..plugin.queue_order import SEER_RID
@@ -252,8 +255,8 @@ class SeerSpecWorker(NGRAMWorker):
         self.fed.pop(rid, None)
 
     def _prepare_for_speculative_decoding(self, batch: ScheduleBatch):
-        """Plan the drafts first: their budget sets the width NGRAM's verify setup then runs at."""
-        if batch.forward_mode.is_decode():
+        """NGRAM's verify setup at the width the drafts were planned for (planned first if not yet)."""
+        if batch.forward_mode.is_decode() and self._planned is None:
             self._planned = self._plan_drafts(batch)
         super()._prepare_for_speculative_decoding(batch)
 
@@ -308,14 +311,23 @@ class SeerSpecWorker(NGRAMWorker):
 
     def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, pp_proxy_tensors=None):
         """NGRAM's step at the planned width; rows come back padded to the full width, the stride the
-        scheduler and the overlap relay were sized for. A CPU step also feeds the online cost fit."""
+        scheduler and the overlap relay were sized for. On CPU a step without drafts is SGLang's plain
+        decode step (the verify machinery costs more than it), and every step feeds the online cost fit."""
         decode = batch.forward_mode.is_decode()
         bs = len(batch.reqs)
         start = time.perf_counter()
         try:
-            result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
+            if decode and self.variable_width:
+                self._planned = self._plan_drafts(batch)
+                if self.draft_token_num == 1 and not batch.has_grammar:
+                    result = self._plain_decode(batch, on_publish, pp_proxy_tensors)
+                else:
+                    result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
+            else:
+                result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
         finally:
             width, self.draft_token_num = self.draft_token_num, self.full_width
+            self._planned = None
         if not decode:
             return result
         if width < self.full_width:
@@ -328,8 +340,43 @@ class SeerSpecWorker(NGRAMWorker):
         online = getattr(self.budget, "online", None)
         if online is not None and self.variable_width:
             online.record_step(bs, width, time.perf_counter() - start)
-            online.record_acceptance(self._verified, (result.accept_lens - 1).tolist())
+            if width > 1:
+                online.record_acceptance(self._verified, (result.accept_lens - 1).tolist())
         return result
+
+    def _plain_decode(self, batch: ScheduleBatch, on_publish, pp_proxy_tensors) -> GenerationBatchResult:
+        """One token per request through SGLang's own decode forward and sampler (seeded sampling,
+        logit processors and logprobs exactly as without speculation), returned in the verify step's
+        form: one accepted token per request, no drafts."""
+        planned, self._planned = self._planned, None
+        bs = len(batch.reqs)
+        batch.input_ids = torch.from_numpy(planned[0]).to(self.device)  # width 1: each request's last token
+        batch.out_cache_loc = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices, req_to_token=batch.req_to_token_pool.req_to_token,
+            start_offset=batch.seq_lens, end_offset=batch.seq_lens + 1, batch_size=bs, draft_token_num=1,
+            device=self.device)
+        # A spec batch's seq_lens exclude the token being decoded; SGLang's decode forward counts it.
+        saved = batch.seq_lens, batch.seq_lens_cpu, batch.orig_seq_lens, batch.seq_lens_sum, batch.spec_info
+        batch.seq_lens, batch.seq_lens_cpu = saved[0] + 1, saved[1] + 1
+        batch.orig_seq_lens, batch.seq_lens_sum, batch.spec_info = saved[2] + 1, None, None
+        try:
+            out = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+        finally:
+            batch.seq_lens, batch.seq_lens_cpu, batch.orig_seq_lens, batch.seq_lens_sum, batch.spec_info = saved
+        logits_output = out.logits_output
+        if batch.return_logprob and logits_output.next_token_logprobs is not None:
+            logits_output.next_token_logprobs = logits_output.next_token_logprobs.view(bs, 1)
+        new_seq_lens = batch.seq_lens + 1
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+        accept_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
+        next_token_ids = out.next_token_ids.view(bs)
+        return GenerationBatchResult(
+            logits_output=logits_output, next_token_ids=next_token_ids, can_run_cuda_graph=out.can_run_cuda_graph,
+            accept_lens=accept_lens, new_seq_lens=new_seq_lens,
+            next_draft_input=NgramVerifyInput(draft_token_num=1, new_seq_lens=new_seq_lens,
+                                              accept_tokens=next_token_ids, accept_lens=accept_lens),
+            speculative_num_draft_tokens=self.speculative_num_draft_tokens)
 
     def _update_ngram_corpus(self, batch: ScheduleBatch):
         """The drafter is fed from committed tokens (see _prepare_draft_tokens, note_request_finished)."""

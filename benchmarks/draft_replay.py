@@ -1,0 +1,106 @@
+"""Drafter acceptance replayed over recorded grouped rollouts, without a model.
+
+    python -m benchmarks.draft_replay benchmarks/results/spec_acceptance_cpu_smollm2.outputs.json \
+        --drafters group-suffix,suffix,sam --draft-tokens 8 --draft-paths 4
+
+Seeded verification makes acceptance a function of the output alone: a draft token is accepted
+exactly when it equals the token the seeded sampler draws there, i.e. the recorded next token. So
+replaying the recorded samples step by step, as a decode batch runs them (every running sample
+verifies once per step; the whole batch feeds the drafter before anyone drafts, as the SEER worker
+does), gives the acceptance length the live server would measure, in seconds instead of minutes.
+The drafters are the same objects the instances use (``seer_sglang.spec.make_drafter``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from seer_sglang.spec import make_drafter
+from seer_sglang.spec.draft import Draft
+
+
+def accepted_length(draft: Draft, continuation: list[int]) -> int:
+    """Draft tokens accepted against the true continuation: the longest root path of the tree that
+    the continuation follows token by token."""
+    children: dict[int, dict[int, int]] = {}
+    for i, (token, parent) in enumerate(zip(draft.tokens, draft.parents)):
+        children.setdefault(parent, {}).setdefault(token, i)
+    node, n = -1, 0
+    for token in continuation:
+        node = children.get(node, {}).get(token, -2)
+        if node == -2:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class ReplayResult:
+    tokens: int  # decode-phase tokens (each sample's first token comes from prefill)
+    steps: int  # verify steps
+    by_sibling: list[float]  # acceptance length of sibling i over all groups
+
+    @property
+    def acceptance_length(self) -> float:
+        return self.tokens / max(1, self.steps)
+
+
+def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_paths: int = 4,
+           staggered: bool = False) -> ReplayResult:
+    """``groups``: [{"prompt": [...], "outputs": [[...] per sibling]}]. ``staggered`` runs sibling 0
+    of every group to the end first (the length probe), then the rest together."""
+    drafter = make_drafter(drafter_name)
+    size = max(len(g["outputs"]) for g in groups)
+    waves = [[0], list(range(1, size))] if staggered else [list(range(size))]
+    tokens, steps = [0] * size, [0] * size
+    for g, group in enumerate(groups):
+        drafter.register_group(f"g{g}", group["prompt"])
+    for wave in waves:
+        # position = output tokens committed; the prefill commits the first
+        running = {(g, i): 1 for g, group in enumerate(groups) for i in wave if i < len(group["outputs"])}
+        while running:
+            for (g, i), pos in running.items():
+                drafter.update(f"g{g}", f"g{g}-{i}", 0, groups[g]["outputs"][i][:pos])
+            for (g, i), pos in list(running.items()):
+                out = groups[g]["outputs"][i]
+                if pos >= len(out):
+                    del running[(g, i)]
+                    continue
+                draft = drafter.draft(f"g{g}", f"g{g}-{i}", draft_tokens, draft_paths)
+                advance = min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
+                running[(g, i)] = pos + advance
+                tokens[i] += advance
+                steps[i] += 1
+    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.draft_replay")
+    ap.add_argument("outputs", help="recorded samples: {'groups': [{'prompt': [...], 'outputs': [[...], ...]}]}")
+    ap.add_argument("--drafters", default="group-suffix,suffix,sam")
+    ap.add_argument("--draft-tokens", type=int, default=8)
+    ap.add_argument("--draft-paths", type=int, default=4)
+    ap.add_argument("--arrival", default="together", choices=["together", "staggered"])
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args()
+    groups = json.loads(Path(args.outputs).read_text())["groups"]
+    results = {}
+    for name in args.drafters.split(","):
+        r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered")
+        results[name] = {"acceptance_length": r.acceptance_length, "by_sibling_index": r.by_sibling,
+                         "tokens": r.tokens, "steps": r.steps}
+        print(f"{name:>13}: acceptance {r.acceptance_length:.3f}  by sibling "
+              + " ".join(f"{x:.2f}" for x in r.by_sibling), flush=True)
+    if "suffix" in results:
+        base = results["suffix"]["acceptance_length"]
+        for name, r in results.items():
+            r["vs_suffix"] = r["acceptance_length"] / base
+    if args.out:
+        Path(args.out).write_text(json.dumps({"config": vars(args), "drafters": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

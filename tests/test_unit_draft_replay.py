@@ -1,0 +1,51 @@
+"""The drafter replay: acceptance against a known continuation, and the group drafter's advantage."""
+
+from __future__ import annotations
+
+import random
+
+from benchmarks.draft_replay import accepted_length, replay
+from seer_sglang.spec.draft import Draft
+
+
+def test_accepted_length_follows_the_matching_branch():
+    # root -> 5 -> 6 -> 7, and root -> 9 -> 8
+    tree = Draft([5, 9, 6, 8, 7], [-1, -1, 0, 1, 2], [0.5, 0.4, 0.4, 0.3, 0.3])
+    assert accepted_length(tree, [5, 6, 7, 1]) == 3
+    assert accepted_length(tree, [9, 8, 8]) == 2
+    assert accepted_length(tree, [9, 6]) == 1
+    assert accepted_length(tree, [4]) == 0
+    assert accepted_length(Draft(), [1, 2]) == 0
+
+
+def _groups(seed: int, shared: float) -> list[dict]:
+    """4 groups of 8 siblings: each output copies a group template token by token with probability
+    ``shared``, else writes a random token, so siblings share text but never a whole output."""
+    rng = random.Random(seed)
+    groups = []
+    for _ in range(4):
+        prompt = [rng.randrange(1000) for _ in range(20)]
+        template = [rng.randrange(1000) for _ in range(120)]
+        outputs = [[t if rng.random() < shared else rng.randrange(1000) for t in template] for _ in range(8)]
+        groups.append({"prompt": prompt, "outputs": outputs})
+    return groups
+
+
+def test_group_drafter_accepts_more_when_siblings_share_text():
+    """With the probe sibling run first (as context-aware scheduling does), the later siblings draft its
+    text; a request's own history never repeats here, so its own drafts almost never hit."""
+    groups = _groups(0, shared=0.9)
+    group = replay("group-suffix", groups, staggered=True)
+    own = replay("suffix", groups, staggered=True)
+    assert own.acceptance_length < 1.1
+    assert group.acceptance_length > 1.5 * own.acceptance_length
+    assert group.tokens == own.tokens == sum(len(o) - 1 for g in groups for o in g["outputs"])
+    # the probe has no finished sibling to copy; the later siblings have it whole
+    assert group.by_sibling[0] < 1.1 < 2 < min(group.by_sibling[1:])
+
+
+def test_siblings_in_lockstep_have_nothing_ahead_to_copy():
+    """All siblings together at the same pace: no sibling is ahead, so shared text cannot be drafted yet."""
+    groups = _groups(1, shared=0.9)
+    together = replay("group-suffix", groups)
+    assert together.acceptance_length < 1.1 < 2 < replay("group-suffix", groups, staggered=True).acceptance_length
