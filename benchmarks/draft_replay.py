@@ -42,10 +42,16 @@ class ReplayResult:
     tokens: int  # decode-phase tokens (each sample's first token comes from prefill)
     steps: int  # verify steps
     by_sibling: list[float]  # acceptance length of sibling i over all groups
+    tail_tokens: int = 0  # the long tail: tokens of steps where every sibling of the sample had finished
+    tail_steps: int = 0
 
     @property
     def acceptance_length(self) -> float:
         return self.tokens / max(1, self.steps)
+
+    @property
+    def tail_acceptance_length(self) -> float | None:
+        return self.tail_tokens / self.tail_steps if self.tail_steps else None
 
 
 def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_paths: int = 4,
@@ -56,6 +62,7 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
     size = max(len(g["outputs"]) for g in groups)
     waves = [[0], list(range(1, size))] if staggered else [list(range(size))]
     tokens, steps = [0] * size, [0] * size
+    tail = [0, 0]
     for g, group in enumerate(groups):
         drafter.register_group(f"g{g}", group["prompt"])
     for wave in waves:
@@ -74,7 +81,10 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
                 running[(g, i)] = pos + advance
                 tokens[i] += advance
                 steps[i] += 1
-    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)])
+                if not any(h == g and j != i for h, j in running) and wave is waves[-1]:
+                    tail[0] += advance
+                    tail[1] += 1
+    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail)
 
 
 def main() -> None:
@@ -91,13 +101,16 @@ def main() -> None:
     for name in args.drafters.split(","):
         r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered")
         results[name] = {"acceptance_length": r.acceptance_length, "by_sibling_index": r.by_sibling,
-                         "tokens": r.tokens, "steps": r.steps}
-        print(f"{name:>13}: acceptance {r.acceptance_length:.3f}  by sibling "
-              + " ".join(f"{x:.2f}" for x in r.by_sibling), flush=True)
+                         "tokens": r.tokens, "steps": r.steps, "tail_acceptance_length": r.tail_acceptance_length,
+                         "tail_steps": r.tail_steps}
+        print(f"{name:>13}: acceptance {r.acceptance_length:.3f}  tail {r.tail_acceptance_length or 0:.3f} "
+              f"({r.tail_steps} steps)  by sibling " + " ".join(f"{x:.2f}" for x in r.by_sibling), flush=True)
     if "suffix" in results:
         base = results["suffix"]["acceptance_length"]
+        tail_base = results["suffix"]["tail_acceptance_length"]
         for name, r in results.items():
             r["vs_suffix"] = r["acceptance_length"] / base
+            r["tail_vs_suffix"] = r["tail_acceptance_length"] / tail_base if tail_base and r["tail_acceptance_length"] else None
     if args.out:
         Path(args.out).write_text(json.dumps({"config": vars(args), "drafters": results}, indent=2))
 

@@ -8,7 +8,8 @@ each time: all P x G samples sent together, as a rollout does, with the router's
 SEER drafters know each sample's group. ``ngram`` is SGLang's own NGRAM (one corpus per instance,
 blind to groups). A ``none`` reference run (no speculation) gives the temperature-0 check: with
 ``--temperature 0`` every drafter's tokens must equal it. Acceptance length = tokens emitted per verify
-step, over the decode phase. Drafts are verified whole (``--budget full``), so the figure is the
+step, over the decode phase, next to what ``benchmarks.draft_replay`` predicts from the reference
+run's tokens alone (``replay_acceptance_length``). Drafts are verified whole (``--budget full``), so the figure is the
 drafter's own; ``--budget adaptive`` measures what the default budget keeps of it.
 """
 
@@ -23,10 +24,12 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.draft_replay import replay
 from benchmarks.rollout import make_prompts
 from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
+from seer_sglang.spec import DRAFTERS
 from seer_sglang.spec.launch import RunningDrafts
 
 
@@ -62,11 +65,12 @@ def run(url: str, prompts: list[list[int]], args) -> tuple[list[dict], float]:
     return [outs[(p, i)] for p in range(len(prompts)) for i in range(args.group_size)], wall
 
 
-def save_outputs(prompts: list[list[int]], outputs: list[list[int]], group_size: int, path: Path) -> None:
+def save_outputs(prompts: list[list[int]], outputs: list[list[int]], group_size: int, path: Path) -> list[dict]:
     """The samples without speculation, by group: what ``benchmarks.draft_replay`` replays drafters over."""
     groups = [{"prompt": p, "outputs": outputs[k * group_size:(k + 1) * group_size]} for k, p in enumerate(prompts)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"groups": groups}))
+    return groups
 
 
 def acceptance(outs: list[dict]) -> float | None:
@@ -113,10 +117,14 @@ def main() -> None:
             stop_instances([inst])
         if drafter == "none":
             reference = [o["output_ids"] for o in outs]
-            save_outputs(prompts, reference, args.group_size, Path(args.out).with_suffix(".outputs.json"))
+            groups = save_outputs(prompts, reference, args.group_size, Path(args.out).with_suffix(".outputs.json"))
         by_sibling = [acceptance(outs[i::args.group_size]) for i in range(args.group_size)]
         tokens = sum(len(o["output_ids"]) for o in outs)
+        shape = RunningDrafts(drafter)  # the instances' draft shape (default tokens and paths)
+        replayed = replay(drafter, groups, shape.draft_tokens, shape.draft_paths, args.arrival == "staggered") \
+            if drafter in DRAFTERS else None
         results[drafter] = {"mean_acceptance_length": acceptance(outs), "by_sibling_index": by_sibling,
+                            "replay_acceptance_length": replayed.acceptance_length if replayed else None,
                             "output_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
                             "identical_to_no_speculation": [o["output_ids"] for o in outs] == reference}
         print(f"{drafter:>13}: acceptance {results[drafter]['mean_acceptance_length'] or '-'}  "

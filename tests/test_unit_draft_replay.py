@@ -26,7 +26,8 @@ def _groups(seed: int, shared: float) -> list[dict]:
     for _ in range(4):
         prompt = [rng.randrange(1000) for _ in range(20)]
         template = [rng.randrange(1000) for _ in range(120)]
-        outputs = [[t if rng.random() < shared else rng.randrange(1000) for t in template] for _ in range(8)]
+        outputs = [[t if rng.random() < shared else rng.randrange(1000) for t in template[:120 - 5 * k]]
+                   for k in range(8)]
         groups.append({"prompt": prompt, "outputs": outputs})
     return groups
 
@@ -42,6 +43,8 @@ def test_group_drafter_accepts_more_when_siblings_share_text():
     assert group.tokens == own.tokens == sum(len(o) - 1 for g in groups for o in g["outputs"])
     # the probe has no finished sibling to copy; the later siblings have it whole
     assert group.by_sibling[0] < 1.1 < 2 < min(group.by_sibling[1:])
+    # the longest later sibling ends alone in its group: the long tail, where copying pays most
+    assert group.tail_steps > 0 and group.tail_acceptance_length > 2 > own.tail_acceptance_length
 
 
 def test_siblings_in_lockstep_have_nothing_ahead_to_copy():
