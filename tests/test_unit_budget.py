@@ -126,12 +126,16 @@ def test_online_cost_fits_its_own_steps_and_acceptance():
     assert online.curve()[:2] == pytest.approx((0.75, 2 / 3))
 
 
-def test_adaptive_budget_verifies_full_drafts_until_it_has_a_model():
+def test_adaptive_budget_profiles_short_drafts_until_it_has_a_model():
     from seer_sglang.spec.budget import AdaptiveBudget
 
     budget = AdaptiveBudget(gamma_max=3)
+    profiled = [budget.gamma_star(2) for _ in range(8)]
+    assert set(profiled) == {0, 1, 2, 3} and max(profiled) == 3  # lengths cycle, capped at gamma_max
     reqs = [BudgetRequest("a", False, [0.9, 0.5, 0.2, 0.1]), BudgetRequest("b", False, [0.4])]
-    assert budget.allocate(reqs).per_request == {"a": 3, "b": 1} and budget.gamma_star(2) == 3
+    decision = budget.allocate(reqs)
+    assert decision.reason == "profiling"
+    assert decision.per_request == {"a": decision.gamma_star, "b": min(1, decision.gamma_star)}
     for b, n in [(1, 1), (2, 4), (3, 2), (4, 3)] * 8:
         budget.online.record_step(b, n, COST.step_time(b, n))
     budget.online.record_acceptance([3], [3])
@@ -143,22 +147,26 @@ def test_adaptive_budget_verifies_full_drafts_until_it_has_a_model():
     assert fixed.online is None and fixed.allocate(reqs).gamma_star == COST.best_gamma(2)
 
 
-def test_online_budget_explores_the_other_side():
-    """The online fit sees only the steps it chose, so every EXPLORE_EVERY-th step takes the other side."""
+def test_online_budget_explores_other_lengths():
+    """The online fit sees only the steps it chose, so every EXPLORE_EVERY-th step tries another length."""
     from seer_sglang.spec.budget import AdaptiveBudget
 
     every = AdaptiveBudget.EXPLORE_EVERY
-    profiling = AdaptiveBudget(gamma_max=3)
-    assert [profiling.gamma_star(1) for _ in range(2 * every)].count(0) == 2  # no model yet: full, but some plain
-    off = AdaptiveBudget(gamma_max=3)
+    off = AdaptiveBudget(gamma_max=8)
     for b, n in [(1, 1), (8, 4), (8, 2), (8, 1)] * 8:  # drafts never accepted: plain decode is best
         off.online.record_step(b, n, COST.step_time(b, n))
     off.online.record_acceptance([3], [0])
-    picks = [off.gamma_star(8) for _ in range(2 * every)]
-    assert picks.count(3) == 2 and picks.count(0) == 2 * every - 2
-    assert AdaptiveBudget(COST, gamma_max=8).gamma_star(1) == COST.best_gamma(1)  # a fixed profile never explores
-    fixed = AdaptiveBudget(COST, gamma_max=8)
-    assert len({fixed.gamma_star(100) for _ in range(2 * every)}) == 1
+    picks = [off.gamma_star(8) for _ in range(4 * every)]
+    assert picks.count(0) == 4 * every - 4 and sorted(p for p in picks if p) == [1, 2, 4, 8]
+    on = AdaptiveBudget(gamma_max=8)
+    for b, n in [(1, 1), (1, 2), (1, 3), (1, 5)] * 8:  # drafts always accepted at batch 1: all of them pay
+        on.online.record_step(b, n, COST.step_time(b, n))
+    on.online.record_acceptance([4], [4])
+    chosen = CostModel(COST.base_s, COST.per_seq_s, COST.per_token_s, (1.0,) * 4 + (0.0,) * 4).best_gamma(1, 8)
+    picks = [on.gamma_star(1) for _ in range(2 * every)]
+    assert chosen == 4 and picks.count(chosen) == 2 * every - 2 and sorted(set(picks)) == [0, chosen, 8]
+    fixed = AdaptiveBudget(COST, gamma_max=8)  # a fixed profile never explores
+    assert {fixed.gamma_star(100) for _ in range(2 * every)} == {COST.best_gamma(100)}
 
 
 def test_profiles_load_from_cost_or_step_model_files(tmp_path):

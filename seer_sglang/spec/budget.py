@@ -219,14 +219,17 @@ class OnlineCost:
 
 
 class AdaptiveBudget:
-    """``DraftBudget`` over a fixed profile (``cost``) or, without one, over ``OnlineCost``'s fit;
-    until that fit exists every request verifies all the drafts it has.
+    """``DraftBudget`` over a fixed profile (``cost``) or, without one, over ``OnlineCost``'s fit.
 
-    The online fit only sees the steps the budget chose, so every ``EXPLORE_EVERY``-th step takes the
-    other side (no drafts when gamma* > 0, all drafts when gamma* = 0): the fit keeps measuring plain
-    decode and verify steps both, and turns drafts back on when acceptance rises (siblings finish)."""
+    Until the fit exists, the draft length cycles through ``PROFILE_LENGTHS``: short, so profiling
+    costs little where drafts do not pay, and several widths, so the fit has points to separate. The
+    fit only sees the steps the budget chose, so every ``EXPLORE_EVERY``-th step tries another length
+    (some length when gamma* = 0; no drafts or twice gamma* otherwise): it keeps measuring plain decode
+    and verify steps, and turns drafts back on when acceptance rises (siblings finish)."""
 
+    PROFILE_LENGTHS = (0, 1, 2, 4)
     EXPLORE_EVERY = 16
+    EXPLORE_LENGTHS = (1, 2, 4, 8)
 
     def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0):
         self.online = None if cost is not None else OnlineCost(gamma_max)
@@ -235,6 +238,7 @@ class AdaptiveBudget:
         self._budget = DraftBudget(cost, gamma_max, lam) if cost is not None else None
         self._model: CostModel | None = cost
         self._steps = 0
+        self._explored = 0
 
     def _fitted(self) -> DraftBudget | None:
         """The budget over the current model; None while the online fit has too few steps."""
@@ -248,18 +252,25 @@ class AdaptiveBudget:
 
     def gamma_star(self, batch_size: int) -> int:
         budget = self._fitted()
-        if self.online is not None:
-            self._steps += 1
-            if self._steps % self.EXPLORE_EVERY == 0:
-                chosen = self.gamma_max if budget is None else budget.gamma_star(batch_size)
-                return self.gamma_max if chosen == 0 else 0
-        return self.gamma_max if budget is None else budget.gamma_star(batch_size)
+        if self.online is None:
+            return budget.gamma_star(batch_size)
+        self._steps += 1
+        if budget is None:
+            return min(self.gamma_max, self.PROFILE_LENGTHS[self._steps % len(self.PROFILE_LENGTHS)])
+        chosen = budget.gamma_star(batch_size)
+        if self._steps % self.EXPLORE_EVERY:
+            return chosen
+        self._explored += 1
+        if chosen == 0:
+            return min(self.gamma_max, self.EXPLORE_LENGTHS[self._explored % len(self.EXPLORE_LENGTHS)])
+        return 0 if self._explored % 2 else min(self.gamma_max, 2 * chosen)
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
         budget = self._fitted()
         if budget is None:
-            return BudgetDecision({r.rid: min(self.gamma_max, len(r.draft_scores)) for r in requests},
-                                  self.gamma_max, True, "profiling: full drafts")
+            gamma = self.gamma_star(len(requests) if batch_size is None else batch_size)
+            return BudgetDecision({r.rid: min(gamma, len(r.draft_scores)) for r in requests}, gamma, gamma > 0,
+                                  "profiling")
         return budget.allocate(requests, batch_size)
 
 
