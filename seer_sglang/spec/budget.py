@@ -250,6 +250,11 @@ class AdaptiveBudget:
                 self._model, self._budget = model, DraftBudget(model, self.gamma_max, self.lam)
         return self._budget
 
+    def current_model(self) -> CostModel | None:
+        """The cost model the budget decides by now (None while profiling)."""
+        budget = self._fitted()
+        return budget.cost if budget is not None else None
+
     def gamma_star(self, batch_size: int) -> int:
         budget = self._fitted()
         if self.online is None:

@@ -307,6 +307,14 @@ class SeerSpecWorker(NGRAMWorker):
             if log["next_s"]:
                 logger.info("draft budget: %d verify steps, %d without drafts, mean width %.2f",
                             log["steps"], log["off"], log["width"] / log["steps"])
+                model = getattr(self.budget, "current_model", lambda: None)()
+                if model is not None:
+                    logger.info("draft cost model: step %.1f ms + %.2f ms/seq + %.2f ms/token, verify +%.1f ms "
+                                "+ %.2f ms/seq; acceptance %s; gamma* at batch 1/4/16/64: %s",
+                                1e3 * model.base_s, 1e3 * model.per_seq_s, 1e3 * model.per_token_s,
+                                1e3 * model.verify_base_s, 1e3 * model.verify_per_seq_s,
+                                " ".join(f"{a:.2f}" for a in model.accept_curve),
+                                "/".join(str(model.best_gamma(b, self.full_width - 1)) for b in (1, 4, 16, 64)))
             log.update(steps=0, off=0, width=0, next_s=now + 30.0)
 
     def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, pp_proxy_tensors=None):
