@@ -110,7 +110,8 @@ def main() -> None:
         tail_base = results["suffix"]["tail_acceptance_length"]
         for name, r in results.items():
             r["vs_suffix"] = r["acceptance_length"] / base
-            r["tail_vs_suffix"] = r["tail_acceptance_length"] / tail_base if tail_base and r["tail_acceptance_length"] else None
+            tail = r["tail_acceptance_length"]
+            r["tail_vs_suffix"] = tail / tail_base if tail and tail_base else None
     if args.out:
         Path(args.out).write_text(json.dumps({"config": vars(args), "drafters": results}, indent=2))
 

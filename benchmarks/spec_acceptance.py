@@ -33,12 +33,14 @@ from seer_sglang.spec import DRAFTERS
 from seer_sglang.spec.launch import RunningDrafts
 
 
-def instance_args(drafter: str, cpu: bool, budget: str = "full") -> tuple[list[str], dict[str, str]]:
+def instance_args(drafter: str, cpu: bool, budget: str = "full",
+                  cost_path: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The launcher's SEER flags (local drafter, no draft server: one instance); ``ngram`` swaps in
     SGLang's NGRAM with the same tree shape."""
     if drafter == "none":
         return [], {}
-    drafts = RunningDrafts("group-suffix" if drafter == "ngram" else drafter, cpu=cpu, budget=budget)
+    drafts = RunningDrafts("group-suffix" if drafter == "ngram" else drafter, cpu=cpu, budget=budget,
+                           cost_path=cost_path)
     args = drafts.instance_args([])
     if drafter == "ngram":
         args[args.index("--speculative-algorithm") + 1] = "NGRAM"
@@ -92,6 +94,7 @@ def main() -> None:
                     help="staggered: sibling 0 of every prompt first (context scheduling's probe), then the rest")
     ap.add_argument("--budget", default="full", choices=["full", "adaptive", "threshold"],
                     help="draft budget of the SEER drafters (full: the drafter's own acceptance)")
+    ap.add_argument("--draft-cost", default=None, help="profile for --budget adaptive (else each instance fits its own)")
     ap.add_argument("--out", default="benchmarks/results/spec_acceptance.json")
     args = ap.parse_args()
 
@@ -105,7 +108,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     reference = None
     for drafter in ["none", *filter(None, args.drafters.split(","))]:
-        extra, env = instance_args(drafter, cpu, args.budget)
+        extra, env = instance_args(drafter, cpu, args.budget, args.draft_cost)
         spec = InstanceSpec(model_path=model_path, port=free_port(), cpu=cpu, gpu_id=0 if not cpu else None,
                             sglang_args=["--dtype", args.dtype, *extra], log_path=log_root / f"{drafter}.log",
                             cpu_threads=cpu_threads_per_instance(1) if cpu else None, extra_env=env)

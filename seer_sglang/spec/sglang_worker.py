@@ -14,8 +14,8 @@ prompt plus the sample's earlier output, split by the prompt the drafter already
 
 Each step a draft budget (``seer_sglang.spec.budget``) picks the draft length gamma* for the batch.
 On CPU the verify width follows it (gamma* + 1), and a step with gamma* = 0 (or no drafts anywhere in
-the batch) runs as SGLang's plain decode step; on GPU the width stays fixed (captured graphs and FlashInfer plans are per width) and every draft
-is verified.
+the batch) runs as SGLang's plain decode step; on GPU the width stays fixed (captured graphs and
+FlashInfer plans are per width) and every draft is verified.
 
 Set in the environment of the SGLang process: ``SEER_SPEC_DRAFTER`` = a drafter name of
 ``seer_sglang.spec.make_drafter`` (default ``group-suffix``) or ``module:callable`` (called with the
