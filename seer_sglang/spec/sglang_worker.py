@@ -279,12 +279,13 @@ class SeerSpecWorker(NGRAMWorker):
             self.group_used[request_key(req.rid)[0]] = now
             last.append(self._catch_up(req, extra))
         self._release_idle_groups(now)
-        drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) for req in batch.reqs]
         # SGLang verifies a rectangle: every request pays the widest request's nodes, so the budget's
         # gamma* is the width and each request verifies up to gamma* of its likeliest drafts (the
         # per-request split only pays off in a ragged verify). At a fixed width (GPU) drafts cost
-        # nothing more, so all are verified.
+        # nothing more, so all are verified. With gamma* = 0 nobody drafts.
         gamma = self.budget.gamma_star(bs) if self.variable_width else full - 1
+        drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
+                  for req in batch.reqs]
         self._verified = [min(gamma, len(draft)) for draft in drafts]
         width = 1 + max(self._verified, default=0) if self.variable_width else full
         self.draft_token_num = width
