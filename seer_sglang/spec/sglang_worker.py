@@ -378,6 +378,10 @@ class SeerSpecWorker(NGRAMWorker):
         new_seq_lens = batch.seq_lens + 1
         if on_publish is not None:
             on_publish(new_seq_lens)
+        current = {req.rid for req in batch.reqs}  # as NGRAM's verify step: forget requests that left
+        if self._prev_decode_rids - current:
+            self.ngram_corpus.erase_match_state(list(self._prev_decode_rids - current))
+        self._prev_decode_rids = current
         accept_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
         next_token_ids = out.next_token_ids.view(bs)
         return GenerationBatchResult(
