@@ -68,9 +68,11 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
     for wave in waves:
         # position = output tokens committed; the prefill commits the first
         running = {(g, i): 1 for g, group in enumerate(groups) for i in wave if i < len(group["outputs"])}
+        fed = dict.fromkeys(running, 0)
         while running:
-            for (g, i), pos in running.items():
-                drafter.update(f"g{g}", f"g{g}-{i}", 0, groups[g]["outputs"][i][:pos])
+            for (g, i), pos in running.items():  # only the tokens committed since the last step
+                start = fed[(g, i)]
+                fed[(g, i)] = drafter.update(f"g{g}", f"g{g}-{i}", start, groups[g]["outputs"][i][start:pos])
             for (g, i), pos in list(running.items()):
                 out = groups[g]["outputs"][i]
                 if pos >= len(out):

@@ -123,9 +123,8 @@ def main() -> None:
             groups = save_outputs(prompts, reference, args.group_size, Path(args.out).with_suffix(".outputs.json"))
         by_sibling = [acceptance(outs[i::args.group_size]) for i in range(args.group_size)]
         tokens = sum(len(o["output_ids"]) for o in outs)
-        shape = RunningDrafts(drafter)  # the instances' draft shape (default tokens and paths)
-        replayed = replay(drafter, groups, shape.draft_tokens, shape.draft_paths, args.arrival == "staggered") \
-            if drafter in DRAFTERS else None
+        replayed = replay(drafter, groups, RunningDrafts.draft_tokens, RunningDrafts.draft_paths,  # instance defaults
+                          args.arrival == "staggered") if drafter in DRAFTERS else None
         results[drafter] = {"mean_acceptance_length": acceptance(outs), "by_sibling_index": by_sibling,
                             "replay_acceptance_length": replayed.acceptance_length if replayed else None,
                             "output_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,

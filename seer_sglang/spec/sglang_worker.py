@@ -254,13 +254,8 @@ class SeerSpecWorker(NGRAMWorker):
         self.offset.pop(rid, None)
         self.fed.pop(rid, None)
 
-    def _prepare_for_speculative_decoding(self, batch: ScheduleBatch):
-        """NGRAM's verify setup at the width the drafts were planned for (planned first if not yet)."""
-        if batch.forward_mode.is_decode() and self._planned is None:
-            self._planned = self._plan_drafts(batch)
-        super()._prepare_for_speculative_decoding(batch)
-
     def _prepare_draft_tokens(self, batch: ScheduleBatch) -> tuple[np.ndarray, np.ndarray]:
+        """The drafts planned at the start of the step (their budget set the width NGRAM's setup uses)."""
         planned, self._planned = self._planned, None
         return planned
 
@@ -326,12 +321,10 @@ class SeerSpecWorker(NGRAMWorker):
         bs = len(batch.reqs)
         start = time.perf_counter()
         try:
-            if decode and self.variable_width:
+            if decode:
                 self._planned = self._plan_drafts(batch)
-                if self.draft_token_num == 1 and not batch.has_grammar:
-                    result = self._plain_decode(batch, on_publish, pp_proxy_tensors)
-                else:
-                    result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
+            if decode and self.draft_token_num == 1 and not batch.has_grammar:  # width 1 only on CPU
+                result = self._plain_decode(batch, on_publish, pp_proxy_tensors)
             else:
                 result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
         finally:
