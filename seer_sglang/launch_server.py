@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -103,6 +104,20 @@ def default_log_dir() -> Path:
     return cache_dir().parent / "logs" / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
 
 
+def bind_listen_socket(host: str, port: int) -> socket.socket:
+    """Bind the frontend's port at once, so that a port in use fails in a second, not after the
+    instances have loaded, and no client socket can take it while they load."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+    return sock  # uvicorn calls listen() when it serves: until then clients are refused, not left hanging
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, sglang_args = seer_parser().parse_known_args(argv)
@@ -121,6 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     from .models import resolve_model_path
     from .spec.launch import start_drafting
 
+    try:
+        listen_socket = bind_listen_socket(args.host, args.port)
+    except OSError as e:
+        log.error("%s", e)
+        sys.exit(1)
     model_path = resolve_model_path(args.model_path)
     procs = []
     pool = drafts = None
@@ -182,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
                          time.monotonic() - t0)
 
         server.startup = startup
-        server.run()
+        server.run(sockets=[listen_socket])
     except (InstanceStartError, ValueError) as e:
         log.error("%s", e)
         sys.exit(1)
@@ -196,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             pool.stop()
         if drafts is not None:
             drafts.stop()
+        listen_socket.close()
 
 
 if __name__ == "__main__":

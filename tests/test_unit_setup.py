@@ -95,3 +95,27 @@ def test_launch_server_rejects_unknown_flag_before_starting_anything(tiny_model)
                           "--no-such-flag"], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     assert "--no-such-flag" in out.stderr
+
+
+def test_launch_server_refuses_a_busy_port_before_starting_anything(tiny_model, tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "seer_sglang.launch_server", "--model-path", tiny_model,
+                              "--port", str(port), "--log-dir", str(tmp_path)], capture_output=True, text=True,
+                             timeout=300)
+    assert out.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
+    assert not list(tmp_path.glob("instance-*.log"))  # failed before any instance started
+
+
+def test_free_port_stays_out_of_the_ranges_client_sockets_take():
+    from seer_sglang.instances.launcher import free_port
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(p < min(low, 22000) for p in ports)
+    assert len(ports) > 1  # random picks: two launchers starting together do not race for one port

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -41,7 +42,29 @@ def cpu_threads_per_instance(instances: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, instances))
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "127.0.0.1", low: int = 12000, high: int = 21999, attempts: int = 64) -> int:
+    """A free port for a server that binds it only later (an instance binds after loading its model).
+
+    Picked below the kernel's ephemeral range, where bind(0) and every outgoing connection take their
+    ports, and below SGLang's own pick for NCCL (22000+): a port from those ranges can be taken by any
+    client socket in the minutes before the server binds it.
+    """
+    high = min(high, _ephemeral_low() - 1)
+    if high > low:
+        for port in random.sample(range(low, high + 1), min(attempts, high - low + 1)):
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind((host, port))
+                return port
+            except OSError:
+                continue
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
