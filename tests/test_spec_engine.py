@@ -148,8 +148,8 @@ def test_tree_links_match_sglang_kernel():
 
 def test_tree_layout_keeps_valid_nodes_and_hides_the_rest():
     draft = Draft(tokens=[5, 6, 7, 8, 9], parents=[-1, 0, 3, -1, 0], scores=[1.0] * 5)  # node 2: parent after it
-    tokens, mask = tree_layout(42, draft, 6)
-    assert tokens.tolist() == [42, 5, 6, 8, 9, 42]
+    tokens, mask, used = tree_layout(42, draft, 6)
+    assert tokens.tolist() == [42, 5, 6, 8, 9, 42] and used == 5  # the used nodes first: the compacted verify runs them
     want = _ancestor_mask(torch.tensor([[-1, 0, 1, 0, 1, -1]]))[0]
     assert torch.equal(torch.from_numpy(mask), want)
     assert tree_layout(1, Draft(tokens=list(range(10)), parents=list(range(-1, 9)), scores=[1.0] * 10), 4)[0].tolist() \
@@ -459,7 +459,9 @@ def test_custom_logit_processor_runs_on_every_tree_node(tiny_model, plain, seer)
 
 # Step cost 10 ms + 60 ms per verified token and request; the first two drafts are accepted 90% of the time,
 # later ones never: the best draft length is 2 at batch size 1 and 0 (no drafts) from batch size 2 on.
-BUDGET_PROFILE = {"base_s": 0.01, "per_seq_s": 0.0, "per_token_s": 0.06, "accept_curve": [0.9, 0.9, 0, 0, 0, 0, 0]}
+# gamma* = 2 at batch sizes 1 and 2, 0 at 8 (the verify overhead of 40 ms per sequence no longer pays)
+BUDGET_PROFILE = {"base_s": 0.1, "per_seq_s": 0.0, "per_token_s": 0.01, "verify_per_seq_s": 0.04,
+                  "accept_curve": [0.9, 0.9, 0, 0, 0, 0, 0]}
 
 
 @pytest.fixture(scope="module")
@@ -475,11 +477,13 @@ def budgeted(tiny_model, logs, plain) -> dict:
         with_logprobs = dict(temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True, top_logprobs_num=2)
         alone = {j: [_generate(inst.url, [prompts[g]], [f"b{g}-{j}-c0"], **with_logprobs)[0] for g in range(4)]
                  for j in (0, 1)}
+        # a pair: sibling 4 of group 0 (siblings 0 and 1 have finished: drafts) and a sample of a new group
+        pair = _generate(inst.url, [prompts[0], prompts[4]], ["b0-4-c0", "n4-0-c0"], **with_logprobs)
         rids = [f"b{g}-{j}-c0" for g in range(4) for j in (2, 3)]
         together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, **with_logprobs)
     finally:
         stop_instances([inst])
-    return {"alone": alone, "together": together, "together_groups": [int(r[1]) for r in rids]}
+    return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids]}
 
 
 def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):
@@ -495,6 +499,21 @@ def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):
     assert [o["output_ids"] for o in budgeted["together"]] == [greedy[g] for g in budgeted["together_groups"]]
     assert all(o["meta_info"]["spec_num_correct_drafts"] == 0 for o in budgeted["together"])
     assert all(o["meta_info"]["spec_verify_ct"] == NEW_TOKENS - 1 for o in budgeted["together"])
+
+
+def test_budget_goes_where_drafts_are_likely_accepted(plain, budgeted):
+    """A batch of 2 shares gamma* * B = 4 draft tokens: the sibling with a group to draft from gets more
+    than gamma* = 2 of them, which only a per-request split (and a ragged verify) gives. Tokens and
+    logprobs equal plain SGLang."""
+    greedy, meta = plain["greedy"], plain["greedy_meta"]
+    drafted, fresh = budgeted["pair"]
+    assert drafted["output_ids"] == greedy[0] and fresh["output_ids"] == greedy[4]
+    steps = drafted["meta_info"]["spec_verify_ct"]
+    assert steps < -(-(NEW_TOKENS - 1) // 3), drafted["meta_info"]  # fewer steps than 2 drafts a step allow
+    for out, g in ((drafted, 0), (fresh, 4)):
+        got, ref = _logprobs(out["meta_info"]), _logprobs(meta[g])
+        assert got[0] == pytest.approx(ref[0], abs=1e-4)
+        assert [[t for _, t in top] for top in got[1]] == [[t for _, t in top] for top in ref[1]]
 
 
 def _logprobs(meta: dict) -> tuple[list[float], list[list[tuple[float, int]]]]:

@@ -112,10 +112,51 @@ def test_launch_server_refuses_a_busy_port_before_starting_anything(tiny_model, 
     assert not list(tmp_path.glob("instance-*.log"))  # failed before any instance started
 
 
-def test_free_port_stays_out_of_the_ranges_client_sockets_take():
+def test_free_port_stays_out_of_the_ranges_others_pick_from():
     from seer_sglang.instances.launcher import free_port
 
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports = {free_port() for _ in range(20)}
-    assert all(p < min(low, 22000) for p in ports)
+    assert all(30000 < p < low for p in ports)  # above SGLang's NCCL picks, below client sockets' ports
     assert len(ports) > 1  # random picks: two launchers starting together do not race for one port
+
+
+HEALTHY = ("import http.server, sys\n"
+           "class H(http.server.BaseHTTPRequestHandler):\n"
+           "    def do_GET(self):\n"
+           "        self.send_response(200); self.end_headers()\n"
+           "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+
+
+def test_instance_that_lost_a_port_race_starts_again_on_a_new_port(tmp_path, monkeypatch):
+    from seer_sglang.instances import launcher
+
+    spec = launcher.InstanceSpec(model_path="unused", port=launcher.free_port(), log_path=tmp_path / "inst.log")
+    spec.log_path.write_text("torch.distributed.DistNetworkError: ... port: 26535, code: -98, name: EADDRINUSE\n")
+    lost = launcher.InstanceProcess(spec, subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"]))
+    started = []
+
+    def start(s):  # stands in for an SGLang server: answers /health on the spec's port
+        started.append(s.port)
+        return launcher.InstanceProcess(s, subprocess.Popen([sys.executable, "-c", HEALTHY, str(s.port)]))
+
+    monkeypatch.setattr(launcher, "start_instance", start)
+    first_port = spec.port
+    lost.popen.wait()
+    try:
+        launcher.wait_healthy([lost], timeout_s=60, progress=False)
+        assert started == [lost.spec.port] and lost.spec.port != first_port and lost.alive()
+        assert lost.url == f"http://127.0.0.1:{lost.spec.port}"
+    finally:
+        launcher.stop_instances([lost])
+
+
+def test_instance_that_failed_otherwise_is_reported_not_restarted(tmp_path):
+    from seer_sglang.instances import launcher
+
+    spec = launcher.InstanceSpec(model_path="unused", port=launcher.free_port(), log_path=tmp_path / "inst.log")
+    spec.log_path.write_text("ValueError: no such model\n")
+    dead = launcher.InstanceProcess(spec, subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"]))
+    dead.popen.wait()
+    with pytest.raises(launcher.InstanceStartError, match="no such model"):
+        launcher.wait_healthy([dead], timeout_s=30, progress=False)

@@ -8,6 +8,7 @@ and detokenizer in a few seconds), then SIGKILL for any descendant still alive.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import random
 import signal
@@ -22,6 +23,7 @@ import httpx
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+log = logging.getLogger("seer_sglang.instances")
 
 
 def has_cuda() -> bool:
@@ -49,12 +51,12 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(host: str = "127.0.0.1", low: int = 12000, high: int = 21999, attempts: int = 64) -> int:
+def free_port(host: str = "127.0.0.1", low: int = 30100, high: int = 32700, attempts: int = 64) -> int:
     """A free port for a server that binds it only later (an instance binds after loading its model).
 
-    Picked below the kernel's ephemeral range, where bind(0) and every outgoing connection take their
-    ports, and below SGLang's own pick for NCCL (22000+): a port from those ranges can be taken by any
-    client socket in the minutes before the server binds it.
+    Picked where nothing else on the machine picks at random: below the kernel's ephemeral range
+    (32768+, where bind(0) and every outgoing connection take their ports), above SGLang's own pick for
+    NCCL (22000-29999) and Mooncake's transfer ports (12000-17000), and off SGLang's default 30000.
     """
     high = min(high, _ephemeral_low() - 1)
     if high > low:
@@ -172,18 +174,43 @@ class InstanceStartError(RuntimeError):
     pass
 
 
+PORT_RETRIES = 2
+
+
+def _port_taken(inst: InstanceProcess) -> bool:
+    """The instance died because a port it (or SGLang inside it) picked was taken before it bound it."""
+    tail = inst.log_tail(60)
+    return "EADDRINUSE" in tail or "address already in use" in tail.lower()
+
+
+def restart_on_new_port(inst: InstanceProcess) -> None:
+    """Start a dead instance again on a fresh port (SGLang picks its internal ports anew too)."""
+    old = inst.spec.port
+    inst.spec.port = free_port(inst.spec.host)
+    log.warning(
+        "instance on port %d lost a port race at start; starting it again on port %d", old, inst.spec.port)
+    inst.popen = start_instance(inst.spec).popen
+
+
 def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, progress: bool = True) -> float:
     """Block until every instance answers ``/health`` with 200; returns seconds waited."""
     from tqdm import tqdm
 
     start = time.monotonic()
     pending = {inst.url: inst for inst in instances}
+    restarts: dict[str, int] = {}
     bar = tqdm(total=len(instances), desc="starting SGLang instances", unit="inst", disable=not progress,
                file=sys.stderr)
     try:
         with httpx.Client(timeout=2.0) as client:
             while pending:
                 for url, inst in list(pending.items()):
+                    if not inst.alive() and restarts.get(url, 0) < PORT_RETRIES and _port_taken(inst):
+                        restart_on_new_port(inst)
+                        restarts[inst.url] = restarts.pop(url, 0) + 1
+                        del pending[url]
+                        pending[inst.url] = inst
+                        continue
                     if not inst.alive():
                         raise InstanceStartError(
                             f"instance {url} exited with code {inst.popen.returncode}; last log lines:\n"

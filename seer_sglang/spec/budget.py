@@ -121,9 +121,11 @@ class DraftBudget:
             self._gamma_cache[batch_size] = self.cost.best_gamma(batch_size, self.gamma_max)
         return self._gamma_cache[batch_size]
 
-    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
+    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
+                 gamma: int | None = None) -> BudgetDecision:
+        """Split gamma * B draft tokens (gamma = gamma* of the batch size unless given)."""
         batch = len(requests) if batch_size is None else batch_size
-        gamma = self.gamma_star(batch)
+        gamma = self.gamma_star(batch) if gamma is None else gamma
         if gamma == 0:
             return _off(requests, 0, f"best gamma is 0 at batch size {batch}")
         total = gamma * batch
@@ -162,14 +164,14 @@ class ThresholdSwitch:
     def gamma_star(self, batch_size: int) -> int:
         return self.gamma if batch_size <= self.max_batch else 0
 
-    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
+    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
+                 gamma: int | None = None) -> BudgetDecision:
         batch = len(requests) if batch_size is None else batch_size
-        if self.gamma == 0:
-            return _off(requests, 0, "gamma is 0")
-        if self.gamma_star(batch) == 0:
-            return _off(requests, 0, f"batch size {batch} > {self.max_batch}")
-        per = {r.rid: min(self.gamma, len(r.draft_scores)) for r in requests}
-        return BudgetDecision(per, self.gamma, True, f"fixed gamma {self.gamma}")
+        gamma = self.gamma_star(batch) if gamma is None else gamma
+        if gamma == 0:
+            return _off(requests, 0, "gamma is 0" if self.gamma == 0 else f"batch size {batch} > {self.max_batch}")
+        per = {r.rid: min(gamma, len(r.draft_scores)) for r in requests}
+        return BudgetDecision(per, gamma, True, f"fixed gamma {gamma}")
 
 
 class OnlineCost:
@@ -192,7 +194,8 @@ class OnlineCost:
         self._fitted: CostModel | None = None
         self._stale = True
 
-    def record_step(self, batch: int, tokens_per_request: int, seconds: float) -> None:
+    def record_step(self, batch: int, tokens_per_request: float, seconds: float) -> None:
+        """One step; ``tokens_per_request`` is the mean over the batch (a ragged verify's total / B)."""
         self.points.append((batch, float(tokens_per_request), seconds))
         del self.points[:-self.window]
         self._stale = True
@@ -270,13 +273,17 @@ class AdaptiveBudget:
             return min(self.gamma_max, self.EXPLORE_LENGTHS[self._explored % len(self.EXPLORE_LENGTHS)])
         return 0 if self._explored % 2 else min(self.gamma_max, 2 * chosen)
 
-    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None) -> BudgetDecision:
+    def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
+                 gamma: int | None = None) -> BudgetDecision:
+        """While profiling, every request drafts the profiled length; then Seer's split of gamma * B.
+        ``gamma``: this step's ``gamma_star`` when the caller already asked (it counts steps)."""
+        batch = len(requests) if batch_size is None else batch_size
+        gamma = self.gamma_star(batch) if gamma is None else gamma
         budget = self._fitted()
         if budget is None:
-            gamma = self.gamma_star(len(requests) if batch_size is None else batch_size)
             return BudgetDecision({r.rid: min(gamma, len(r.draft_scores)) for r in requests}, gamma, gamma > 0,
                                   "profiling")
-        return budget.allocate(requests, batch_size)
+        return budget.allocate(requests, batch, gamma)
 
 
 def load_cost(path: str) -> CostModel:

@@ -12,10 +12,11 @@ The group comes from the router's rid ``<group>-<index>-c<chunk>``; all chunks o
 the request id ``<group>-<index>``. Chunk 0 brings the group prompt. A later chunk's input is the
 prompt plus the sample's earlier output, split by the prompt the drafter already holds for the group.
 
-Each step a draft budget (``seer_sglang.spec.budget``) picks the draft length gamma* for the batch.
-On CPU the verify width follows it (gamma* + 1), and a step with gamma* = 0 (or no drafts anywhere in
-the batch) runs as SGLang's plain decode step; on GPU the width stays fixed (captured graphs and
-FlashInfer plans are per width) and every draft is verified.
+Each step a draft budget (``seer_sglang.spec.budget``) picks the draft length gamma* for the batch
+and, on CPU, splits gamma* * B draft tokens among the requests by their drafts' acceptance estimates
+(long-tail requests weighted by lambda). The verify is then ragged: only the nodes given out go through
+the model (``_CompactVerify``), and a step without drafts runs as SGLang's plain decode step. On GPU
+the width stays fixed (captured graphs and FlashInfer plans are per width) and every draft is verified.
 
 Set in the environment of the SGLang process: ``SEER_SPEC_DRAFTER`` = a drafter name of
 ``seer_sglang.spec.make_drafter`` (default ``group-suffix``) or ``module:callable`` (called with the
@@ -43,7 +44,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..plugin.queue_order import SEER_RID
 from . import BUDGET_ENV, COST_ENV, DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
-from .budget import make_budget
+from .budget import BudgetRequest, high_priority, make_budget
 from .draft import Draft
 
 logger = logging.getLogger("seer_sglang.spec")
@@ -59,13 +60,14 @@ def request_key(rid: str) -> tuple[str, str, int]:
     return group, f"{group}-{match.group('index')}", int(match.group("chunk"))
 
 
-def tree_layout(last_token: int, draft: Draft, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def tree_layout(last_token: int, draft: Draft, num_nodes: int) -> tuple[np.ndarray, np.ndarray, int]:
     """SGLang's verify layout of one request: node 0 = the last verified token, then the draft.
 
-    Returns (tokens [num_nodes] int64, mask [num_nodes, num_nodes] bool), mask[i, j] meaning node j is
-    node i or one of its ancestors. A draft node whose parent does not come before it, or past the
-    budget, is dropped with its subtree. Unused nodes see only themselves: SGLang then takes them for
-    parentless nodes and never visits them, so they cannot be accepted.
+    Returns (tokens [num_nodes] int64, mask [num_nodes, num_nodes] bool, nodes used), mask[i, j]
+    meaning node j is node i or one of its ancestors; the used nodes come first. A draft node whose
+    parent does not come before it, or past the budget, is dropped with its subtree. Unused nodes see
+    only themselves: SGLang then takes them for parentless nodes and never visits them, so they
+    cannot be accepted.
     """
     tokens = np.full(num_nodes, last_token, dtype=np.int64)
     mask = np.eye(num_nodes, dtype=np.bool_)
@@ -79,7 +81,7 @@ def tree_layout(last_token: int, draft: Draft, num_nodes: int) -> tuple[np.ndarr
         node_of[i] = node
         tokens[node] = token
         mask[node] |= mask[up]
-    return tokens, mask
+    return tokens, mask, len(node_of)
 
 
 class _WidthViews:
@@ -95,6 +97,13 @@ class _WidthViews:
         if self.shape == "rows":
             return self.buffer[:bs * w].view(bs, w)
         return self.buffer[:bs * w * (w if self.shape == "square" else 1)]
+
+
+def _ordered_scores(draft: Draft, order: list[int]) -> list[float]:
+    """The acceptance estimates of a draft's nodes in the order a budget takes them (1 without scores)."""
+    if len(draft.scores) != len(draft.tokens):
+        return [1.0] * len(order)
+    return [draft.scores[i] for i in order]
 
 
 def make_drafter(server_args):
@@ -132,6 +141,43 @@ class _RequestsLeft:
         self.worker.live.clear()
 
 
+class _CompactVerify:
+    """The target worker as NGRAM's verify step sees it when requests verify different numbers of nodes.
+
+    NGRAM lays the batch out as a rectangle [B, width] (its sampler, acceptance walk and KV moves
+    need that stride); the padding nodes can never be accepted. Only the used nodes go through the
+    model: input ids, KV slots and positions are cut to them for the forward (the attention backend
+    reads ``spec_info.compact_nodes`` to place them in the tree), and the logits come back scattered
+    into the rectangle. The step then costs the tokens the budget gave out, not B * width.
+    """
+
+    def __init__(self, target, nodes: np.ndarray):
+        self.target = target
+        self.nodes = nodes
+
+    def __getattr__(self, name):
+        return getattr(self.target, name)
+
+    def forward_batch_generation(self, batch: ScheduleBatch, pp_proxy_tensors=None, is_verify: bool = False):
+        if not is_verify:
+            return self.target.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+        spec = batch.spec_info
+        used = torch.from_numpy(np.flatnonzero(self.nodes)).to(batch.input_ids.device)
+        saved = batch.input_ids, batch.out_cache_loc, spec.positions
+        batch.input_ids, batch.out_cache_loc, spec.positions = saved[0][used], saved[1][used], saved[2][used]
+        spec.compact_nodes, spec.tree_cache_loc = used, saved[1]
+        try:
+            out = self.target.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
+        finally:
+            batch.input_ids, batch.out_cache_loc, spec.positions = saved
+            spec.compact_nodes = spec.tree_cache_loc = None
+        logits = out.logits_output.next_token_logits
+        full = logits.new_zeros((self.nodes.size, logits.shape[-1]))
+        full[used] = logits
+        out.logits_output.next_token_logits = full
+        return out
+
+
 class SeerSpecWorker(NGRAMWorker):
     """NGRAM's tree verification with drafts from a group-aware drafter."""
 
@@ -167,8 +213,9 @@ class SeerSpecWorker(NGRAMWorker):
         self.budget = make_budget(os.environ.get(BUDGET_ENV) or "adaptive", self.full_width - 1,
                                   os.environ.get(COST_ENV) or None)
         self._planned: tuple[np.ndarray, np.ndarray] | None = None
+        self._nodes: np.ndarray | None = None  # [B, width] used verify nodes when they are ragged
         self._verified: list[int] = []
-        self._budget_log = {"steps": 0, "off": 0, "width": 0, "next_s": 0.0}
+        self._budget_log = {"steps": 0, "off": 0, "drafts": 0.0, "next_s": 0.0}
         if on_cpu:
             from .cpu_ops import install_lazy
 
@@ -274,35 +321,46 @@ class SeerSpecWorker(NGRAMWorker):
             self.group_used[request_key(req.rid)[0]] = now
             last.append(self._catch_up(req, extra))
         self._release_idle_groups(now)
-        # SGLang verifies a rectangle: every request pays the widest request's nodes, so the budget's
-        # gamma* is the width and each request verifies up to gamma* of its likeliest drafts (the
-        # per-request split only pays off in a ragged verify). At a fixed width (GPU) drafts cost
-        # nothing more, so all are verified. With gamma* = 0 nobody drafts.
+        # On CPU the verify is ragged (see _CompactVerify): the budget splits gamma* * B draft tokens
+        # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
+        # so all are verified.
         gamma = self.budget.gamma_star(bs) if self.variable_width else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
                   for req in batch.reqs]
-        self._verified = [min(gamma, len(draft)) for draft in drafts]
+        orders = [draft.best_first() for draft in drafts]
+        if self.variable_width:
+            high = high_priority([getattr(req, "priority", None) for req in batch.reqs])
+            asks = [BudgetRequest(req.rid, h, _ordered_scores(draft, order))
+                    for req, h, draft, order in zip(batch.reqs, high, drafts, orders)]
+            given = self.budget.allocate(asks, bs, gamma).per_request
+            self._verified = [min(given[req.rid], len(draft)) for req, draft in zip(batch.reqs, drafts)]
+        else:
+            self._verified = [len(draft) for draft in drafts]
         width = 1 + max(self._verified, default=0) if self.variable_width else full
         self.draft_token_num = width
-        self._note_budget(width, gamma > 0)
         tokens = np.empty((bs, width), dtype=np.int64)
         masks = np.empty((bs, width, width), dtype=np.bool_)
-        for i, (draft, k) in enumerate(zip(drafts, self._verified)):
-            kept = draft if k == len(draft) else draft.keep(draft.best_first()[:k])
-            tokens[i], masks[i] = tree_layout(last[i], kept, width)
+        nodes = np.zeros((bs, width), dtype=np.bool_)
+        for i, (draft, order, k) in enumerate(zip(drafts, orders, self._verified)):
+            kept = draft if k == len(draft) else draft.keep(order[:k])
+            tokens[i], masks[i], used = tree_layout(last[i], kept, width)
+            nodes[i, :used] = True
+            self._verified[i] = used - 1
+        self._nodes = nodes if self.variable_width and not nodes.all() else None
+        self._note_budget(sum(self._verified) / max(1, bs))
         return tokens.reshape(-1), masks.reshape(-1)
 
-    def _note_budget(self, width: int, drafting: bool) -> None:
-        """A log line every 30 s: how often the budget turned drafts off, and the mean verify width."""
+    def _note_budget(self, drafts_per_request: float) -> None:
+        """A log line every 30 s: how often the budget turned drafts off, and the drafts verified."""
         log = self._budget_log
         log["steps"] += 1
-        log["off"] += not drafting
-        log["width"] += width
+        log["off"] += drafts_per_request == 0
+        log["drafts"] += drafts_per_request
         now = time.monotonic()
         if now >= log["next_s"]:
             if log["next_s"]:
-                logger.info("draft budget: %d verify steps, %d without drafts, mean width %.2f",
-                            log["steps"], log["off"], log["width"] / log["steps"])
+                logger.info("draft budget: %d decode steps, %d without drafts, %.2f drafts verified per request",
+                            log["steps"], log["off"], log["drafts"] / log["steps"])
                 model = getattr(self.budget, "current_model", lambda: None)()
                 if model is not None:
                     logger.info("draft cost model: step %.1f ms + %.2f ms/seq + %.2f ms/token, verify +%.1f ms "
@@ -311,7 +369,7 @@ class SeerSpecWorker(NGRAMWorker):
                                 1e3 * model.verify_base_s, 1e3 * model.verify_per_seq_s,
                                 " ".join(f"{a:.2f}" for a in model.accept_curve),
                                 "/".join(str(model.best_gamma(b, self.full_width - 1)) for b in (1, 4, 16, 64)))
-            log.update(steps=0, off=0, width=0, next_s=now + 30.0)
+            log.update(steps=0, off=0, drafts=0.0, next_s=now + 30.0)
 
     def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, pp_proxy_tensors=None):
         """NGRAM's step at the planned width; rows come back padded to the full width, the stride the
@@ -329,7 +387,7 @@ class SeerSpecWorker(NGRAMWorker):
                 result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
         finally:
             width, self.draft_token_num = self.draft_token_num, self.full_width
-            self._planned = None
+            self._planned = self._nodes = None
         if not decode:
             return result
         if width < self.full_width:
@@ -341,10 +399,16 @@ class SeerSpecWorker(NGRAMWorker):
             result.next_draft_input.draft_token_num = self.full_width
         online = getattr(self.budget, "online", None)
         if online is not None and self.variable_width:
-            online.record_step(bs, width, time.perf_counter() - start)
+            online.record_step(bs, 1 + sum(self._verified) / bs, time.perf_counter() - start)
             if width > 1:
                 online.record_acceptance(self._verified, (result.accept_lens - 1).tolist())
         return result
+
+    @property
+    def target_worker(self):
+        """NGRAM's verify step calls the target through this; a ragged plan runs it compacted."""
+        nodes = getattr(self, "_nodes", None)
+        return self._target_worker if nodes is None else _CompactVerify(self._target_worker, nodes)
 
     def _plain_decode(self, batch: ScheduleBatch, on_publish, pp_proxy_tensors) -> GenerationBatchResult:
         """One token per request through SGLang's own decode forward and sampler (seeded sampling,

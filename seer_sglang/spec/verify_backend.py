@@ -96,6 +96,12 @@ class SeerVerifyAttnBackend(TorchNativeAttnBackend):
         d = spec.draft_token_num
         prefix = forward_batch.seq_lens.to(torch.int64)
         bs = prefix.numel()
+        # A compacted verify (see SeerSpecWorker) brings only the used nodes of the [bs, d] layout:
+        # place them in it; the unused ones attend to themselves and are dropped again.
+        used = getattr(spec, "compact_nodes", None)
+        if used is not None:
+            cache_loc = spec.tree_cache_loc
+            q = q.new_zeros((bs * d, q.shape[-1])).index_copy_(0, used, q.reshape(used.numel(), -1))
         tree = torch.stack(tree_masks(spec.custom_mask, prefix.tolist(), d))
         slots = verify_slots(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, prefix,
                              cache_loc.view(bs, d))
@@ -103,7 +109,8 @@ class SeerVerifyAttnBackend(TorchNativeAttnBackend):
         o = tree_attention(q_, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
                            self.token_to_kv_pool.get_value_buffer(layer.layer_id), slots, prefix, tree,
                            layer.scaling, layer.tp_q_head_num != layer.tp_k_head_num)
-        return o.reshape(bs * d, layer.tp_q_head_num * layer.v_head_dim)
+        o = o.reshape(bs * d, layer.tp_q_head_num * layer.v_head_dim)
+        return o if used is None else o[used]
 
 
 def create_backend(runner) -> SeerVerifyAttnBackend:
