@@ -205,13 +205,13 @@ def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, pro
         with httpx.Client(timeout=2.0) as client:
             while pending:
                 for url, inst in list(pending.items()):
-                    if not inst.alive() and restarts.get(url, 0) < PORT_RETRIES and _port_taken(inst):
-                        restart_on_new_port(inst)
-                        restarts[inst.url] = restarts.pop(url, 0) + 1
-                        del pending[url]
-                        pending[inst.url] = inst
-                        continue
                     if not inst.alive():
+                        if restarts.get(url, 0) < PORT_RETRIES and _port_taken(inst):
+                            restart_on_new_port(inst)
+                            restarts[inst.url] = restarts.pop(url, 0) + 1
+                            del pending[url]
+                            pending[inst.url] = inst
+                            continue
                         raise InstanceStartError(
                             f"instance {url} exited with code {inst.popen.returncode}; last log lines:\n"
                             f"{inst.log_tail()}")

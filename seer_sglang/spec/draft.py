@@ -34,10 +34,14 @@ class Draft:
             out.append(1 if p < 0 else out[p] + 1)
         return out
 
+    def node_scores(self) -> list[float]:
+        """Each node's acceptance estimate; a draft without scores counts every node as 1."""
+        return self.scores if len(self.scores) == len(self.tokens) else [1.0] * len(self.tokens)
+
     def best_first(self) -> list[int]:
         """Node indices in the order a budget should take them: the most likely node whose parent is
-        already taken, so every prefix of the order is a tree. Nodes without scores count as 1."""
-        scores = self.scores if len(self.scores) == len(self.tokens) else [1.0] * len(self.tokens)
+        already taken, so every prefix of the order is a tree."""
+        scores = self.node_scores()
         children: list[list[int]] = [[] for _ in range(len(self.tokens) + 1)]
         for i, p in enumerate(self.parents):
             if -1 <= p < i:

@@ -99,13 +99,6 @@ class _WidthViews:
         return self.buffer[:bs * w * (w if self.shape == "square" else 1)]
 
 
-def _ordered_scores(draft: Draft, order: list[int]) -> list[float]:
-    """The acceptance estimates of a draft's nodes in the order a budget takes them (1 without scores)."""
-    if len(draft.scores) != len(draft.tokens):
-        return [1.0] * len(order)
-    return [draft.scores[i] for i in order]
-
-
 def make_drafter(server_args):
     spec = os.environ.get(DRAFTER_ENV) or DEFAULT_DRAFTER
     if ":" in spec:
@@ -330,7 +323,7 @@ class SeerSpecWorker(NGRAMWorker):
         orders = [draft.best_first() for draft in drafts]
         if self.variable_width:
             high = high_priority([getattr(req, "priority", None) for req in batch.reqs])
-            asks = [BudgetRequest(req.rid, h, _ordered_scores(draft, order))
+            asks = [BudgetRequest(req.rid, h, list(np.take(draft.node_scores(), order)))
                     for req, h, draft, order in zip(batch.reqs, high, drafts, orders)]
             given = self.budget.allocate(asks, bs, gamma).per_request
             self._verified = [min(given[req.rid], len(draft)) for req, draft in zip(batch.reqs, drafts)]
