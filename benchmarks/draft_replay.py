@@ -89,6 +89,35 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
     return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail)
 
 
+def replay_with_references(drafter_name: str, groups: list[dict], references: int, draft_tokens: int = 8,
+                           draft_paths: int = 4) -> ReplayResult:
+    """Each sample decoded alone after ``references`` of its siblings finished whole: the sibling-reference
+    experiment of the Seer paper (acceptance at n = 0, 1, 5, 15 references). A per-request drafter never
+    sees the references, so its figure is the n = 0 one. Sample i takes siblings i+1, i+2, ... (cyclic) as
+    references, so every sample counts at every n."""
+    size = max(len(g["outputs"]) for g in groups)
+    if not 0 <= references < size:
+        raise ValueError(f"references must be in [0, {size - 1}] for groups of {size}")
+    tokens, steps = [0] * size, [0] * size
+    for group in groups:
+        outs = group["outputs"]
+        for i, out in enumerate(outs):
+            drafter = make_drafter(drafter_name)
+            drafter.register_group("g", group["prompt"])
+            for k in range(1, references + 1):
+                j = (i + k) % len(outs)
+                drafter.update("g", f"ref{j}", 0, outs[j])
+            pos, fed = 1, 0  # the prefill commits the first token
+            while pos < len(out):
+                fed = drafter.update("g", "me", fed, out[fed:pos])
+                draft = drafter.draft("g", "me", draft_tokens, draft_paths)
+                advance = min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
+                pos += advance
+                tokens[i] += advance
+                steps[i] += 1
+    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.draft_replay")
     ap.add_argument("outputs", help="recorded samples: {'groups': [{'prompt': [...], 'outputs': [[...], ...]}]}")
@@ -96,9 +125,15 @@ def main() -> None:
     ap.add_argument("--draft-tokens", type=int, default=8)
     ap.add_argument("--draft-paths", type=int, default=4)
     ap.add_argument("--arrival", default="together", choices=["together", "staggered"])
+    ap.add_argument("--references", default=None,
+                    help="comma-separated sibling counts (e.g. 0,1,3,5,7): decode each sample alone after that many "
+                         "siblings finished, instead of the batch replay; the plot goes next to --out")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
     groups = json.loads(Path(args.outputs).read_text())["groups"]
+    if args.references is not None:
+        reference_curves(groups, args)
+        return
     results = {}
     for name in args.drafters.split(","):
         r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered")
@@ -116,6 +151,37 @@ def main() -> None:
             r["tail_vs_suffix"] = tail / tail_base if tail and tail_base else None
     if args.out:
         Path(args.out).write_text(json.dumps({"config": vars(args), "drafters": results}, indent=2))
+
+
+def reference_curves(groups: list[dict], args) -> None:
+    """Acceptance length against the number of finished sibling references, per drafter."""
+    counts = [int(n) for n in args.references.split(",")]
+    curves: dict[str, dict[int, float]] = {}
+    for name in args.drafters.split(","):
+        curves[name] = {n: replay_with_references(name, groups, n, args.draft_tokens, args.draft_paths).acceptance_length
+                        for n in counts}
+        print(f"{name:>13}: " + "  ".join(f"n={n} {a:.3f}" for n, a in curves[name].items()), flush=True)
+    if not args.out:
+        return
+    base = curves.get("suffix", {}).get(counts[0])
+    report = {"config": vars(args), "acceptance_by_references": curves,
+              "vs_suffix": {d: {n: a / base for n, a in c.items()} for d, c in curves.items()} if base else None}
+    out = Path(args.out)
+    out.write_text(json.dumps(report, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name, curve in curves.items():
+        ax.plot(list(curve), list(curve.values()), marker="o", label=name)
+    ax.set_xlabel("finished sibling references")
+    ax.set_ylabel("tokens per verify step")
+    ax.set_title(f"{Path(args.outputs).stem}: {args.draft_tokens} tokens, {args.draft_paths} paths", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=100)
 
 
 if __name__ == "__main__":

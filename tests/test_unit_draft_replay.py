@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from benchmarks.draft_replay import accepted_length, replay
+from benchmarks.draft_replay import accepted_length, replay, replay_with_references
 from seer_sglang.spec.draft import Draft
 
 
@@ -52,3 +52,17 @@ def test_siblings_in_lockstep_have_nothing_ahead_to_copy():
     groups = _groups(1, shared=0.9)
     together = replay("group-suffix", groups)
     assert together.acceptance_length < 1.1 < 2 < replay("group-suffix", groups, staggered=True).acceptance_length
+
+
+def test_acceptance_grows_with_finished_sibling_references():
+    """The paper's reference experiment: with no reference the group drafter is the per-request one;
+    every finished sibling adds text to copy, and the per-request drafter never sees any of it."""
+    groups = _groups(2, shared=0.8)
+    group = [replay_with_references("group-suffix", groups, n) for n in (0, 1, 3, 7)]
+    own = [replay_with_references("suffix", groups, n) for n in (0, 1, 3, 7)]
+    assert group[0].acceptance_length == own[0].acceptance_length
+    assert len({r.acceptance_length for r in own}) == 1
+    assert own[0].acceptance_length < 1.1
+    lengths = [r.acceptance_length for r in group]
+    assert lengths == sorted(lengths) and lengths[1] > 1.5 and lengths[-1] > lengths[1] + 0.2
+    assert all(r.tokens == sum(len(o) - 1 for g in groups for o in g["outputs"]) for r in group + own)
