@@ -243,6 +243,19 @@ def _forced(model: str, prompt: list[int], length: int) -> dict:
             "custom_params": custom_params(len(prompt), length, _eos(model))}
 
 
+def _forced_batch(url: str, model: str, prompts: list[list[int]], tag: str) -> list[dict]:
+    """Prompts 0-7 in one greedy batch, each forced to end at FORCED_LENGTHS[i % 4] tokens."""
+    lengths = [FORCED_LENGTHS[i % len(FORCED_LENGTHS)] for i in range(8)]
+    body = {"input_ids": prompts[:8], "rid": [f"{tag}{i}-0-c0" for i in range(8)],
+            "custom_logit_processor": _forced(model, prompts[0], 1)["custom_logit_processor"],
+            "sampling_params": [dict(temperature=0, max_new_tokens=NEW_TOKENS,
+                                     custom_params=_forced(model, prompts[i], n)["custom_params"])
+                                for i, n in enumerate(lengths)]}
+    r = httpx.post(f"{url}/generate", json=body, timeout=600)
+    r.raise_for_status()
+    return r.json()
+
+
 def _target_probs(url: str, prompt: list[int]) -> dict:
     """The likeliest first tokens t1 of a prompt and, for each, p(t2 | prompt, t1)."""
     probe = dict(temperature=0, max_new_tokens=1, return_logprob=True, logprob_start_len=-1)
@@ -258,16 +271,17 @@ def plain(tiny_model, logs) -> dict:
     """Greedy and seeded temperature-1 outputs of SGLang without speculation, and the target distributions
     for the sampling checks (one prompt drafted with trees, one with chains)."""
     prompts = _prompts(tiny_model, 34)
-    inst = _start(tiny_model, logs, "plain", [])
+    inst = _start(tiny_model, logs, "plain", ["--enable-custom-logit-processor"])
     try:
         greedy_outs = _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True,
                                 top_logprobs_num=2)
         greedy = [o["output_ids"] for o in greedy_outs]
+        forced = _forced_batch(inst.url, tiny_model, prompts, "pf")
         seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], seeds=SEEDS, **SEEDED)
         p_t2 = {shape: _target_probs(inst.url, prompts[32 + k]) for k, shape in enumerate(("tree", "chain"))}
     finally:
         stop_instances([inst])
-    return {"prompts": prompts[:32], "greedy": greedy, "greedy_meta": [o["meta_info"] for o in greedy_outs],
+    return {"prompts": prompts[:32], "greedy": greedy, "greedy_meta": [o["meta_info"] for o in greedy_outs], "forced": forced,
             "seeded": [o["output_ids"] for o in seeded],
             "sample_prompts": {"tree": prompts[32], "chain": prompts[33]}, "p_t2": p_t2}
 
@@ -457,6 +471,17 @@ def test_custom_logit_processor_runs_on_every_tree_node(tiny_model, plain, seer)
     assert sum(o["meta_info"]["spec_num_correct_drafts"] for o in seer["forced"]) > 0
 
 
+def test_forced_length_is_exact_in_plain_and_budgeted_steps(tiny_model, plain, budgeted):
+    """The benchmarks' forced-length processor ends a sample exactly at its target in SGLang's own steps
+    (whose output_ids trail by a token under the overlap scheduler) and in the SEER worker's plain decode
+    steps (a batch of 8 verifies no drafts), so every mode of a benchmark generates the same tokens."""
+    eos = _eos(tiny_model)
+    for outs in (plain["forced"], budgeted["forced"]):
+        for i, out in enumerate(outs):
+            length = FORCED_LENGTHS[i % len(FORCED_LENGTHS)]
+            assert out["output_ids"] == plain["greedy"][i][:length - 1] + [eos], (i, length)
+
+
 # Step cost 10 ms + 60 ms per verified token and request; the first two drafts are accepted 90% of the time,
 # later ones never: the best draft length is 2 at batch size 1 and 0 (no drafts) from batch size 2 on.
 # gamma* = 2 at batch sizes 1 and 2, 0 at 8 (the verify overhead of 40 ms per sequence no longer pays)
@@ -472,8 +497,10 @@ def budgeted(tiny_model, logs, plain) -> dict:
     profile = logs / "budget_profile.json"
     profile.write_text(json.dumps(BUDGET_PROFILE))
     env = {"SEER_SPEC_DRAFTER": "group-suffix", "SEER_DRAFT_BUDGET": "adaptive", "SEER_DRAFT_COST": str(profile)}
-    inst = _start(tiny_model, logs, "budgeted", ["--speculative-algorithm", "SEER", *SPEC_ARGS], env)
+    inst = _start(tiny_model, logs, "budgeted", ["--speculative-algorithm", "SEER", "--enable-custom-logit-processor",
+                                                 *SPEC_ARGS], env)
     try:
+        forced = _forced_batch(inst.url, tiny_model, prompts, "bf")  # a batch of 8: plain decode steps first
         with_logprobs = dict(temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True, top_logprobs_num=2)
         alone = {j: [_generate(inst.url, [prompts[g]], [f"b{g}-{j}-c0"], **with_logprobs)[0] for g in range(4)]
                  for j in (0, 1)}
@@ -483,7 +510,8 @@ def budgeted(tiny_model, logs, plain) -> dict:
         together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, **with_logprobs)
     finally:
         stop_instances([inst])
-    return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids]}
+    return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids],
+            "forced": forced}
 
 
 def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):

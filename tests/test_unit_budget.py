@@ -147,24 +147,45 @@ def test_adaptive_budget_profiles_short_drafts_until_it_has_a_model():
     assert fixed.online is None and fixed.allocate(reqs).gamma_star == COST.best_gamma(2)
 
 
-def test_online_budget_explores_other_lengths():
-    """The online fit sees only the steps it chose, so every EXPLORE_EVERY-th step tries another length."""
-    from seer_sglang.spec.budget import AdaptiveBudget
+def test_online_budget_explores_other_lengths_within_its_time_share():
+    """The online fit sees only the steps it chose, so now and then a step tries another length: at most
+    every EXPLORE_EVERY steps, and only as often as EXPLORE_SHARE of the expected step time pays for the
+    time exploring is expected to lose. A wide verify of a large batch costs more, so it comes rarer."""
+    from seer_sglang.spec.budget import AdaptiveBudget, exploration_loss
 
-    every = AdaptiveBudget.EXPLORE_EVERY
-    off = AdaptiveBudget(gamma_max=8)
-    for b, n in [(1, 1), (8, 4), (8, 2), (8, 1)] * 8:  # drafts never accepted: plain decode is best
-        off.online.record_step(b, n, COST.step_time(b, n))
-    off.online.record_acceptance([3], [0])
-    picks = [off.gamma_star(8) for _ in range(4 * every)]
-    assert picks.count(0) == 4 * every - 4 and sorted(p for p in picks if p) == [1, 2, 4, 8]
+    every, share = AdaptiveBudget.EXPLORE_EVERY, AdaptiveBudget.EXPLORE_SHARE
+
+    def never_accepted() -> AdaptiveBudget:
+        budget = AdaptiveBudget(gamma_max=8)
+        for b, n in [(1, 1), (8, 4), (8, 2), (8, 1)] * 8:  # drafts never accepted: plain decode is best
+            budget.online.record_step(b, n, COST.step_time(b, n))
+        budget.online.record_acceptance([3], [0])
+        return budget
+
+    off = never_accepted()
+    model = off.current_model()
+    assert model.best_gamma(8) == model.best_gamma(1) == 0
+    steps = 4000
+    picks = [off.gamma_star(8) for _ in range(steps)]
+    tried = [(i, p) for i, p in enumerate(picks) if p]
+    assert sorted({p for _, p in tried}) == [1, 2, 4, 8]
+    assert all(b - a >= every for (a, _), (b, _) in zip(tried, tried[1:]))
+    lost = sum(exploration_loss(model, 8, 0, p) for _, p in tried)
+    assert 0 < lost <= share * steps * model.step_time(8, 1)
+    assert len(tried) < steps / every / 2  # a wide verify of 8 costs up to 4 plain steps: rarer than every 16
+    small = never_accepted()
+    assert sum(1 for _ in range(steps) if small.gamma_star(1)) > len(tried)  # batch of 1: cheaper, more often
+
     on = AdaptiveBudget(gamma_max=8)
     for b, n in [(1, 1), (1, 2), (1, 3), (1, 5)] * 8:  # drafts always accepted at batch 1: all of them pay
         on.online.record_step(b, n, COST.step_time(b, n))
     on.online.record_acceptance([4], [4])
     chosen = CostModel(COST.base_s, COST.per_seq_s, COST.per_token_s, (1.0,) * 4 + (0.0,) * 4).best_gamma(1, 8)
-    picks = [on.gamma_star(1) for _ in range(2 * every)]
-    assert chosen == 4 and picks.count(chosen) == 2 * every - 2 and sorted(set(picks)) == [0, chosen, 8]
+    picks = [on.gamma_star(1) for _ in range(steps)]
+    others = [p for p in picks if p != chosen]
+    assert chosen == 4 and set(others) == {0, 8} and 0 < len(others) <= steps / every
+    assert sum(exploration_loss(on.current_model(), 1, chosen, p) for p in others) <= \
+        share * steps * on.current_model().step_time(1, chosen + 1)
     fixed = AdaptiveBudget(COST, gamma_max=8)  # a fixed profile never explores
     assert {fixed.gamma_star(100) for _ in range(2 * every)} == {COST.best_gamma(100)}
 

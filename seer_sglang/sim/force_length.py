@@ -5,7 +5,9 @@ sequence length at which the sample must end: ``{"end_at": prompt_len + target, 
 It bans EOS before that length and forces it as the token that reaches it, so every sample has
 exactly its target length, also when chunked (a continuation is prefilled with prompt + earlier
 chunks, so the total length is what counts). Under speculative decoding each verify-tree node is
-a row of its own, ``__draft_depth__`` tokens past the request's committed length.
+a row of its own, ``__draft_depth__`` tokens past the request's committed length. A row without a
+depth is SGLang's own prefill or decode step: under the overlap scheduler ``output_ids`` may still
+lack the previous step's token there, so the length is the KV allocated for the step's input.
 
 Instances must run with ``--enable-custom-logit-processor``.
 """
@@ -17,6 +19,19 @@ from typing import Any
 import torch
 from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
 
+from seer_sglang.spec.verify_sampling import DEPTH_PARAM
+
+
+def row_length(req, depth: int | None) -> int:
+    """Tokens before the one this row samples: committed + draft depth on a verify row; on SGLang's
+    own step, the KV allocated for it (its input token included), which the overlap scheduler keeps
+    current while ``output_ids`` trails by one step."""
+    if depth is not None:
+        return len(req.origin_input_ids) + len(req.output_ids) + int(depth)
+    kv = getattr(req, "kv", None)
+    allocated = kv.kv_allocated_len if kv is not None else 0
+    return max(allocated, len(req.origin_input_ids) + len(req.output_ids))
+
 
 class ForceLengthProcessor(CustomLogitProcessor):
     def __call__(self, logits: torch.Tensor, custom_param_list: list[dict[str, Any]] | None = None) -> torch.Tensor:
@@ -26,7 +41,7 @@ class ForceLengthProcessor(CustomLogitProcessor):
             req = params.get("__req__")
             if req is None:
                 continue
-            length = len(req.origin_input_ids) + len(req.output_ids) + int(params.get("__draft_depth__", 0))
+            length = row_length(req, params.get(DEPTH_PARAM))
             eos = int(params["eos"])
             if length + 1 >= int(params["end_at"]):
                 logits[row, :] = -float("inf")

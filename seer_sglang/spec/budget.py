@@ -221,18 +221,31 @@ class OnlineCost:
         return self._fitted
 
 
+def exploration_loss(cost: CostModel, batch: int, chosen: int, trial: int) -> float:
+    """Seconds a step that verifies ``trial`` drafts per request is expected to lose against one at the
+    chosen length: its time, less the time the chosen length takes for the tokens the trial emits."""
+    tokens = batch * (1.0 + cost.expected_accepted(trial))
+    return max(0.0, cost.step_time(batch, trial + 1) - tokens / cost.tokens_per_second(batch, chosen))
+
+
 class AdaptiveBudget:
     """``DraftBudget`` over a fixed profile (``cost``) or, without one, over ``OnlineCost``'s fit.
 
     Until the fit exists, the draft length cycles through ``PROFILE_LENGTHS``: short, so profiling
     costs little where drafts do not pay, and several widths, so the fit has points to separate. The
-    fit only sees the steps the budget chose, so every ``EXPLORE_EVERY``-th step tries another length
-    (some length when gamma* = 0; no drafts or twice gamma* otherwise): it keeps measuring plain decode
-    and verify steps, and turns drafts back on when acceptance rises (siblings finish)."""
+    fit only sees the steps the budget chose, so now and then a step tries another length (the next of
+    ``EXPLORE_LENGTHS`` when gamma* = 0; no drafts or twice gamma* otherwise): it keeps measuring plain
+    decode and verify steps, and turns drafts back on when acceptance rises (siblings finish).
+    Exploring is paid for: a step explores at most every ``EXPLORE_EVERY`` steps, and only once the
+    time it is expected to lose against gamma* (by the current fit) is covered by a credit of
+    ``EXPLORE_SHARE`` of every step's expected time. So a large batch, where a wide verify costs
+    several plain steps, explores rarely, and a small one (the long tail) often."""
 
     PROFILE_LENGTHS = (0, 1, 2, 4)
     EXPLORE_EVERY = 16
     EXPLORE_LENGTHS = (1, 2, 4, 8)
+    EXPLORE_SHARE = 0.02
+    CREDIT_STEPS = 1024  # the credit saved up is capped at this many steps' worth
 
     def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0):
         self.online = None if cost is not None else OnlineCost(gamma_max)
@@ -242,6 +255,8 @@ class AdaptiveBudget:
         self._model: CostModel | None = cost
         self._steps = 0
         self._explored = 0
+        self._last_explore = 0
+        self._credit_s = 0.0
 
     def _fitted(self) -> DraftBudget | None:
         """The budget over the current model; None while the online fit has too few steps."""
@@ -266,12 +281,23 @@ class AdaptiveBudget:
         if budget is None:
             return min(self.gamma_max, self.PROFILE_LENGTHS[self._steps % len(self.PROFILE_LENGTHS)])
         chosen = budget.gamma_star(batch_size)
-        if self._steps % self.EXPLORE_EVERY:
+        cost = budget.cost
+        step_s = cost.step_time(batch_size, chosen + 1)
+        self._credit_s = min(self._credit_s + self.EXPLORE_SHARE * step_s,
+                             self.EXPLORE_SHARE * self.CREDIT_STEPS * step_s)
+        if self._steps - self._last_explore < self.EXPLORE_EVERY:
             return chosen
-        self._explored += 1
+        n = self._explored + 1
         if chosen == 0:
-            return min(self.gamma_max, self.EXPLORE_LENGTHS[self._explored % len(self.EXPLORE_LENGTHS)])
-        return 0 if self._explored % 2 else min(self.gamma_max, 2 * chosen)
+            trial = min(self.gamma_max, self.EXPLORE_LENGTHS[n % len(self.EXPLORE_LENGTHS)])
+        else:
+            trial = 0 if n % 2 else min(self.gamma_max, 2 * chosen)
+        loss = exploration_loss(cost, batch_size, chosen, trial)
+        if loss > self._credit_s:
+            return chosen
+        self._credit_s -= loss
+        self._explored, self._last_explore = n, self._steps
+        return trial
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
                  gamma: int | None = None) -> BudgetDecision:

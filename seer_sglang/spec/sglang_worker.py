@@ -46,6 +46,7 @@ from ..plugin.queue_order import SEER_RID
 from . import BUDGET_ENV, COST_ENV, DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
 from .budget import BudgetRequest, high_priority, make_budget
 from .draft import Draft
+from .verify_sampling import DEPTH_PARAM
 
 logger = logging.getLogger("seer_sglang.spec")
 GROUP_TTL_S = 600.0  # a group with no request here for this long leaves the local drafter
@@ -418,10 +419,17 @@ class SeerSpecWorker(NGRAMWorker):
         saved = batch.seq_lens, batch.seq_lens_cpu, batch.orig_seq_lens, batch.seq_lens_sum, batch.spec_info
         batch.seq_lens, batch.seq_lens_cpu = saved[0] + 1, saved[1] + 1
         batch.orig_seq_lens, batch.seq_lens_sum, batch.spec_info = saved[2] + 1, None, None
+        # Logit processors see these rows as the root of a verify tree (depth 0): the request's KV
+        # allocation runs ahead of its tokens under speculation, so only the committed count is right.
+        info = batch.sampling_info
+        params = info.custom_params
+        if info.has_custom_logit_processor and params:
+            info.custom_params = [{**p, DEPTH_PARAM: 0} if p else p for p in params]
         try:
             out = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
         finally:
             batch.seq_lens, batch.seq_lens_cpu, batch.orig_seq_lens, batch.seq_lens_sum, batch.spec_info = saved
+            info.custom_params = params
         logits_output = out.logits_output
         if batch.return_logprob and logits_output.next_token_logprobs is not None:
             logits_output.next_token_logprobs = logits_output.next_token_logprobs.view(bs, 1)
