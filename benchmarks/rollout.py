@@ -115,7 +115,9 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
     return {"start": start, "finish": finish, "timeline": poller.points}
 
 
-async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[TraceSample], args, eos: int) -> dict:
+async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
+                   tag: str = "") -> dict:
+    """One rollout of ``trace`` through the seer frontend; ``tag`` keeps group ids apart between rollouts."""
     by_group: dict[int, list[TraceSample]] = {}
     for s in trace:
         by_group.setdefault(s.group_id, []).append(s)
@@ -123,7 +125,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
             "logprobs": False, "custom_logit_processor": ForceLengthProcessor.to_str(), "return_timeline": True}
     for g, members in sorted(by_group.items()):
         ids = prompts[g]
-        prompt = {"input_ids": ids, "group_id": f"{mode}-{g}",
+        prompt = {"input_ids": ids, "group_id": f"{tag}{mode}-{g}",
                   "custom_params": [custom_params(len(ids), m.output_len, eos) for m in members]}
         if mode.startswith("oracle"):
             prompt["oracle_lengths"] = [m.output_len for m in members]
@@ -340,6 +342,9 @@ def main() -> None:
     ap.add_argument("--calib-batches", default="1,4,16,64", help="batch sizes timed for the step model")
     ap.add_argument("--calib-steps", type=int, default=64)
     ap.add_argument("--draft", default="group-suffix", help="drafter of the +sd modes (+sd-<drafter> picks one)")
+    ap.add_argument("--warmup-prompts", type=int, default=0,
+                    help="before its measured rollouts, each seer server runs one rollout of this many other prompts "
+                         "(a trainer's server between iterations: the online draft-cost fit is in place)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
 
@@ -353,6 +358,9 @@ def main() -> None:
     spec = dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
     trace = [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
              for s in generate(spec, args.prompts, args.seed)]
+    warm_prompts = make_prompts(tokenizer, args.warmup_prompts, args.seed + 1)
+    warm_trace = [TraceSample(s.group_id, s.sample_index, len(warm_prompts[s.group_id]), s.output_len)
+                  for s in generate(spec, args.warmup_prompts, args.seed + 1)] if args.warmup_prompts else []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_trace(trace, out.with_suffix(".trace.jsonl"))
@@ -390,6 +398,9 @@ def main() -> None:
             if calib is None:
                 urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
                 calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
+            if args.warmup_prompts:
+                print(f"warm-up rollout on {pool=} {draft=} ...", flush=True)
+                asyncio.run(run_seer(url, group[0], warm_prompts, warm_trace, args, eos, tag="warm-"))
             for mode in group:
                 print(f"running {mode} ...", flush=True)
                 runs[mode] = asyncio.run(run_seer(url, mode, prompts, trace, args, eos))
