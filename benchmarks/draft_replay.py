@@ -54,6 +54,18 @@ class ReplayResult:
         return self.tail_tokens / self.tail_steps if self.tail_steps else None
 
 
+def verify_step(drafter, group_id: str, request_id: str, out: list[int], pos: int, draft_tokens: int,
+                draft_paths: int) -> int:
+    """Tokens one verify step emits for a sample with ``pos`` output tokens committed: its accepted
+    draft path plus the bonus token, up to the sample's end."""
+    draft = drafter.draft(group_id, request_id, draft_tokens, draft_paths)
+    return min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
+
+
+def _result(tokens: list[int], steps: list[int], *tail: int) -> ReplayResult:
+    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail)
+
+
 def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_paths: int = 4,
            staggered: bool = False) -> ReplayResult:
     """``groups``: [{"prompt": [...], "outputs": [[...] per sibling]}]. ``staggered`` runs sibling 0
@@ -78,15 +90,14 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
                 if pos >= len(out):
                     del running[(g, i)]
                     continue
-                draft = drafter.draft(f"g{g}", f"g{g}-{i}", draft_tokens, draft_paths)
-                advance = min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
+                advance = verify_step(drafter, f"g{g}", f"g{g}-{i}", out, pos, draft_tokens, draft_paths)
                 running[(g, i)] = pos + advance
                 tokens[i] += advance
                 steps[i] += 1
                 if not any(h == g and j != i for h, j in running) and wave is waves[-1]:
                     tail[0] += advance
                     tail[1] += 1
-    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail)
+    return _result(tokens, steps, *tail)
 
 
 def replay_with_references(drafter_name: str, groups: list[dict], references: int, draft_tokens: int = 8,
@@ -110,12 +121,11 @@ def replay_with_references(drafter_name: str, groups: list[dict], references: in
             pos, fed = 1, 0  # the prefill commits the first token
             while pos < len(out):
                 fed = drafter.update("g", "me", fed, out[fed:pos])
-                draft = drafter.draft("g", "me", draft_tokens, draft_paths)
-                advance = min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
+                advance = verify_step(drafter, "g", "me", out, pos, draft_tokens, draft_paths)
                 pos += advance
                 tokens[i] += advance
                 steps[i] += 1
-    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)])
+    return _result(tokens, steps)
 
 
 def main() -> None:

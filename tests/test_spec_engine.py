@@ -245,11 +245,14 @@ def _forced(model: str, prompt: list[int], length: int) -> dict:
 
 def _forced_batch(url: str, model: str, prompts: list[list[int]], tag: str) -> list[dict]:
     """Prompts 0-7 in one greedy batch, each forced to end at FORCED_LENGTHS[i % 4] tokens."""
+    from seer_sglang.sim.force_length import ForceLengthProcessor, custom_params
+
+    eos = _eos(model)
     lengths = [FORCED_LENGTHS[i % len(FORCED_LENGTHS)] for i in range(8)]
     body = {"input_ids": prompts[:8], "rid": [f"{tag}{i}-0-c0" for i in range(8)],
-            "custom_logit_processor": _forced(model, prompts[0], 1)["custom_logit_processor"],
+            "custom_logit_processor": ForceLengthProcessor.to_str(),
             "sampling_params": [dict(temperature=0, max_new_tokens=NEW_TOKENS,
-                                     custom_params=_forced(model, prompts[i], n)["custom_params"])
+                                     custom_params=custom_params(len(prompts[i]), n, eos))
                                 for i, n in enumerate(lengths)]}
     r = httpx.post(f"{url}/generate", json=body, timeout=600)
     r.raise_for_status()
