@@ -93,7 +93,7 @@ def bench_lookup(kind, name: str, prompt, sibs, max_paths: int, stride: int) -> 
             d.update("g", rid, pos, s[pos:pos + 1])
             t1 = clock()
             if pos >= n // 2 and pos % stride == 0:
-                draft = d.draft("g", rid, 8, max_paths=max_paths, min_score=0.1)
+                draft = d.draft("g", rid, 8, max_paths=max_paths)
                 lat.append(clock() - t1)
                 upd.append(t1 - t0)
                 lens.append(len(draft))

@@ -37,24 +37,47 @@ def continuations(seqs: list[list[int]], x: list[int]) -> dict[int, int]:
     return out
 
 
-def brute_draft(seqs, context, match_cap, max_tokens, max_paths, min_score):
-    """The specification: longest suffix (<= match_cap) of the context followed by something somewhere;
-    best-first expansion by score = parent * count(child)/count(node), ties by count desc, token asc,
-    then push order; a new branch only while there are fewer than max_paths leaves."""
-    window = context[-match_cap:]
-    x = next((window[-n:] for n in range(len(window), 0, -1) if continuations(seqs, window[-n:])), None)
-    if x is None:
-        return [], [], []
+def brute_chain(seqs, y, depth, states):
+    """The distinct suffix states of context y, longest first: suffixes (at most depth tokens, the counts
+    kept) that occur and have a continuation; a shorter suffix with the same count is the same state."""
+    out, last = [], None
+    for n in range(min(len(y), depth), 0, -1):
+        x = y[-n:]
+        occ = occurrences(seqs, x)
+        if occ == 0 or occ == last:
+            continue
+        last = occ
+        kids = continuations(seqs, x)
+        if kids:
+            out.append((occ, kids))
+        if len(out) == states:
+            break
+    return out
+
+
+def brute_draft(seqs, context, match_cap, max_tokens, max_paths, min_score, depth=10**9, mix_states=1, escape=0.0):
+    """The specification: a node's context is the last match_cap tokens of the request's context plus the
+    path to it; its children blend the top-k continuations (count desc, token asc) of the context's
+    mix_states longest suffix states, each state of count n with m distinct continuations keeping
+    n / (n + escape * m) of the remaining mass, renormalized to the mass kept; ranked by blend desc,
+    token asc, top k, score = parent x blend >= min_score; best-first by score, then push order; a new branch only while there are fewer
+    than max_paths leaves."""
+    window = context[-match_cap:] if match_cap > 0 else []
     toks, pars, scores, heap, seqno = [], [], [], [], 0
 
     def push(path, score, parent, k):
         nonlocal seqno
-        base = occurrences(seqs, x + path)
-        kids = sorted((-c, t) for t, c in continuations(seqs, x + path).items())
-        kept = [(score * (-nc / float(base)), t) for nc, t in kids]
-        for sc, t in [(sc, t) for sc, t in kept if sc >= min_score][:k]:
-            heapq.heappush(heap, (-sc, seqno, path + [t], parent))
-            seqno += 1
+        mix, rem = {}, 1.0
+        for occ, kids in brute_chain(seqs, window + path, depth, mix_states):
+            lam = occ / (occ + escape * len(kids))
+            for nc, t in sorted((-c, t) for t, c in kids.items())[:k]:
+                mix[t] = mix.get(t, 0.0) + rem * lam * -nc / occ
+            rem *= 1.0 - lam
+        for negp, t in sorted((-p, t) for t, p in mix.items())[:k]:
+            sc = score * min(1.0, -negp / (1.0 - rem))
+            if sc >= min_score:
+                heapq.heappush(heap, (-sc, seqno, path + [t], parent))
+                seqno += 1
 
     has_child, leaves = set(), 0
     push([], 1.0, -1, max_tokens)
@@ -117,9 +140,10 @@ def test_counts_and_drafts_match_brute_force(kind):
                     assert a.count(x) == occurrences(seqs, x)
             sid = rng.choice(ids)
             mt, mp, ms = rng.randint(1, 8), rng.choice([1, 2, 4]), rng.choice([0.0, 0.1, 0.3])
+            blend = rng.choice([(1, 0.0), (2, 1.0), (4, 3.0)])
             context = (seqs[head] if head >= 0 else []) + seqs[sid]
-            got = tuple(list(v) for v in a.draft_frequent(head, sid, cap, mt, mp, ms))
-            assert got == brute_draft(seqs, context, cap, mt, mp, ms)
+            got = tuple(list(v) for v in a.draft_frequent(head, sid, cap, mt, mp, ms, *blend))
+            assert got == brute_draft(seqs, context, cap, mt, mp, ms, cap + 8, *blend)
             assert a.tokens(sid) == seqs[sid]
 
 
@@ -133,7 +157,8 @@ def test_native_equals_python():
         for autos, seqs, head, ids in random_group(rng, KINDS, depth, rng.choice([2, 4, 50]), rng.randint(1, 25)):
             sid = rng.choice(ids)
             mt, mp, ms = rng.randint(1, 10), rng.choice([1, 3]), rng.choice([0.0, 0.2])
-            freq = [tuple(list(v) for v in a.draft_frequent(head, sid, cap, mt, mp, ms)) for a in autos]
+            blend = rng.choice([(1, 0.0), (3, 0.5), (4, 3.0)])
+            freq = [tuple(list(v) for v in a.draft_frequent(head, sid, cap, mt, mp, ms, *blend)) for a in autos]
             rec = [tuple(list(v) for v in a.draft_recent(head, sid, cap, mt)) for a in autos]
             assert all(f == freq[0] for f in freq) and all(r == rec[0] for r in rec)
             checked += bool(freq[0][0]) + bool(rec[0][0])

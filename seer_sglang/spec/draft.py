@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 if TYPE_CHECKING:
     from seer_sglang.spec.sam import Automaton
 
+# Nodes whose estimated acceptance falls below this are not drafted. Low: at a fixed verify width (GPU)
+# extra nodes are free, and on CPU the draft budget takes nodes by score anyway.
+DEFAULT_MIN_SCORE = 0.01
+
 
 @dataclass
 class Draft:
@@ -90,7 +94,7 @@ class Drafter(Protocol):
         ...
 
     def draft(self, group_id: str, request_id: str, max_tokens: int, max_paths: int = 1,
-              min_score: float = 0.1) -> Draft: ...
+              min_score: float = DEFAULT_MIN_SCORE) -> Draft: ...
 
     def drop_group(self, group_id: str) -> None: ...
 
@@ -174,7 +178,7 @@ class IndexedDrafter:
         return n
 
     def draft(self, group_id: str, request_id: str, max_tokens: int, max_paths: int = 1,
-              min_score: float = 0.1) -> Draft:
+              min_score: float = DEFAULT_MIN_SCORE) -> Draft:
         g = self._groups.get(group_id)
         r = g.requests.get(request_id) if g is not None else None
         if r is None or max_tokens <= 0:

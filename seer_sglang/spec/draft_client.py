@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import zmq
 
 from seer_sglang.spec import DEFAULT_DRAFTER, Draft, make_drafter
+from seer_sglang.spec.draft import DEFAULT_MIN_SCORE
 from seer_sglang.spec.draft_server import _decode, _encode, pack_tokens, unpack_tokens
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class DraftClient:
             return self.drafter.update(group_id, request_id, prev_token_count, new_tokens)
 
     def draft(self, group_id: str, request_id: str, max_tokens: int, max_paths: int = 1,
-              min_score: float = 0.1) -> Draft:
+              min_score: float = DEFAULT_MIN_SCORE) -> Draft:
         with self._lock:
             self._touch(group_id)  # a group drafted here is in use: keep it synced
             return self.drafter.draft(group_id, request_id, max_tokens, max_paths, min_score)

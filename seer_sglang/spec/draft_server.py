@@ -29,7 +29,7 @@ import msgspec
 import zmq
 
 from seer_sglang.spec import DRAFTERS, make_drafter
-from seer_sglang.spec.draft import IndexedDrafter
+from seer_sglang.spec.draft import DEFAULT_MIN_SCORE, IndexedDrafter
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class DraftStore:
         return dropped
 
     def draft(self, group_id: str, request_id: str, max_tokens: int, max_paths: int = 1,
-              min_score: float = 0.1) -> list:
+              min_score: float = DEFAULT_MIN_SCORE) -> list:
         """A draft from the server's own index (for callers without a replica)."""
         if not self.drafter:
             return [[], [], []]

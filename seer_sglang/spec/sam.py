@@ -33,7 +33,8 @@ class Automaton(Protocol):
     def tokens(self, seq: int, start: int = 0) -> list[int]: ...
     def count(self, tokens: Sequence[int]) -> int: ...
     def draft_frequent(self, head: int, seq: int, match_cap: int, max_tokens: int, max_paths: int,
-                       min_score: float) -> tuple[list[int], list[int], list[float]]: ...
+                       min_score: float, mix_states: int = 1,
+                       escape: float = 0.0) -> tuple[list[int], list[int], list[float]]: ...
     def draft_recent(self, head: int, seq: int, match_cap: int, max_tokens: int) -> tuple[list[int], list[float]]: ...
     def memory_bytes(self) -> int: ...
     def close(self) -> None: ...
@@ -172,48 +173,68 @@ class PySuffixAutomaton:
             v = 0 if t is None else t
         return v
 
-    def _top_children(self, u: int, score: float, k: int, min_score: float) -> list[tuple[float, int, int, int]]:
-        if k <= 0:
+    def _chain(self, w: int, states: int) -> list[int]:
+        """The suffix states of a context, longest first: ``w`` (its longest occurring suffix) and its
+        suffix links, those with a continuation and kept counts, at most ``states`` of them."""
+        out: list[int] = []
+        ln, link, nxt, cnt = self._len, self._link, self._next, self._cnt
+        while w > 0 and len(out) < states:
+            if nxt[w] and cnt[w] > 0 and ln[link[w]] + 1 <= self.depth:
+                out.append(w)
+            w = link[w]
+        return out
+
+    def _blend(self, chain: list[int], score: float, k: int, escape: float,
+               min_score: float) -> list[tuple[float, int, int]]:
+        """The k likeliest next tokens after a context whose suffix states are ``chain``: (path score,
+        token, state after it). Each state's top-k continuations by count are interpolated from the
+        longest context down, Witten-Bell style: a state of count n with m distinct continuations keeps
+        n / (n + escape * m) of the remaining mass, and the mass the chain kept is renormalized to 1. A
+        long match seen once then shares its weight with shorter contexts, where the siblings agree
+        more and whose continuations widen the tree; a lone state gives its plain count ratios."""
+        if k <= 0 or not chain:
             return []
-        cu, cnt = float(self._cnt[u]), self._cnt
-        cands = []
-        for tok, d in self._next[u].items():
-            sc = score * (cnt[d] / cu)
+        cnt, nxt = self._cnt, self._next
+        mix: dict[int, float] = {}
+        rem = 1.0
+        for u in chain:
+            cu = float(cnt[u])
+            lam = cu / (cu + escape * len(nxt[u]))
+            for negc, tok in sorted((-cnt[d], tok) for tok, d in nxt[u].items())[:k]:
+                mix[tok] = mix.get(tok, 0.0) + rem * lam * -negc / cu
+            rem *= 1.0 - lam
+        out, total = [], 1.0 - rem
+        for negp, tok in sorted((-p, tok) for tok, p in mix.items())[:k]:
+            sc = score * min(1.0, -negp / total)  # one token holding all the mass: 1, not 1 + ulp
             if sc >= min_score:
-                cands.append((-cnt[d], tok, sc, d))
-        cands.sort()
-        return [(sc, d, tok, -negc) for negc, tok, sc, d in cands[:k]]
+                out.append((sc, tok, next(nxt[u][tok] for u in chain if tok in nxt[u])))
+        return out
 
     def draft_frequent(self, head: int, seq: int, match_cap: int, max_tokens: int, max_paths: int,
-                       min_score: float) -> tuple[list[int], list[int], list[float]]:
-        """Best-first token tree, returned in BFS order."""
+                       min_score: float, mix_states: int = 1,
+                       escape: float = 0.0) -> tuple[list[int], list[int], list[float]]:
+        """Best-first token tree, returned in BFS order. A node's children blend the continuations of
+        its context's ``mix_states`` longest suffix states (``_blend``); one state with ``escape`` 0 is
+        SuffixDecoding's count ratio after the longest match."""
         toks: list[int] = []
         pars: list[int] = []
         scores: list[float] = []
-        if not 0 <= seq < len(self._seqs) or max_tokens <= 0 or max_paths <= 0:
+        if not 0 <= seq < len(self._seqs) or max_tokens <= 0 or max_paths <= 0 or mix_states <= 0:
             return toks, pars, scores
-        v = self._match_tail(head, seq, match_cap)
-        while v > 0 and not self._next[v]:
-            v = self._link[v]
-        if v <= 0:
-            return toks, pars, scores
-        depth_cap = self.depth - (self._len[self._link[v]] + 1)
-        if depth_cap <= 0:
-            return toks, pars, scores
-        heap: list[tuple[float, int, int, int, int, int]] = []
+        heap: list[tuple[float, int, int, int, int]] = []
         seqno = 0
 
-        def push(u: int, score: float, parent: int, depth: int, k: int) -> None:
+        def push(w: int, score: float, parent: int, k: int) -> None:
             nonlocal seqno
-            for sc, d, tok, _ in self._top_children(u, score, k, min_score):
-                heapq.heappush(heap, (-sc, seqno, d, parent, depth, tok))
+            for sc, tok, d in self._blend(self._chain(w, mix_states), score, k, escape, min_score):
+                heapq.heappush(heap, (-sc, seqno, d, parent, tok))
                 seqno += 1
 
         has_child: dict[int, bool] = {}
         leaves = 0
-        push(v, 1.0, -1, 1, max_tokens)
+        push(self._match_tail(head, seq, match_cap), 1.0, -1, max_tokens)
         while len(toks) < max_tokens and heap:
-            negsc, _, d, parent, depth, tok = heapq.heappop(heap)
+            negsc, _, d, parent, tok = heapq.heappop(heap)
             if has_child.get(parent) or parent < 0:
                 if leaves >= max_paths:
                     continue
@@ -223,8 +244,8 @@ class PySuffixAutomaton:
             pars.append(parent)
             scores.append(-negsc)
             n = len(toks)
-            if depth < depth_cap and n < max_tokens:
-                push(d, -negsc, n - 1, depth + 1, max_tokens - n)
+            if n < max_tokens:
+                push(d, -negsc, n - 1, max_tokens - n)
         bfs = Draft.from_best_first(toks, pars, scores)
         return bfs.tokens, bfs.parents, bfs.scores
 

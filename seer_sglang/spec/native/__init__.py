@@ -103,7 +103,7 @@ def _declare(lib: ctypes.PyDLL) -> None:
         "sam_read": (i32, [p, i32, i32, i32, p]),
         "sam_count": (i32, [p, p, i32]),
         "sam_memory": (ctypes.c_size_t, [p]),
-        "sam_draft_freq": (i32, [p, i32, i32, i32, i32, i32, f64, p, p, p]),
+        "sam_draft_freq": (i32, [p, i32, i32, i32, i32, i32, f64, i32, f64, p, p, p]),
         "sam_draft_recent": (i32, [p, i32, i32, i32, i32, p, p]),
     }
     for name, (res, args) in sigs.items():
@@ -215,10 +215,11 @@ class CtypesSuffixAutomaton:
         return self._lib.sam_count(self._h, buf.buffer_info()[0], len(buf))
 
     def draft_frequent(self, head: int, seq: int, match_cap: int, max_tokens: int, max_paths: int,
-                       min_score: float) -> tuple[list[int], list[int], list[float]]:
+                       min_score: float, mix_states: int = 1,
+                       escape: float = 0.0) -> tuple[list[int], list[int], list[float]]:
         self._grow(max_tokens)
-        n = self._lib.sam_draft_freq(self._h, head, seq, match_cap, max_tokens, max_paths, min_score,
-                                     self._tok, self._par, self._score)
+        n = self._lib.sam_draft_freq(self._h, head, seq, match_cap, max_tokens, max_paths, min_score, mix_states,
+                                     escape, self._tok, self._par, self._score)
         return self._tok[:n], self._par[:n], self._score[:n]
 
     def draft_recent(self, head: int, seq: int, match_cap: int, max_tokens: int) -> tuple[list[int], list[float]]:

@@ -226,7 +226,7 @@ static int32_t match_tail(const Sam *s, int32_t head, int32_t sid, int32_t match
     return v;
 }
 
-typedef struct { double score; int32_t seqno, state, parent, depth, tok, cnt; } Cand;
+typedef struct { double score; int32_t seqno, state, parent, tok, cnt; } Cand;
 
 static int cand_less(const Cand *a, const Cand *b) {  /* heap order: higher score, then earlier push */
     return a->score > b->score || (a->score == b->score && a->seqno < b->seqno);
@@ -261,28 +261,66 @@ static inline int ranks_before(int32_t cnt, int32_t tok, const Cand *b) {
     return cnt > b->cnt || (cnt == b->cnt && tok < b->tok);
 }
 
-/* Push the top-k children of `u` (count desc, token asc) whose score reaches min_score. More than k
- * could never be accepted: the heap takes a parent's children in this same order. */
-static void push_children(const Sam *s, int32_t u, double score, int32_t parent, int32_t depth, int32_t k,
-                          double min_score, Cand *heap, int32_t *hn, int32_t *seqno, Cand *tmp) {
-    if (k <= 0) return;
-    int32_t m = 0;
-    double cu = (double)s->st[u].cnt;
-    for (int32_t e = s->st[u].first; e >= 0; e = s->ed[e].next) {
-        int32_t d = s->ed[e].dst, tok = s->ed[e].tok, cnt = s->st[d].cnt;
-        double sc = score * ((double)cnt / cu);
-        if (!(sc >= min_score)) continue;
-        int32_t i;
-        if (m == k) {
-            if (!ranks_before(cnt, tok, &tmp[k - 1])) continue;
-            i = k - 1;
-        } else {
-            i = m++;
-        }
-        while (i > 0 && ranks_before(cnt, tok, &tmp[i - 1])) { tmp[i] = tmp[i - 1]; i--; }
-        tmp[i] = (Cand){sc, 0, d, parent, depth, tok, cnt};
+/* The suffix states of a context, longest first: `w` and its suffix links, those with a continuation
+ * and kept counts, at most `states` of them. */
+static int32_t suffix_chain(const Sam *s, int32_t w, int32_t states, int32_t *out) {
+    int32_t n = 0;
+    while (w > 0 && n < states) {
+        const State *W = &s->st[w];
+        if (W->first >= 0 && W->cnt > 0 && s->st[W->link].len + 1 <= s->depth) out[n++] = w;
+        w = W->link;
     }
-    for (int32_t i = 0; i < m; i++) { tmp[i].seqno = (*seqno)++; heap_push(heap, hn, tmp[i]); }
+    return n;
+}
+
+typedef struct { double p; int32_t tok; } Mix;
+
+/* Push the k likeliest next tokens after a context whose suffix states are `chain` (sam.py _blend):
+ * each state's top-k continuations by count (count desc, token asc), interpolated from the longest
+ * state down with Witten-Bell weights n / (n + escape * distinct continuations), renormalized to the
+ * mass kept; ranked by blended probability desc, token asc; those whose path score reaches min_score. */
+static void push_blend(const Sam *s, const int32_t *chain, int32_t nchain, double score, int32_t parent,
+                       int32_t k, double escape, double min_score, Cand *heap, int32_t *hn, int32_t *seqno,
+                       Cand *tmp, Mix *mix) {
+    if (k <= 0 || nchain <= 0) return;
+    int32_t nmix = 0;
+    double rem = 1.0;
+    for (int32_t c = 0; c < nchain; c++) {
+        int32_t u = chain[c], m = 0, distinct = 0;
+        for (int32_t e = s->st[u].first; e >= 0; e = s->ed[e].next) {
+            int32_t tok = s->ed[e].tok, cnt = s->st[s->ed[e].dst].cnt, i;
+            distinct++;
+            if (m == k) {
+                if (!ranks_before(cnt, tok, &tmp[k - 1])) continue;
+                i = k - 1;
+            } else {
+                i = m++;
+            }
+            while (i > 0 && ranks_before(cnt, tok, &tmp[i - 1])) { tmp[i] = tmp[i - 1]; i--; }
+            tmp[i] = (Cand){0.0, 0, 0, 0, tok, cnt};
+        }
+        double cu = (double)s->st[u].cnt;
+        double lam = cu / (cu + escape * (double)distinct);
+        for (int32_t i = 0; i < m; i++) {
+            int32_t j = 0;
+            while (j < nmix && mix[j].tok != tmp[i].tok) j++;
+            if (j == nmix) mix[nmix++] = (Mix){0.0, tmp[i].tok};
+            mix[j].p += rem * lam * (double)tmp[i].cnt / cu;
+        }
+        rem *= 1.0 - lam;
+    }
+    double total = 1.0 - rem;  /* the mass the chain kept: renormalized, as nothing shorter takes the rest */
+    for (int32_t r = 0; r < k && r < nmix; r++) {  /* selection: the r-th best to position r */
+        int32_t b = r;
+        for (int32_t j = r + 1; j < nmix; j++)
+            if (mix[j].p > mix[b].p || (mix[j].p == mix[b].p && mix[j].tok < mix[b].tok)) b = j;
+        Mix x = mix[b]; mix[b] = mix[r]; mix[r] = x;
+        double p = x.p / total, sc = score * (p < 1.0 ? p : 1.0);
+        if (!(sc >= min_score)) break;
+        int32_t d = -1;
+        for (int32_t c = 0; c < nchain && d < 0; c++) d = trans(s, chain[c], x.tok);
+        heap_push(heap, hn, (Cand){sc, (*seqno)++, d, parent, x.tok, 0});
+    }
 }
 
 /* Reorder a tree listed parents-first into BFS order (children in their listed order), in place. */
@@ -313,22 +351,24 @@ static void bfs_order(int32_t n, int32_t *tok, int32_t *par, double *score) {
     free(order); free(where); free(t2); free(p2); free(s2);
 }
 
-/* Best-first token tree from the longest matched suffix that has a continuation, written in BFS
- * order; returns the number of nodes. */
+/* Best-first token tree after the request's context (sam.py draft_frequent), written in BFS order;
+ * returns the number of nodes. */
 int32_t sam_draft_freq(const Sam *s, int32_t head, int32_t sid, int32_t match_cap, int32_t max_tokens,
-                       int32_t max_paths, double min_score, int32_t *out_tok, int32_t *out_par, double *out_score) {
-    if (sid < 0 || sid >= s->nseq || max_tokens <= 0 || max_paths <= 0) return 0;
-    int32_t v = match_tail(s, head, sid, match_cap);
-    while (v > 0 && s->st[v].first < 0) v = s->st[v].link;
-    if (v <= 0) return 0;
-    int32_t depth_cap = s->depth - (s->st[s->st[v].link].len + 1);
-    if (depth_cap <= 0) return 0;
+                       int32_t max_paths, double min_score, int32_t mix_states, double escape,
+                       int32_t *out_tok, int32_t *out_par, double *out_score) {
+    if (sid < 0 || sid >= s->nseq || max_tokens <= 0 || max_paths <= 0 || mix_states <= 0) return 0;
     int32_t cap = max_tokens * (max_tokens + 1) + 1;
     Cand *heap = malloc((size_t)cap * sizeof(Cand)), *tmp = malloc((size_t)(max_tokens + 1) * sizeof(Cand));
+    Mix *mix = malloc((size_t)mix_states * (size_t)max_tokens * sizeof(Mix));
+    int32_t *chain = malloc((size_t)mix_states * sizeof(int32_t));
     uint8_t *has_child = calloc((size_t)max_tokens + 1, 1);
     int32_t hn = 0, seqno = 0, n = 0, leaves = 0;
-    if (!heap || !tmp || !has_child) { free(heap); free(tmp); free(has_child); return 0; }
-    push_children(s, v, 1.0, -1, 1, max_tokens, min_score, heap, &hn, &seqno, tmp);
+    if (!heap || !tmp || !mix || !chain || !has_child) {
+        free(heap); free(tmp); free(mix); free(chain); free(has_child);
+        return 0;
+    }
+    int32_t nchain = suffix_chain(s, match_tail(s, head, sid, match_cap), mix_states, chain);
+    push_blend(s, chain, nchain, 1.0, -1, max_tokens, escape, min_score, heap, &hn, &seqno, tmp, mix);
     while (n < max_tokens && hn > 0) {
         Cand c = heap_pop(heap, &hn);
         uint8_t *pc = &has_child[c.parent + 1];
@@ -339,10 +379,13 @@ int32_t sam_draft_freq(const Sam *s, int32_t head, int32_t sid, int32_t match_ca
         *pc = 1;
         out_tok[n] = c.tok; out_par[n] = c.parent; out_score[n] = c.score;
         n++;
-        if (c.depth < depth_cap && n < max_tokens)
-            push_children(s, c.state, c.score, n - 1, c.depth + 1, max_tokens - n, min_score, heap, &hn, &seqno, tmp);
+        if (n < max_tokens) {
+            nchain = suffix_chain(s, c.state, mix_states, chain);
+            push_blend(s, chain, nchain, c.score, n - 1, max_tokens - n, escape, min_score, heap, &hn, &seqno,
+                       tmp, mix);
+        }
     }
-    free(heap); free(tmp); free(has_child);
+    free(heap); free(tmp); free(mix); free(chain); free(has_child);
     bfs_order(n, out_tok, out_par, out_score);
     return n;
 }

@@ -133,11 +133,14 @@ static PyObject *float_list(const double *v, int32_t n) {
 }
 
 static PyObject *Auto_draft_frequent(Auto *a, PyObject *args) {
-    int head, seq, cap, max_tokens, max_paths;
-    double min_score;
-    if (!PyArg_ParseTuple(args, "iiiiid", &head, &seq, &cap, &max_tokens, &max_paths, &min_score)) return NULL;
+    int head, seq, cap, max_tokens, max_paths, mix_states = 1;
+    double min_score, escape = 0.0;
+    if (!PyArg_ParseTuple(args, "iiiiid|id", &head, &seq, &cap, &max_tokens, &max_paths, &min_score, &mix_states,
+                          &escape))
+        return NULL;
     if (check_seq(a, seq) || reserve(a, max_tokens > 0 ? max_tokens : 1)) return NULL;
-    int32_t n = sam_draft_freq(a->s, head, seq, cap, max_tokens, max_paths, min_score, a->tok, a->par, a->score);
+    int32_t n = sam_draft_freq(a->s, head, seq, cap, max_tokens, max_paths, min_score, mix_states, escape, a->tok,
+                               a->par, a->score);
     return Py_BuildValue("(NNN)", int_list(a->tok, n), int_list(a->par, n), float_list(a->score, n));
 }
 
@@ -166,7 +169,8 @@ static PyMethodDef Auto_methods[] = {
     {"tokens", (PyCFunction)Auto_tokens, METH_VARARGS, "tokens(seq, start=0) -> list"},
     {"count", (PyCFunction)Auto_count, METH_O, "count(tokens) -> occurrences (strings up to max_depth)"},
     {"draft_frequent", (PyCFunction)Auto_draft_frequent, METH_VARARGS,
-     "draft_frequent(head, seq, match_cap, max_tokens, max_paths, min_score) -> (tokens, parents, scores)"},
+     "draft_frequent(head, seq, match_cap, max_tokens, max_paths, min_score, mix_states=1, escape=0.0) "
+     "-> (tokens, parents, scores)"},
     {"draft_recent", (PyCFunction)Auto_draft_recent, METH_VARARGS,
      "draft_recent(head, seq, match_cap, max_tokens) -> (tokens, scores)"},
     {"memory_bytes", (PyCFunction)Auto_memory_bytes, METH_NOARGS, "Bytes held."},
