@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from seer_sglang.spec import make_drafter
+from seer_sglang.spec import SuffixDrafter, make_drafter
 from seer_sglang.spec.draft import Draft
 
 
@@ -66,11 +66,19 @@ def _result(tokens: list[int], steps: list[int], *tail: int) -> ReplayResult:
     return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail)
 
 
+def drafter_for(name: str, blend: tuple[int, float] | None = None):
+    """The instances' drafter; ``blend`` = (mix_states, escape) overrides the suffix drafters' blend
+    (``(1, 0.0)``: continuations of the longest match alone)."""
+    if blend is None or name == "sam":
+        return make_drafter(name)
+    return make_drafter(name, mix_states=blend[0], escape=blend[1])
+
+
 def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_paths: int = 4,
-           staggered: bool = False) -> ReplayResult:
+           staggered: bool = False, blend: tuple[int, float] | None = None) -> ReplayResult:
     """``groups``: [{"prompt": [...], "outputs": [[...] per sibling]}]. ``staggered`` runs sibling 0
     of every group to the end first (the length probe), then the rest together."""
-    drafter = make_drafter(drafter_name)
+    drafter = drafter_for(drafter_name, blend)
     size = max(len(g["outputs"]) for g in groups)
     waves = [[0], list(range(1, size))] if staggered else [list(range(size))]
     tokens, steps = [0] * size, [0] * size
@@ -101,7 +109,7 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
 
 
 def replay_with_references(drafter_name: str, groups: list[dict], references: int, draft_tokens: int = 8,
-                           draft_paths: int = 4) -> ReplayResult:
+                           draft_paths: int = 4, blend: tuple[int, float] | None = None) -> ReplayResult:
     """Each sample decoded alone after ``references`` of its siblings finished whole: the sibling-reference
     experiment of the Seer paper (acceptance at n = 0, 1, 5, 15 references). A per-request drafter never
     sees the references, so its figure is the n = 0 one. Sample i takes siblings i+1, i+2, ... (cyclic) as
@@ -113,7 +121,7 @@ def replay_with_references(drafter_name: str, groups: list[dict], references: in
     for group in groups:
         outs = group["outputs"]
         for i, out in enumerate(outs):
-            drafter = make_drafter(drafter_name)
+            drafter = drafter_for(drafter_name, blend)
             drafter.register_group("g", group["prompt"])
             for k in range(1, references + 1):
                 j = (i + k) % len(outs)
@@ -138,15 +146,20 @@ def main() -> None:
     ap.add_argument("--references", default=None,
                     help="comma-separated sibling counts (e.g. 0,1,3,5,7): decode each sample alone after that many "
                          "siblings finished, instead of the batch replay; the plot goes next to --out")
+    ap.add_argument("--blend", default=None, metavar="STATES,ESCAPE",
+                    help="suffix drafters' blend (mix_states,escape), e.g. 1,0 for the longest match alone; "
+                         "default: the instances' own")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
+    states, escape = (args.blend or f"{SuffixDrafter().mix_states},{SuffixDrafter().escape}").split(",")
+    args.blend = (int(states), float(escape))
     groups = json.loads(Path(args.outputs).read_text())["groups"]
     if args.references is not None:
         reference_curves(groups, args)
         return
     results = {}
     for name in args.drafters.split(","):
-        r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered")
+        r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered", args.blend)
         results[name] = {"acceptance_length": r.acceptance_length, "by_sibling_index": r.by_sibling,
                          "tokens": r.tokens, "steps": r.steps, "tail_acceptance_length": r.tail_acceptance_length,
                          "tail_steps": r.tail_steps}
@@ -168,7 +181,8 @@ def reference_curves(groups: list[dict], args) -> None:
     counts = [int(n) for n in args.references.split(",")]
     curves: dict[str, dict[int, float]] = {}
     for name in args.drafters.split(","):
-        curves[name] = {n: replay_with_references(name, groups, n, args.draft_tokens, args.draft_paths).acceptance_length
+        curves[name] = {n: replay_with_references(name, groups, n, args.draft_tokens, args.draft_paths,
+                                                  args.blend).acceptance_length
                         for n in counts}
         print(f"{name:>13}: " + "  ".join(f"n={n} {a:.3f}" for n, a in curves[name].items()), flush=True)
     if not args.out:

@@ -368,3 +368,24 @@ def test_long_tail_share_of_a_batch_by_router_priority():
     assert high_priority([None, None]) == [False, False]
     assert high_priority([5, 1, 3, 9, None, 2, 8, 7]) == [False, False, False, True, False, False, False, False]
     assert high_priority([4, 4, 1]) == [True, True, False]  # ties at the cut all count
+
+
+@pytest.mark.parametrize("native", [False, True] if NATIVE else [False])
+def test_blend_weighs_a_long_match_seen_once_against_what_the_siblings_agree_on(native):
+    """One sibling wrote 2 3 4 5 -> 9; eight others wrote 8 4 5 -> 6. For a request ending in 2 3 4 5
+    the longest match alone drafts 9 and nothing else; the blend also hears the shorter context 4 5,
+    where the group agrees on 6, and ranks 6 first with 9 as the second branch."""
+    drafts = {}
+    for blend in ((1, 0.0), (4, 3.0)):
+        d = make_drafter("group-suffix", native=native, mix_states=blend[0], escape=blend[1])
+        d.register_group("g", [100, 101])
+        d.update("g", "odd", 0, [1, 2, 3, 4, 5, 9])
+        for r in range(8):
+            d.update("g", f"s{r}", 0, [8, 4, 5, 6, 7])
+        d.update("g", "me", 0, [2, 3, 4, 5])
+        drafts[blend] = d.draft("g", "me", 4, max_paths=2)
+    longest, blended = drafts[(1, 0.0)], drafts[(4, 3.0)]
+    assert longest.tokens == [9]
+    roots = [t for t, p in zip(blended.tokens, blended.parents) if p == -1]
+    assert roots == [6, 9]
+    assert blended.scores[0] > blended.scores[1] and 0 < blended.scores[1] < 1
