@@ -18,7 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from seer_sglang.spec import SuffixDrafter, make_drafter
+from seer_sglang.spec import make_drafter
+from seer_sglang.spec.suffix_tree import ESCAPE, MIX_STATES
 from seer_sglang.spec.draft import Draft
 
 
@@ -68,7 +69,7 @@ def _result(tokens: list[int], steps: list[int], *tail: int) -> ReplayResult:
 
 def drafter_for(name: str, blend: tuple[int, float] | None = None):
     """The instances' drafter; ``blend`` = (mix_states, escape) overrides the suffix drafters' blend
-    (``(1, 0.0)``: continuations of the longest match alone)."""
+    (``(1, 0.0)``: the count ratios of the longest matched suffix with a continuation alone)."""
     if blend is None or name == "sam":
         return make_drafter(name)
     return make_drafter(name, mix_states=blend[0], escape=blend[1])
@@ -147,11 +148,11 @@ def main() -> None:
                     help="comma-separated sibling counts (e.g. 0,1,3,5,7): decode each sample alone after that many "
                          "siblings finished, instead of the batch replay; the plot goes next to --out")
     ap.add_argument("--blend", default=None, metavar="STATES,ESCAPE",
-                    help="suffix drafters' blend (mix_states,escape), e.g. 1,0 for the longest match alone; "
+                    help="suffix drafters' blend (mix_states,escape), e.g. 1,0 for the longest matched suffix alone; "
                          "default: the instances' own")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
-    states, escape = (args.blend or f"{SuffixDrafter().mix_states},{SuffixDrafter().escape}").split(",")
+    states, escape = (args.blend or f"{MIX_STATES},{ESCAPE}").split(",")
     args.blend = (int(states), float(escape))
     groups = json.loads(Path(args.outputs).read_text())["groups"]
     if args.references is not None:

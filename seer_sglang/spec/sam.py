@@ -215,7 +215,7 @@ class PySuffixAutomaton:
                        escape: float = 0.0) -> tuple[list[int], list[int], list[float]]:
         """Best-first token tree, returned in BFS order. A node's children blend the continuations of
         its context's ``mix_states`` longest suffix states (``_blend``); one state with ``escape`` 0 is
-        SuffixDecoding's count ratio after the longest match."""
+        SuffixDecoding's count ratio after the longest matched suffix that has a continuation."""
         toks: list[int] = []
         pars: list[int] = []
         scores: list[float] = []
