@@ -165,6 +165,36 @@ def test_native_equals_python():
     assert checked > 100  # most cases drafted something, so the comparison had content
 
 
+@pytest.mark.skipif(not NATIVE, reason="no C compiler: the native automaton did not build")
+@pytest.mark.parametrize("depth", [2, 3, 40])  # short depths: the longest counted contexts have many too
+def test_native_top_continuations_stay_exact_while_siblings_append(depth):
+    """Contexts with many distinct continuations (the native core caches their top few) must draft
+    exactly what Python drafts after every append, whichever sibling appended and whatever the width."""
+    rng = random.Random(5)
+    hubs = [0, 1, 2]  # frequent tokens and pairs, each followed by one of 60: dozens of continuations
+    autos = [automaton(k, depth) for k in KINDS]
+    seqs: list[list[int]] = [[] for _ in range(4)]
+    for sid in range(4):
+        assert all(a.add_sequence() == sid for a in autos)
+    for step in range(400):
+        sid = rng.randrange(4)
+        if seqs[sid] and rng.random() < 0.3:  # siblings copy each other: long matches and loops
+            src = seqs[rng.randrange(4)] or seqs[sid]
+            i = rng.randrange(len(src))
+            chunk = src[i:i + rng.randint(1, 10)]
+        else:
+            chunk = [t for _ in range(rng.randint(1, 3))
+                     for t in (*rng.sample(hubs, rng.randint(1, 2)), 3 + rng.randrange(60))]
+        for a in autos:
+            a.extend(sid, chunk)
+        seqs[sid].extend(chunk)
+        reader = rng.randrange(4)
+        mt = rng.choice([4, 8, 12])  # past 8 tokens the native core scans instead of reading its cache
+        blend = rng.choice([(1, 0.0), (4, 3.0), (4, 0.5)])
+        drafts = [tuple(list(v) for v in a.draft_frequent(-1, reader, 16, mt, 4, 0.001, *blend)) for a in autos]
+        assert all(d == drafts[0] for d in drafts), f"step {step}"
+    followers = {s[i + 1] for s in seqs for i in range(len(s) - 1) if s[i] == 0}
+    assert len(followers) >= 40  # the hub contexts did have many continuations
 @pytest.mark.parametrize("kind", KINDS)
 def test_sam_recency_matches_brute_force(kind):
     rng = random.Random(5)

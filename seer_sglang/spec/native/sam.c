@@ -14,9 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { int32_t len, link, cnt, first, last_seq, last_end, prev_seq, prev_end; } State;
+typedef struct { int32_t len, link, cnt, first, last_seq, last_end, prev_seq, prev_end, deg, topk; } State;
 typedef struct { int32_t src, tok, dst, next; } Edge;
 typedef struct { int32_t *tok; int32_t n, cap, last, track, tlen; } Seq;
+
+/* A state's TOPK likeliest continuations (count desc, token asc), cached for states with at least
+ * CACHE_MIN_DEG of them: short contexts ("the", ",") have hundreds, and a draft visits several per
+ * node. A state's continuation counts change only when its sequence's text ends in it, so appends
+ * clear the caches along the appended sequence's suffix chain and the rest stay valid. */
+#define TOPK 8
+#define CACHE_MIN_DEG 16
+typedef struct { int32_t valid, n, tok[TOPK], cnt[TOPK]; } TopK;
 
 typedef struct {
     int32_t depth;
@@ -24,6 +32,7 @@ typedef struct {
     Edge *ed; int32_t ned, caped;
     int32_t *slots; uint32_t mask; int32_t nslots_used;
     Seq *seqs; int32_t nseq, capseq;
+    TopK *tk; int32_t ntk, captk;
 } Sam;
 
 static int grow(void **p, int32_t *cap, int32_t need, size_t elem) {
@@ -77,6 +86,7 @@ static int add_edge(Sam *s, int32_t src, int32_t tok, int32_t dst) {
     int32_t e = s->ned++;
     s->ed[e] = (Edge){src, tok, dst, s->st[src].first};
     s->st[src].first = e;
+    s->st[src].deg++;
     uint32_t i = hash2(src, tok) & s->mask;
     while (s->slots[i] >= 0) i = (i + 1) & s->mask;
     s->slots[i] = e;
@@ -85,7 +95,7 @@ static int add_edge(Sam *s, int32_t src, int32_t tok, int32_t dst) {
 
 static int32_t new_state(Sam *s, int32_t len, int32_t link) {
     if (grow((void **)&s->st, &s->capst, s->nst + 1, sizeof(State))) return -1;
-    s->st[s->nst] = (State){len, link, 0, -1, -1, -1, -1, -1};
+    s->st[s->nst] = (State){len, link, 0, -1, -1, -1, -1, -1, 0, -1};
     return s->nst++;
 }
 
@@ -123,7 +133,7 @@ Sam *sam_new(int32_t depth) {
 void sam_free(Sam *s) {
     if (!s) return;
     for (int32_t i = 0; i < s->nseq; i++) free(s->seqs[i].tok);
-    free(s->seqs); free(s->st); free(s->ed); free(s->slots); free(s);
+    free(s->seqs); free(s->st); free(s->ed); free(s->slots); free(s->tk); free(s);
 }
 
 int32_t sam_add_seq(Sam *s) {
@@ -134,6 +144,12 @@ int32_t sam_add_seq(Sam *s) {
 
 static int extend1(Sam *s, int32_t sid, int32_t c) {
     Seq *sq = &s->seqs[sid];
+    /* The states whose continuations this token changes (an edge added, or a count raised after
+     * them) all hold suffixes of the sequence so far. Drafts read only states whose shortest string
+     * is at most `depth` tokens, and those lie on the chain from the tracked depth-limited suffix:
+     * clear their cached top continuations (at most `depth` steps, also in repetition loops). */
+    for (int32_t v = sq->track; v > 0; v = s->st[v].link)
+        if (s->st[v].topk >= 0) s->tk[s->st[v].topk].valid = 0;
     if (grow((void **)&sq->tok, &sq->cap, sq->n + 1, sizeof(int32_t))) return -1;
     /* Before the split below can move strings: the state holding the suffix of length newlen-1,
      * where newlen = min(n+1, depth) is the tracked suffix length after this token. */
@@ -205,7 +221,8 @@ int32_t sam_count(const Sam *s, const int32_t *tok, int32_t n) {
 
 size_t sam_memory(const Sam *s) {
     size_t b = sizeof(Sam) + (size_t)s->capst * sizeof(State) + (size_t)s->caped * sizeof(Edge)
-        + ((size_t)s->mask + 1) * sizeof(int32_t) + (size_t)s->capseq * sizeof(Seq);
+        + ((size_t)s->mask + 1) * sizeof(int32_t) + (size_t)s->capseq * sizeof(Seq)
+        + (size_t)s->captk * sizeof(TopK);
     for (int32_t i = 0; i < s->nseq; i++) b += (size_t)s->seqs[i].cap * sizeof(int32_t);
     return b;
 }
@@ -257,10 +274,6 @@ static Cand heap_pop(Cand *h, int32_t *n) {
     return top;
 }
 
-static inline int ranks_before(int32_t cnt, int32_t tok, const Cand *b) {
-    return cnt > b->cnt || (cnt == b->cnt && tok < b->tok);
-}
-
 /* The suffix states of a context, longest first: `w` and its suffix links, those with a continuation
  * and kept counts, at most `states` of them. */
 static int32_t suffix_chain(const Sam *s, int32_t w, int32_t states, int32_t *out) {
@@ -273,34 +286,73 @@ static int32_t suffix_chain(const Sam *s, int32_t w, int32_t states, int32_t *ou
     return n;
 }
 
+/* u's k likeliest continuations into tok/cnt (count desc, token asc), by a scan of its edges. */
+static int32_t scan_continuations(const Sam *s, int32_t u, int32_t k, int32_t *tok, int32_t *cnt) {
+    int32_t m = 0;
+    for (int32_t e = s->st[u].first; e >= 0; e = s->ed[e].next) {
+        int32_t t = s->ed[e].tok, n = s->st[s->ed[e].dst].cnt, i;
+        if (m == k) {
+            if (!(n > cnt[k - 1] || (n == cnt[k - 1] && t < tok[k - 1]))) continue;
+            i = k - 1;
+        } else {
+            i = m++;
+        }
+        while (i > 0 && (n > cnt[i - 1] || (n == cnt[i - 1] && t < tok[i - 1]))) {
+            tok[i] = tok[i - 1]; cnt[i] = cnt[i - 1]; i--;
+        }
+        tok[i] = t; cnt[i] = n;
+    }
+    return m;
+}
+
+/* u's k likeliest continuations into tmp (tok, cnt): from the state's cache where it has one. */
+static int32_t top_continuations(Sam *s, int32_t u, int32_t k, Cand *tmp) {
+    State *U = &s->st[u];
+    int32_t tok[TOPK], cnt[TOPK], m;
+    if (k > TOPK || U->deg < CACHE_MIN_DEG) {
+        int32_t kk = k < U->deg ? k : U->deg, buf[2 * CACHE_MIN_DEG];
+        int32_t *t2 = kk <= CACHE_MIN_DEG ? buf : malloc((size_t)kk * 2 * sizeof(int32_t));
+        if (!t2) return 0;
+        m = scan_continuations(s, u, kk, t2, t2 + kk);
+        for (int32_t i = 0; i < m; i++) tmp[i] = (Cand){0.0, 0, 0, 0, t2[i], t2[kk + i]};
+        if (t2 != buf) free(t2);
+        return m;
+    }
+    if (U->topk < 0) {
+        if (grow((void **)&s->tk, &s->captk, s->ntk + 1, sizeof(TopK))) {
+            m = scan_continuations(s, u, k, tok, cnt);
+            for (int32_t i = 0; i < m; i++) tmp[i] = (Cand){0.0, 0, 0, 0, tok[i], cnt[i]};
+            return m;
+        }
+        U->topk = s->ntk++;
+        s->tk[U->topk].valid = 0;
+    }
+    TopK *t = &s->tk[U->topk];
+    if (!t->valid) {
+        t->n = scan_continuations(s, u, TOPK, t->tok, t->cnt);
+        t->valid = 1;
+    }
+    m = k < t->n ? k : t->n;
+    for (int32_t i = 0; i < m; i++) tmp[i] = (Cand){0.0, 0, 0, 0, t->tok[i], t->cnt[i]};
+    return m;
+}
+
 typedef struct { double p; int32_t tok; } Mix;
 
 /* Push the k likeliest next tokens after a context whose suffix states are `chain` (sam.py _blend):
  * each state's top-k continuations by count (count desc, token asc), interpolated from the longest
  * state down with Witten-Bell weights n / (n + escape * distinct continuations), renormalized to the
  * mass kept; ranked by blended probability desc, token asc; those whose path score reaches min_score. */
-static void push_blend(const Sam *s, const int32_t *chain, int32_t nchain, double score, int32_t parent,
+static void push_blend(Sam *s, const int32_t *chain, int32_t nchain, double score, int32_t parent,
                        int32_t k, double escape, double min_score, Cand *heap, int32_t *hn, int32_t *seqno,
                        Cand *tmp, Mix *mix) {
     if (k <= 0 || nchain <= 0) return;
     int32_t nmix = 0;
     double rem = 1.0;
     for (int32_t c = 0; c < nchain; c++) {
-        int32_t u = chain[c], m = 0, distinct = 0;
-        for (int32_t e = s->st[u].first; e >= 0; e = s->ed[e].next) {
-            int32_t tok = s->ed[e].tok, cnt = s->st[s->ed[e].dst].cnt, i;
-            distinct++;
-            if (m == k) {
-                if (!ranks_before(cnt, tok, &tmp[k - 1])) continue;
-                i = k - 1;
-            } else {
-                i = m++;
-            }
-            while (i > 0 && ranks_before(cnt, tok, &tmp[i - 1])) { tmp[i] = tmp[i - 1]; i--; }
-            tmp[i] = (Cand){0.0, 0, 0, 0, tok, cnt};
-        }
+        int32_t u = chain[c], m = top_continuations(s, u, k, tmp);
         double cu = (double)s->st[u].cnt;
-        double lam = cu / (cu + escape * (double)distinct);
+        double lam = cu / (cu + escape * (double)s->st[u].deg);
         for (int32_t i = 0; i < m; i++) {
             int32_t j = 0;
             while (j < nmix && mix[j].tok != tmp[i].tok) j++;
@@ -353,7 +405,7 @@ static void bfs_order(int32_t n, int32_t *tok, int32_t *par, double *score) {
 
 /* Best-first token tree after the request's context (sam.py draft_frequent), written in BFS order;
  * returns the number of nodes. */
-int32_t sam_draft_freq(const Sam *s, int32_t head, int32_t sid, int32_t match_cap, int32_t max_tokens,
+int32_t sam_draft_freq(Sam *s, int32_t head, int32_t sid, int32_t match_cap, int32_t max_tokens,
                        int32_t max_paths, double min_score, int32_t mix_states, double escape,
                        int32_t *out_tok, int32_t *out_par, double *out_score) {
     if (sid < 0 || sid >= s->nseq || max_tokens <= 0 || max_paths <= 0 || mix_states <= 0) return 0;
