@@ -206,3 +206,40 @@ def test_profiles_load_from_cost_or_step_model_files(tmp_path):
     assert make_budget("full", 5).gamma_star(10_000) == 5
     with pytest.raises(ValueError, match="draft budget"):
         make_budget("eager", 5)
+
+
+def test_measured_rates_turn_drafts_off_where_they_lost():
+    """The online fit is linear in the batch size; where the steps it chose emitted fewer tokens per second
+    than plain steps at the same batch size, the budget drafts nothing there (but still explores), and
+    keeps the fit's choice where drafts measured faster or one of the two arms was not measured yet."""
+    from seer_sglang.spec.budget import AdaptiveBudget, MeasuredRates
+
+    budget = AdaptiveBudget(gamma_max=8)
+    for b, n in [(1, 1), (1, 2), (1, 3), (1, 5)] * 8:  # drafts always accepted: the fit says they pay
+        budget.online.record_step(b, n, COST.step_time(b, n))
+    budget.online.record_acceptance([4], [4])
+    fitted, fitted_small = (budget.current_model().best_gamma(b, 8) for b in (24, 2))
+    assert fitted > 0 and budget.gamma_star(24) == fitted  # nothing measured yet: the fit decides
+    for _ in range(MeasuredRates.MIN_STEPS):  # at batch 24 plain steps emit 24 tokens in 0.4 s, verify
+        budget.rates.record(24, 0, 24, 0.4)  # steps 36 tokens in 1.1 s
+        budget.rates.record(20, fitted, 36, 1.1)  # (20 and 24 share a bucket)
+        budget.rates.record(2, 0, 2, 0.2)  # at batch 2 drafts win
+        budget.rates.record(2, fitted_small, 4, 0.25)
+    assert not budget.rates.pays(24, fitted) and budget.rates.pays(2, fitted_small) and budget.rates.pays(24, 1)
+    picks = [budget.gamma_star(24) for _ in range(4 * AdaptiveBudget.EXPLORE_EVERY)]
+    assert picks.count(0) >= len(picks) - 4 and any(picks)  # off, with a few exploring steps
+    picks = [budget.gamma_star(2) for _ in range(AdaptiveBudget.EXPLORE_EVERY)]
+    assert picks.count(fitted_small) >= len(picks) - 1
+    assert budget.rates.summary(24).startswith("0: 2.50, ")  # tokens per request-second
+
+
+def test_budget_records_each_step_into_the_fit_and_the_rates():
+    from seer_sglang.spec.budget import AdaptiveBudget, MeasuredRates
+
+    budget = AdaptiveBudget(gamma_max=4)
+    for _ in range(MeasuredRates.MIN_STEPS):
+        budget.record_step(4, 2, [2, 2, 1, 0], [2, 0, 1, 0], 0.5)  # 4 + 3 tokens emitted
+    assert budget.rates.rate(4, 2) == pytest.approx(7 / (4 * 0.5))
+    assert budget.online.points[-1] == (4, pytest.approx(1 + 5 / 4), 0.5)
+    assert budget.online.curve()[:2] == pytest.approx((2 / 3, 1 / 2))
+    assert budget.rates.rate(4, 0) is None  # no plain step yet

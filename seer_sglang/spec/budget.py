@@ -221,6 +221,48 @@ class OnlineCost:
         return self._fitted
 
 
+class MeasuredRates:
+    """Emitted tokens per request-second of the steps an instance ran, per batch-size bucket (powers
+    of two) and draft length: the check on the online fit. A linear fit of step time misjudges a CPU
+    whose matmuls turn from memory- to compute-bound within one rollout's batch sizes, and it rarely
+    sees plain steps once drafting is on; the measured rates of both arms do not depend on its form."""
+
+    DECAY = 0.2  # weight of the newest step: the rates follow contexts growing and siblings finishing
+    MIN_STEPS = 3
+
+    def __init__(self) -> None:
+        self._rate: dict[tuple[int, int], float] = {}
+        self._steps: dict[tuple[int, int], int] = {}
+
+    @staticmethod
+    def _key(batch: int, gamma: int) -> tuple[int, int]:
+        return max(1, batch).bit_length(), gamma
+
+    def record(self, batch: int, gamma: int, emitted: int, seconds: float) -> None:
+        """One step that drafted up to ``gamma`` tokens per request and emitted ``emitted`` tokens."""
+        if batch <= 0 or seconds <= 0:
+            return
+        key, rate = self._key(batch, gamma), emitted / (batch * seconds)
+        old = self._rate.get(key)
+        self._rate[key] = rate if old is None else old + self.DECAY * (rate - old)
+        self._steps[key] = self._steps.get(key, 0) + 1
+
+    def rate(self, batch: int, gamma: int) -> float | None:
+        """The smoothed rate, None until MIN_STEPS steps of this arm were seen."""
+        key = self._key(batch, gamma)
+        return self._rate[key] if self._steps.get(key, 0) >= self.MIN_STEPS else None
+
+    def summary(self, batch: int) -> str:
+        """The measured arms at this batch size, for the logs: "0: 2.10, 2: 1.75" (tokens/request-s)."""
+        b = self._key(batch, 0)[0]
+        return ", ".join(f"{g}: {r:.2f}" for (k, g), r in sorted(self._rate.items()) if k == b) or "none yet"
+
+    def pays(self, batch: int, gamma: int) -> bool:
+        """False only where both this draft length and no drafts were measured, and drafts lost."""
+        with_drafts, plain = self.rate(batch, gamma), self.rate(batch, 0)
+        return with_drafts is None or plain is None or with_drafts >= plain
+
+
 def exploration_loss(cost: CostModel, batch: int, chosen: int, trial: int) -> float:
     """Seconds a step that verifies ``trial`` drafts per request is expected to lose against one at the
     chosen length: its time, less the time the chosen length takes for the tokens the trial emits."""
@@ -239,7 +281,9 @@ class AdaptiveBudget:
     Exploring is paid for: a step explores at most every ``EXPLORE_EVERY`` steps, and only once the
     time it is expected to lose against gamma* (by the current fit) is covered by a credit of
     ``EXPLORE_SHARE`` of every step's expected time. So a large batch, where a wide verify costs
-    several plain steps, explores rarely, and a small one (the long tail) often."""
+    several plain steps, explores rarely, and a small one (the long tail) often. The fit's gamma* is
+    checked against the measured rates (``MeasuredRates``): where steps at that length emitted fewer
+    tokens per second than plain steps at the same batch size, the budget drafts nothing."""
 
     PROFILE_LENGTHS = (0, 1, 2, 4)
     EXPLORE_EVERY = 16
@@ -249,6 +293,7 @@ class AdaptiveBudget:
 
     def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0):
         self.online = None if cost is not None else OnlineCost(gamma_max)
+        self.rates = MeasuredRates()
         self.gamma_max = gamma_max
         self.lam = lam
         self._budget = DraftBudget(cost, gamma_max, lam) if cost is not None else None
@@ -281,6 +326,8 @@ class AdaptiveBudget:
         if budget is None:
             return min(self.gamma_max, self.PROFILE_LENGTHS[self._steps % len(self.PROFILE_LENGTHS)])
         chosen = budget.gamma_star(batch_size)
+        if chosen and not self.rates.pays(batch_size, chosen):
+            chosen = 0
         cost = budget.cost
         step_s = cost.step_time(batch_size, chosen + 1)
         self._credit_s = min(self._credit_s + self.EXPLORE_SHARE * step_s,
@@ -298,6 +345,16 @@ class AdaptiveBudget:
         self._credit_s -= loss
         self._explored, self._last_explore = n, self._steps
         return trial
+
+    def record_step(self, batch: int, gamma: int, verified: Sequence[int], accepted: Sequence[int],
+                    seconds: float) -> None:
+        """One decode step of the instance: the draft length it ran at, per request the drafts verified
+        and accepted, and its time. Feeds the online fit and the measured rates."""
+        if self.online is not None:
+            self.online.record_step(batch, 1 + sum(verified) / max(1, batch), seconds)
+            if any(verified):
+                self.online.record_acceptance(verified, accepted)
+        self.rates.record(batch, gamma, batch + sum(accepted), seconds)
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
                  gamma: int | None = None) -> BudgetDecision:

@@ -169,6 +169,7 @@ class _CompactVerify:
         full = logits.new_zeros((self.nodes.size, logits.shape[-1]))
         full[used] = logits
         out.logits_output.next_token_logits = full
+        spec.sampled_nodes = used  # the seeded sampler draws these rows only (verify_sampling)
         return out
 
 
@@ -209,6 +210,7 @@ class SeerSpecWorker(NGRAMWorker):
         self._planned: tuple[np.ndarray, np.ndarray] | None = None
         self._nodes: np.ndarray | None = None  # [B, width] used verify nodes when they are ragged
         self._verified: list[int] = []
+        self._gamma = 0  # the draft length the budget chose for this step
         self._budget_log = {"steps": 0, "off": 0, "drafts": 0.0, "next_s": 0.0}
         if on_cpu:
             from .cpu_ops import install_lazy
@@ -216,7 +218,7 @@ class SeerSpecWorker(NGRAMWorker):
             install_lazy()
         from . import verify_sampling
 
-        verify_sampling.install()  # after the CPU ops: it wraps the tree sampler they put in place
+        verify_sampling.install()
         logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths, %s budget%s",
                     type(self.drafter).__name__, self.draft_token_num - 1, self.max_paths,
                     os.environ.get(BUDGET_ENV) or "adaptive", "" if self.variable_width else " (fixed width)")
@@ -318,7 +320,7 @@ class SeerSpecWorker(NGRAMWorker):
         # On CPU the verify is ragged (see _CompactVerify): the budget splits gamma* * B draft tokens
         # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
         # so all are verified.
-        gamma = self.budget.gamma_star(bs) if self.variable_width else full - 1
+        gamma = self._gamma = self.budget.gamma_star(bs) if self.variable_width else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
                   for req in batch.reqs]
         orders = [draft.best_first() for draft in drafts]
@@ -341,15 +343,16 @@ class SeerSpecWorker(NGRAMWorker):
             nodes[i, :used] = True
             self._verified[i] = used - 1
         self._nodes = nodes if self.variable_width and not nodes.all() else None
-        self._note_budget(sum(self._verified) / max(1, bs))
+        self._note_budget(sum(self._verified) / max(1, bs), bs)
         return tokens.reshape(-1), masks.reshape(-1)
 
-    def _note_budget(self, drafts_per_request: float) -> None:
+    def _note_budget(self, drafts_per_request: float, batch_size: int) -> None:
         """A log line every 30 s: how often the budget turned drafts off, and the drafts verified."""
         log = self._budget_log
         log["steps"] += 1
         log["off"] += drafts_per_request == 0
         log["drafts"] += drafts_per_request
+        log["batch"] = batch_size
         now = time.monotonic()
         if now >= log["next_s"]:
             if log["next_s"]:
@@ -363,6 +366,10 @@ class SeerSpecWorker(NGRAMWorker):
                                 1e3 * model.verify_base_s, 1e3 * model.verify_per_seq_s,
                                 " ".join(f"{a:.2f}" for a in model.accept_curve),
                                 "/".join(str(model.best_gamma(b, self.full_width - 1)) for b in (1, 4, 16, 64)))
+                rates = getattr(self.budget, "rates", None)
+                if rates is not None:
+                    logger.info("measured tokens per request-second by draft length at batch %d: %s",
+                                log["batch"], rates.summary(log["batch"]))
             log.update(steps=0, off=0, drafts=0.0, next_s=now + 30.0)
 
     def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, pp_proxy_tensors=None):
@@ -391,11 +398,10 @@ class SeerSpecWorker(NGRAMWorker):
             result.next_token_ids = padded.view(-1)
             result.next_draft_input.accept_tokens = result.next_token_ids
             result.next_draft_input.draft_token_num = self.full_width
-        online = getattr(self.budget, "online", None)
-        if online is not None and self.variable_width:
-            online.record_step(bs, 1 + sum(self._verified) / bs, time.perf_counter() - start)
-            if width > 1:
-                online.record_acceptance(self._verified, (result.accept_lens - 1).tolist())
+        record = getattr(self.budget, "record_step", None)
+        if record is not None and self.variable_width:
+            accepted = (result.accept_lens - 1).tolist() if width > 1 else [0] * bs
+            record(bs, self._gamma if width > 1 else 0, self._verified, accepted, time.perf_counter() - start)
         return result
 
     @property
