@@ -43,23 +43,31 @@ def tree_masks(custom_mask: torch.Tensor, prefix_lens: list[int], num_draft: int
     return out
 
 
-def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                   prefix_lens: torch.Tensor, tree: torch.Tensor, scale: float, enable_gqa: bool) -> torch.Tensor:
-    """Attention of every request's tree nodes over its prefix and its tree, in one batched call.
-
-    q: [B, D, Hq, hd]; slots: [B, L] KV-pool rows, request b's prefix in [0, p_b) and its tree nodes
-    in [p_b, p_b + D); tree: [B, D, D] bool. Returns [B, D, Hq, hd_v]. Prefix keys are visible to every
-    node, tree keys where ``tree`` allows, padding (columns from p_b + D on) to none.
-    """
+def tree_visibility(slots: torch.Tensor, prefix_lens: torch.Tensor, tree: torch.Tensor) -> torch.Tensor:
+    """[B, 1, D, L] bool: prefix keys are visible to every node, tree keys where ``tree`` allows,
+    padding (columns from p_b + D on) to none. The same for every layer of one verify step."""
     b, d = tree.shape[:2]
-    cols = torch.arange(slots.shape[1], device=q.device).view(1, 1, -1)
+    cols = torch.arange(slots.shape[1], device=slots.device).view(1, 1, -1)
     start = prefix_lens.view(-1, 1, 1)
     in_tree = (cols >= start) & (cols < start + d)
     tree_col = (cols - start).clamp(0, d - 1).expand(b, d, -1)
-    mask = (cols < start) | (in_tree & tree.gather(2, tree_col))
+    return ((cols < start) | (in_tree & tree.gather(2, tree_col))).unsqueeze(1)
+
+
+def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                   prefix_lens: torch.Tensor, tree: torch.Tensor | None, scale: float, enable_gqa: bool,
+                   visible: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of every request's tree nodes over its prefix and its tree, in one batched call.
+
+    q: [B, D, Hq, hd]; slots: [B, L] KV-pool rows, request b's prefix in [0, p_b) and its tree nodes
+    in [p_b, p_b + D); tree: [B, D, D] bool; ``visible``: ``tree_visibility`` of these, when the
+    caller already built it. Returns [B, D, Hq, hd_v].
+    """
+    if visible is None:
+        visible = tree_visibility(slots, prefix_lens, tree)
     keys = k_cache[slots].permute(0, 2, 1, 3).to(q.dtype)  # [B, Hkv, L, hd]
     values = v_cache[slots].permute(0, 2, 1, 3).to(q.dtype)
-    out = scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask.unsqueeze(1), scale=scale,
+    out = scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible, scale=scale,
                                        enable_gqa=enable_gqa)
     return out.transpose(1, 2)
 
@@ -94,23 +102,37 @@ class SeerVerifyAttnBackend(TorchNativeAttnBackend):
 
         spec = forward_batch.spec_info
         d = spec.draft_token_num
-        prefix = forward_batch.seq_lens.to(torch.int64)
+        prefix, slots, visible = self._layout(forward_batch, cache_loc)
         bs = prefix.numel()
         # A compacted verify (see SeerSpecWorker) brings only the used nodes of the [bs, d] layout:
         # place them in it; the unused ones attend to themselves and are dropped again.
         used = getattr(spec, "compact_nodes", None)
         if used is not None:
-            cache_loc = spec.tree_cache_loc
             q = q.new_zeros((bs * d, q.shape[-1])).index_copy_(0, used, q.reshape(used.numel(), -1))
-        tree = torch.stack(tree_masks(spec.custom_mask, prefix.tolist(), d))
-        slots = verify_slots(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, prefix,
-                             cache_loc.view(bs, d))
         q_ = q.reshape(bs, d, layer.tp_q_head_num, layer.qk_head_dim)
         o = tree_attention(q_, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
-                           self.token_to_kv_pool.get_value_buffer(layer.layer_id), slots, prefix, tree,
-                           layer.scaling, layer.tp_q_head_num != layer.tp_k_head_num)
+                           self.token_to_kv_pool.get_value_buffer(layer.layer_id), slots, prefix, None,
+                           layer.scaling, layer.tp_q_head_num != layer.tp_k_head_num, visible)
         o = o.reshape(bs * d, layer.tp_q_head_num * layer.v_head_dim)
         return o if used is None else o[used]
+
+    def _layout(self, forward_batch: ForwardBatch, cache_loc: torch.Tensor):
+        """(prefix lengths, KV rows, visibility) of this verify step: built by its first layer and
+        kept on the batch for the others, which share them."""
+        cached = getattr(forward_batch, "_seer_verify_layout", None)
+        if cached is not None:
+            return cached
+        spec = forward_batch.spec_info
+        d = spec.draft_token_num
+        prefix = forward_batch.seq_lens.to(torch.int64)
+        if getattr(spec, "compact_nodes", None) is not None:
+            cache_loc = spec.tree_cache_loc
+        tree = torch.stack(tree_masks(spec.custom_mask, prefix.tolist(), d))
+        slots = verify_slots(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, prefix,
+                             cache_loc.view(prefix.numel(), d))
+        layout = prefix, slots, tree_visibility(slots, prefix, tree)
+        forward_batch._seer_verify_layout = layout
+        return layout
 
 
 def create_backend(runner) -> SeerVerifyAttnBackend:

@@ -26,16 +26,16 @@ DEPTH_PARAM = "__draft_depth__"
 
 @dataclass
 class _VerifyStep:
-    """What the tree sampler needs from the verify call that wraps it (same scheduler thread)."""
+    """What the seeded draws need from the verify step's sampling call."""
 
     logits: torch.Tensor  # [bs * d, vocab], after SGLang's penalties and masks (edited in place)
     sampling_info: Any
     positions: torch.Tensor  # [bs * d] absolute position of each node's input token
     draft_token_num: int
     tree_topk: int
+    rows: torch.Tensor | None = None  # the tree nodes in use (a compacted verify), None = all
 
 
-_step: _VerifyStep | None = None
 _installed = False
 
 
@@ -63,19 +63,26 @@ def seeded_draws(step: _VerifyStep) -> torch.Tensor:
     from sglang.kernels.ops.sampling import softmax as sampler_softmax
     from sglang.srt.layers.sampler import sampling_from_probs_torch, top_k_top_p_min_p_sampling_from_probs_torch
 
-    info, d = step.sampling_info, step.draft_token_num
+    info, d, rows = step.sampling_info, step.draft_token_num, step.rows
 
     def per_node(values: torch.Tensor) -> torch.Tensor:
-        return torch.repeat_interleave(values, d, dim=0)
+        values = torch.repeat_interleave(values, d, dim=0)
+        return values if rows is None else values[rows]
 
-    probs = sampler_softmax(step.logits / per_node(info.temperatures))
+    # Rows are independent draws: the nodes in use give the same tokens alone as in the full layout.
+    logits = step.logits if rows is None else step.logits[rows]
+    positions = step.positions if rows is None else step.positions[rows]
+    probs = sampler_softmax(logits / per_node(info.temperatures))
     seeds = per_node(info.sampling_seed)
     if not (info.need_top_p_sampling or info.need_top_k_sampling or info.need_min_p_sampling):
-        tokens = sampling_from_probs_torch(probs, sampling_seed=seeds, positions=step.positions)
+        tokens = sampling_from_probs_torch(probs, sampling_seed=seeds, positions=positions)
     else:
         tokens = top_k_top_p_min_p_sampling_from_probs_torch(
             probs, per_node(info.top_ks), per_node(info.top_ps), per_node(info.min_ps), info.need_min_p_sampling,
-            seeds, step.positions)
+            seeds, positions)
+    if rows is not None:  # unused nodes are never visited by the tree walk
+        tokens = torch.zeros(step.logits.shape[0], dtype=tokens.dtype, device=tokens.device).index_copy_(
+            0, rows, tokens)
     return tokens.view(-1, d)
 
 
@@ -88,30 +95,30 @@ def install() -> None:
     import sglang.srt.speculative.ngram_worker as ngram_worker
 
     original_sample = ngram_worker.eagle_sample
-    original_tree_sampling = eagle_utils.tree_speculative_sampling_target_only
 
     def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
-        global _step
+        """Seeded requests take SGLang's greedy tree walk with the seeded draws in place of the
+        argmax: its rejection branch would first build target probabilities, a zero draft
+        distribution and coins over every row of the layout, none of which the draws use."""
         info, d = batch.sampling_info, verify_input.draft_token_num
+        rows = verify_input.__dict__.pop("sampled_nodes", None)  # set by a compacted verify, read once
         logits = logits_output.next_token_logits
         if info.has_custom_logit_processor and not batch.forward_mode.is_idle():
             apply_custom_processors(logits, info, draft_depths(verify_input.positions, batch.seq_lens, d))
-        seeded = not info.is_all_greedy and info.sampling_seed is not None
-        _step = _VerifyStep(logits, info, verify_input.positions, d, verify_input.tree_topk) if seeded else None
+        if info.is_all_greedy or info.sampling_seed is None:
+            return original_sample(verify_input, batch, logits_output, *args, **kwargs)
+        step = _VerifyStep(logits, info, verify_input.positions, d, verify_input.tree_topk, rows)
+        greedy_rule, greedy_walk = eagle_utils._verify_uses_greedy, eagle_utils.verify_tree_greedy_func
+
+        def seeded_walk(**kw):
+            return greedy_walk(**{**kw, "target_predict": seeded_draws(step)})
+
+        eagle_utils._verify_uses_greedy = lambda **_: True
+        eagle_utils.verify_tree_greedy_func = seeded_walk
         try:
             return original_sample(verify_input, batch, logits_output, *args, **kwargs)
         finally:
-            _step = None
-
-    def tree_sampling(**kw):
-        if _step is None:
-            return original_tree_sampling(**kw)
-        eagle_utils.verify_tree_greedy_func(
-            predicts=kw["predicts"], accept_index=kw["accept_index"], accept_token_num=kw["accept_token_num"],
-            candidates=kw["candidates"], retrieve_index=kw["retrive_index"],
-            retrieve_next_token=kw["retrive_next_token"], retrieve_next_sibling=kw["retrive_next_sibling"],
-            target_predict=seeded_draws(_step), topk=_step.tree_topk)
+            eagle_utils._verify_uses_greedy, eagle_utils.verify_tree_greedy_func = greedy_rule, greedy_walk
 
     ngram_worker.eagle_sample = eagle_sample
-    eagle_utils.tree_speculative_sampling_target_only = tree_sampling
     _installed = True
