@@ -1,5 +1,6 @@
-"""Registers the seer speculative pieces with SGLang: the ``seer_verify`` attention backend, the
-``SEER`` speculative algorithm and, on the CPU engine, torch versions of the tree-verify kernels.
+"""Registers the seer speculative pieces with SGLang: the ``seer_verify`` (CPU) and ``seer_cascade``
+(GPU) attention backends, the ``SEER`` speculative algorithm and, on the CPU engine, torch versions
+of the tree-verify kernels.
 
 Called from the plugin's ``register()`` in every SGLang process, so it only touches registries and
 cheap modules; the worker, the backend and the heavy SGLang modules load in the scheduler, and only
@@ -14,6 +15,7 @@ logger = logging.getLogger("seer_sglang.spec")
 
 ALGORITHM = "SEER"
 BACKEND_NAME = "seer_verify"
+CASCADE_BACKEND_NAME = "seer_cascade"
 _registered = False
 
 
@@ -39,12 +41,19 @@ def _register_attention_backend() -> None:
     from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES
     from sglang.srt.layers.attention.attention_registry import register_attention_backend
 
-    if BACKEND_NAME not in ATTENTION_BACKEND_CHOICES:  # argparse validates --attention-backend against it
-        ATTENTION_BACKEND_CHOICES.append(BACKEND_NAME)
+    for name in (BACKEND_NAME, CASCADE_BACKEND_NAME):
+        if name not in ATTENTION_BACKEND_CHOICES:  # argparse validates --attention-backend against it
+            ATTENTION_BACKEND_CHOICES.append(name)
 
     @register_attention_backend(BACKEND_NAME)
     def _create(runner):
         from .verify_backend import create_backend
+
+        return create_backend(runner)
+
+    @register_attention_backend(CASCADE_BACKEND_NAME)
+    def _create_cascade(runner):
+        from .cascade_backend import create_backend
 
         return create_backend(runner)
 
