@@ -164,20 +164,23 @@ def _csr(lengths: torch.Tensor) -> torch.Tensor:
 
 
 def cascade_layout(rows: torch.Tensor, seq_lens: torch.Tensor, tree_slots: torch.Tensor, tree_mask: torch.Tensor,
-                   min_shared: int = 1) -> CascadeLayout:
+                   min_shared: int = 1, group_ids: torch.Tensor | None = None) -> CascadeLayout:
     """Levels of a tree verify from each request's KV slots.
 
     rows: [B, L] KV slots of each request (L >= max seq_len), as SGLang's ``req_to_token`` rows;
     seq_lens: [B] tokens cached before the tree (each >= 1); tree_slots: [B, D] slots of the draft
-    nodes; tree_mask: [B, D, D] bool, node i sees node j. A group is the requests whose first slot
-    is the same (the radix cache gave them one prompt); its shared prefix is the slots all members
-    have in common, capped so that every member keeps at least one token of its own, and used only
-    from ``min_shared`` slots on."""
+    nodes; tree_mask: [B, D, D] bool, node i sees node j. A group is the requests with the same
+    ``group_ids`` entry (the rollout's prompt groups), or without them the requests whose first slot
+    is the same (the radix cache gave them one prompt; prompts that only share a chat template then
+    make one group sharing the template). Its shared prefix is the slots all members have in common,
+    capped so that every member keeps at least one token of its own, and used only from
+    ``min_shared`` slots on."""
     b, d = tree_slots.shape
     dev = rows.device
     seq = seq_lens.to(device=dev, dtype=torch.int64)
     idx = torch.arange(b, device=dev)
-    _, group = torch.unique(rows[:, 0], return_inverse=True)
+    key = rows[:, 0] if group_ids is None else group_ids.to(device=dev)
+    _, group = torch.unique(key, return_inverse=True)
     num_groups = int(group.max()) + 1 if b else 0
     leader = torch.full((num_groups,), b, device=dev, dtype=torch.int64).scatter_reduce(0, group, idx, "amin")
     lead = leader[group]

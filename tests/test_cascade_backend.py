@@ -98,6 +98,26 @@ def test_layout_shares_each_groups_common_prompt_once():
     assert alone is None
 
 
+def test_rollout_groups_share_their_prompt_past_a_common_chat_template():
+    """Prompts that only share a chat template: by first slot they make one group sharing the template;
+    with the rollout's group ids (what the SEER worker tags) each group shares its whole prompt."""
+    template, prompt, own = list(range(6)), {0: list(range(100, 130)), 1: list(range(200, 230))}, 5
+    groups = [0, 1, 0, 1]
+    rows = torch.tensor([template + prompt[g] + [300 + 10 * i + j for j in range(own)] for i, g in enumerate(groups)])
+    seq = torch.full((4,), rows.shape[1])
+    tree_slots = torch.arange(400, 400 + 4 * D).view(4, D)
+    tree = tree_mask_from_parents(torch.tensor([[-1, 0, 0, 1, 2]] * 4))
+    by_slot = cascade_layout(rows, seq, tree_slots, tree, 4)
+    assert by_slot.shared.kv_indptr.tolist() == [0, 6] and by_slot.saved_slots == 6 * 3
+    by_group = cascade_layout(rows, seq, tree_slots, tree, 4, torch.tensor(groups))
+    assert by_group.shared.kv_indptr.tolist() == [0, 36, 72] and by_group.order.tolist() == [0, 2, 1, 3]
+    assert by_group.shared.kv_indices[36:].tolist() == template + prompt[1]
+    assert by_group.saved_slots == 36 * 2
+    # a group id over requests with different KV shares nothing it does not have
+    mixed = cascade_layout(rows, seq, tree_slots, tree, 4, torch.tensor([0, 0, 1, 1]))
+    assert mixed.shared.kv_indptr.tolist() == [0, 6, 12]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cascade_over_the_kv_pool_equals_the_cpu_verify(monkeypatch, seed):
     """Three levels merged by LSE give the CPU verify backend's attention (torch model of the kernels)."""

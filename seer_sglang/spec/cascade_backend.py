@@ -4,8 +4,10 @@ A GRPO batch verifies G siblings of each prompt at once, and the radix cache giv
 the prompt's KV. SGLang's verify reads that copy once per request; this backend reads it once per
 group. Eager target-verify steps run three FlashInfer levels merged by LSE (``seer_kernels.cascade``):
 the group's common prompt slots (one query segment per group), each request's own tokens, and the
-draft tree under its mask. Prefill, decode and CUDA-graph steps are FlashInfer's own, unchanged; a
-verify step whose batch shares nothing also keeps FlashInfer's single-level verify.
+draft tree under its mask. Groups are the rollout's (the SEER worker tags each verify input with its
+requests' groups), else the requests whose KV starts in the same slot. Prefill, decode and CUDA-graph
+steps are FlashInfer's own, unchanged; a verify step whose batch shares nothing also keeps
+FlashInfer's single-level verify.
 
 Select it with ``--attention-backend seer_cascade`` (GPU only). It supports plain causal
 self-attention with a page size of 1, as the SEER algorithm runs it; other layers raise.
@@ -36,14 +38,15 @@ MIN_SHARED_SLOTS = 16  # a shorter common prefix costs an extra level for little
 
 def plan_verify(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                 seq_lens_cpu: list[int], tree_locs: torch.Tensor, custom_mask: torch.Tensor,
-                min_shared: int = MIN_SHARED_SLOTS) -> CascadeLayout | None:
+                min_shared: int = MIN_SHARED_SLOTS, group_ids: torch.Tensor | None = None) -> CascadeLayout | None:
     """The cascade layout of one verify step from SGLang's own verify inputs, or None where no
-    group shares ``min_shared`` slots (FlashInfer's single-level verify is then as good)."""
+    group shares ``min_shared`` slots (FlashInfer's single-level verify is then as good).
+    ``group_ids``: the rollout group of each request, as the SEER worker tags the verify input."""
     bs, d = tree_locs.shape
     width = max(seq_lens_cpu)
     rows = req_to_token[req_pool_indices.long(), :width]
     tree = torch.stack(tree_masks(custom_mask, seq_lens_cpu, d))
-    layout = cascade_layout(rows, seq_lens, tree_locs, tree, min_shared)
+    layout = cascade_layout(rows, seq_lens, tree_locs, tree, min_shared, group_ids)
     return layout if layout.shared_slots else None
 
 
@@ -78,7 +81,8 @@ class SeerCascadeAttnBackend(FlashInferAttnBackend):
         seq_cpu = forward_batch.seq_lens_cpu
         seq_cpu = (seq_cpu if seq_cpu is not None else forward_batch.seq_lens).tolist()[:bs]
         layout = plan_verify(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices[:bs],
-                             forward_batch.seq_lens[:bs], seq_cpu, forward_batch.out_cache_loc.view(bs, d), mask)
+                             forward_batch.seq_lens[:bs], seq_cpu, forward_batch.out_cache_loc.view(bs, d), mask,
+                             group_ids=getattr(spec, "group_ids", None))
         if layout is not None:
             if not self.saved_slots:
                 logger.info("seer_cascade: first cascade verify step: %d requests, %d shared prompt slots "

@@ -136,7 +136,9 @@ class _RequestsLeft:
 
 
 class _CompactVerify:
-    """The target worker as NGRAM's verify step sees it when requests verify different numbers of nodes.
+    """The target worker as NGRAM's verify step sees it: the verify input carries the requests'
+    rollout groups (``spec_info.group_ids``, read by the ``seer_cascade`` backend to share each
+    group's prompt) and, when requests verify different numbers of nodes, only the used ones.
 
     NGRAM lays the batch out as a rectangle [B, width] (its sampler, acceptance walk and KV moves
     need that stride); the padding nodes can never be accepted. Only the used nodes go through the
@@ -145,9 +147,10 @@ class _CompactVerify:
     into the rectangle. The step then costs the tokens the budget gave out, not B * width.
     """
 
-    def __init__(self, target, nodes: np.ndarray):
+    def __init__(self, target, nodes: np.ndarray | None, group_ids: list[int] | None = None):
         self.target = target
         self.nodes = nodes
+        self.group_ids = group_ids
 
     def __getattr__(self, name):
         return getattr(self.target, name)
@@ -156,6 +159,10 @@ class _CompactVerify:
         if not is_verify:
             return self.target.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
         spec = batch.spec_info
+        if self.group_ids is not None:
+            spec.group_ids = torch.tensor(self.group_ids, dtype=torch.int64, device=batch.input_ids.device)
+        if self.nodes is None:
+            return self.target.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors, is_verify=True)
         used = torch.from_numpy(np.flatnonzero(self.nodes)).to(batch.input_ids.device)
         saved = batch.input_ids, batch.out_cache_loc, spec.positions
         batch.input_ids, batch.out_cache_loc, spec.positions = saved[0][used], saved[1][used], saved[2][used]
@@ -209,6 +216,7 @@ class SeerSpecWorker(NGRAMWorker):
                                   os.environ.get(COST_ENV) or None)
         self._planned: tuple[np.ndarray, np.ndarray] | None = None
         self._nodes: np.ndarray | None = None  # [B, width] used verify nodes when they are ragged
+        self._group_ids: list[int] | None = None  # each request's group in the batch (GPU verify)
         self._verified: list[int] = []
         self._gamma = 0  # the draft length the budget chose for this step
         self._budget_log = {"steps": 0, "off": 0, "drafts": 0.0, "next_s": 0.0}
@@ -343,6 +351,9 @@ class SeerSpecWorker(NGRAMWorker):
             nodes[i, :used] = True
             self._verified[i] = used - 1
         self._nodes = nodes if self.variable_width and not nodes.all() else None
+        if not self.variable_width:  # GPU: the seer_cascade backend shares each group's prompt
+            index: dict[str, int] = {}
+            self._group_ids = [index.setdefault(request_key(req.rid)[0], len(index)) for req in batch.reqs]
         self._note_budget(sum(self._verified) / max(1, bs), bs)
         return tokens.reshape(-1), masks.reshape(-1)
 
@@ -388,7 +399,7 @@ class SeerSpecWorker(NGRAMWorker):
                 result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)
         finally:
             width, self.draft_token_num = self.draft_token_num, self.full_width
-            self._planned = self._nodes = None
+            self._planned = self._nodes = self._group_ids = None
         if not decode:
             return result
         if width < self.full_width:
@@ -407,8 +418,10 @@ class SeerSpecWorker(NGRAMWorker):
     @property
     def target_worker(self):
         """NGRAM's verify step calls the target through this; a ragged plan runs it compacted."""
-        nodes = getattr(self, "_nodes", None)
-        return self._target_worker if nodes is None else _CompactVerify(self._target_worker, nodes)
+        nodes, groups = getattr(self, "_nodes", None), getattr(self, "_group_ids", None)
+        if nodes is None and groups is None:
+            return self._target_worker
+        return _CompactVerify(self._target_worker, nodes, groups)
 
     def _plain_decode(self, batch: ScheduleBatch, on_publish, pp_proxy_tensors) -> GenerationBatchResult:
         """One token per request through SGLang's own decode forward and sampler (seeded sampling,
