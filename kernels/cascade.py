@@ -22,8 +22,10 @@ from typing import Sequence
 import torch
 
 from .reference import KVLevel
+from .sglang_layout import tree_masks
 
 LN2 = math.log(2.0)
+MIN_SHARED_SLOTS = 16  # a shorter common prefix costs an extra level for little saved reading
 
 
 @dataclass(frozen=True)
@@ -236,3 +238,17 @@ def plan_layout(verifier: CascadeTreeVerify, layout: CascadeLayout, num_qo_heads
     """Plan the verifier's wrappers for a layout (once per verify step, shared by all layers)."""
     verifier.plan([layout.shared, layout.own], layout.tree, layout.tree_mask, num_qo_heads, num_kv_heads, head_dim,
                   1, sm_scale, q_dtype, kv_dtype)
+
+
+def verify_layout(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                  seq_lens_cpu: list[int], tree_locs: torch.Tensor, custom_mask: torch.Tensor,
+                  min_shared: int = MIN_SHARED_SLOTS, group_ids: torch.Tensor | None = None) -> CascadeLayout | None:
+    """The cascade layout of one verify step from SGLang's own verify inputs, or None where no
+    group shares ``min_shared`` slots (FlashInfer's single-level verify is then as good).
+    ``group_ids``: the rollout group of each request, as the SEER worker tags the verify input."""
+    bs, d = tree_locs.shape
+    width = max(seq_lens_cpu)
+    rows = req_to_token[req_pool_indices.long(), :width]
+    tree = torch.stack(tree_masks(custom_mask, seq_lens_cpu, d))
+    layout = cascade_layout(rows, seq_lens, tree_locs, tree, min_shared, group_ids)
+    return layout if layout.shared_slots else None

@@ -1,6 +1,7 @@
 """The ``seer_cascade`` GPU verify backend: its three-level layout over SGLang's KV pool, checked on CPU
 against the CPU verify backend's tree attention with a torch model of FlashInfer's kernels, and on a GPU
-against the same reference with the real kernels (skipped without one)."""
+against the same reference with the real kernels (skipped without one). Only the tests of the backend
+class and the engine need SGLang itself."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 import torch
 
 from flashinfer_model import torch_flashinfer
-from seer_kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
+from seer_kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout, verify_layout
 from seer_kernels.reference import tree_mask_from_parents
-from seer_sglang.spec.verify_backend import tree_attention, verify_slots
+from seer_kernels.sglang_layout import tree_attention, verify_slots
 
 HAS_CUDA = torch.cuda.is_available()
 D = 5  # tree nodes per request
@@ -67,10 +68,8 @@ def reference(case) -> torch.Tensor:
 
 
 def test_layout_shares_each_groups_common_prompt_once():
-    from seer_sglang.spec.cascade_backend import plan_verify
-
     case = kv_pool_case(0)
-    layout = plan_verify(case["req_to_token"], case["pool_idx"], case["seq_lens"], case["seq_lens"].tolist(),
+    layout = verify_layout(case["req_to_token"], case["pool_idx"], case["seq_lens"], case["seq_lens"].tolist(),
                          case["tree_locs"], case["custom_mask"], min_shared=4)
     order = layout.order.tolist()
     groups = [REQUESTS[i][0] for i in order]
@@ -93,7 +92,7 @@ def test_layout_shares_each_groups_common_prompt_once():
     assert layout.tree.kv_indices.view(-1, D).tolist() == case["tree_locs"][layout.order].tolist()
     # a batch without siblings has nothing to share: FlashInfer's own verify runs
     start = sum((n + D) * D for _, n, _ in REQUESTS[:4])
-    alone = plan_verify(case["req_to_token"], case["pool_idx"][4:5], case["seq_lens"][4:5], [17],
+    alone = verify_layout(case["req_to_token"], case["pool_idx"][4:5], case["seq_lens"][4:5], [17],
                         case["tree_locs"][4:5], case["custom_mask"][start:start + (17 + D) * D])
     assert alone is None
 
@@ -122,10 +121,8 @@ def test_rollout_groups_share_their_prompt_past_a_common_chat_template():
 def test_cascade_over_the_kv_pool_equals_the_cpu_verify(monkeypatch, seed):
     """Three levels merged by LSE give the CPU verify backend's attention (torch model of the kernels)."""
     monkeypatch.setitem(sys.modules, "flashinfer", torch_flashinfer())
-    from seer_sglang.spec.cascade_backend import plan_verify
-
     case = kv_pool_case(seed)
-    layout = plan_verify(case["req_to_token"], case["pool_idx"], case["seq_lens"], case["seq_lens"].tolist(),
+    layout = verify_layout(case["req_to_token"], case["pool_idx"], case["seq_lens"], case["seq_lens"].tolist(),
                          case["tree_locs"], case["custom_mask"], min_shared=4)
     verifier = CascadeTreeVerify(device="cpu", workspace_bytes=16)
     plan_layout(verifier, layout, HQ, HK, HD, 1 / math.sqrt(HD), torch.float32, torch.float32)
@@ -153,6 +150,7 @@ def test_backend_verify_step_writes_draft_kv_and_plans_once(monkeypatch):
     """The backend's verify step outside the GPU: it writes the draft nodes' KV, plans on its first layer
     only, and returns the reference attention in SGLang's [tokens, heads * dim] layout."""
     monkeypatch.setitem(sys.modules, "flashinfer", torch_flashinfer())
+    pytest.importorskip("sglang")
     from seer_sglang.spec.cascade_backend import SeerCascadeAttnBackend
 
     case = kv_pool_case(3)
@@ -191,6 +189,7 @@ def test_backend_verify_step_writes_draft_kv_and_plans_once(monkeypatch):
 def test_plugin_registers_both_verify_backends():
     """SGLang's --attention-backend accepts seer_cascade, and its factory refuses a machine without a GPU
     with a message that names the CPU backend."""
+    pytest.importorskip("sglang")
     from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
@@ -226,6 +225,7 @@ def test_seer_cascade_keeps_the_tokens_of_flashinfers_verify_on_gpu(tmp_path):
     """Real engine (SmolLM2, fp16, CUDA graphs off so every verify step is eager): SEER verifying through
     the cascade gives the greedy tokens of SEER verifying through FlashInfer's own backend, for 8
     siblings of 4 prompts that share their prompts through the radix cache, and the cascade ran."""
+    pytest.importorskip("sglang")
     import httpx
 
     from conftest import start_healthy

@@ -23,32 +23,13 @@ import torch
 from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-from seer_kernels.cascade import CascadeLayout, CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
-
-from .verify_backend import tree_masks
+from seer_kernels.cascade import CascadeLayout, CascadeTreeVerify, plan_layout, run_cascade_layout, verify_layout
 
 if TYPE_CHECKING:
     from sglang.srt.layers.radix_attention import RadixAttention
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
 logger = logging.getLogger("seer_sglang.spec")
-
-MIN_SHARED_SLOTS = 16  # a shorter common prefix costs an extra level for little saved reading
-
-
-def plan_verify(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                seq_lens_cpu: list[int], tree_locs: torch.Tensor, custom_mask: torch.Tensor,
-                min_shared: int = MIN_SHARED_SLOTS, group_ids: torch.Tensor | None = None) -> CascadeLayout | None:
-    """The cascade layout of one verify step from SGLang's own verify inputs, or None where no
-    group shares ``min_shared`` slots (FlashInfer's single-level verify is then as good).
-    ``group_ids``: the rollout group of each request, as the SEER worker tags the verify input."""
-    bs, d = tree_locs.shape
-    width = max(seq_lens_cpu)
-    rows = req_to_token[req_pool_indices.long(), :width]
-    tree = torch.stack(tree_masks(custom_mask, seq_lens_cpu, d))
-    layout = cascade_layout(rows, seq_lens, tree_locs, tree, min_shared, group_ids)
-    return layout if layout.shared_slots else None
-
 
 class SeerCascadeAttnBackend(FlashInferAttnBackend):
     """FlashInfer, with eager target-verify steps of sibling groups run as a three-level cascade."""
@@ -80,9 +61,9 @@ class SeerCascadeAttnBackend(FlashInferAttnBackend):
         bs, d = forward_batch.batch_size, spec.draft_token_num
         seq_cpu = forward_batch.seq_lens_cpu
         seq_cpu = (seq_cpu if seq_cpu is not None else forward_batch.seq_lens).tolist()[:bs]
-        layout = plan_verify(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices[:bs],
-                             forward_batch.seq_lens[:bs], seq_cpu, forward_batch.out_cache_loc.view(bs, d), mask,
-                             group_ids=getattr(spec, "group_ids", None))
+        layout = verify_layout(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices[:bs],
+                               forward_batch.seq_lens[:bs], seq_cpu, forward_batch.out_cache_loc.view(bs, d), mask,
+                               group_ids=getattr(spec, "group_ids", None))
         if layout is not None:
             if not self.saved_slots:
                 logger.info("seer_cascade: first cascade verify step: %d requests, %d shared prompt slots "

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU checks that need no SGLang install: the FlashInfer cascade verifier and the Triton kernels
+# against the torch reference (tests marked gpu), then the verifier micro-benchmark, written to
+# RESULTS_DIR as cascade_verify_<gpu>.json. FlashInfer comes from WHEEL_DIR (scripts/gpu_wheels.sh)
+# unless the machine already has it.
+#   bash scripts/gpu_check.sh [WHEEL_DIR] [RESULTS_DIR]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WHEELS=${1:-$ROOT/.whl}
+RESULTS=${2:-$ROOT/benchmarks/results}
+PY=${PYTHON:-python3}
+cd "$ROOT"
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_check: no CUDA GPU visible to $PY" >&2
+  exit 2
+fi
+SITE=$(mktemp -d)
+if ! "$PY" -c "import flashinfer" 2>/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl
+fi
+ln -s "$ROOT/kernels" "$SITE/seer_kernels"  # the import name pyproject.toml maps kernels/ to
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi -L || true
+"$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels.py tests/test_cascade_backend.py
+GPU=$("$PY" -c "import torch, re; print(re.sub(r'[^A-Za-z0-9]+', '_', torch.cuda.get_device_name()).strip('_'))")
+mkdir -p "$RESULTS"
+"$PY" -m benchmarks.cascade_verify --out "$RESULTS/cascade_verify_$GPU.json"
