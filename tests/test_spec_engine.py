@@ -27,7 +27,7 @@ from seer_sglang.spec.cpu_ops import copy_all_layer_kv_cache_cpu
 from seer_sglang.spec.draft import Draft
 from seer_sglang.spec.draft_client import DraftClient, call, wait_ready
 from seer_sglang.spec.draft_server import unpack_tokens
-from seer_sglang.spec.sglang_worker import request_key, tree_layout
+from seer_sglang.spec.sglang_worker import request_key, response_tail, tree_layout
 from seer_sglang.spec.verify_backend import tree_attention, tree_masks, verify_slots
 
 pytestmark = pytest.mark.skipif(has_cuda(), reason="checks the CPU engine's torch verify path")
@@ -191,6 +191,20 @@ def test_kv_row_move_reads_before_writing():
 def test_router_rids_map_to_group_and_sample():
     assert request_key("grp-7-3-c2") == ("grp-7", "grp-7-3", 2)
     assert request_key("abc") == ("abc", "abc", 0)
+
+
+def test_response_tail_equals_the_slice_of_the_whole_response():
+    """The drafter is fed response[fed:] each step without building the whole response (prompt tail of a
+    continuation chunk + output as SGLang's array + pending tokens)."""
+    from array import array
+
+    prompt, pending = list(range(100, 110)), [7, 8]
+    for offset in (4, 10, 12):
+        for output in (array("i"), array("i", [1, 2, 3])):
+            for tail in ([], pending):
+                whole = (prompt[offset:] if offset < len(prompt) else []) + list(output) + tail
+                for start in range(len(whole) + 2):
+                    assert response_tail(prompt, offset, output, tail, start) == whole[start:]
 
 
 # --- real servers ---------------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ class _Request:
     index: Automaton
     head: int  # the prompt's sequence in index, -1 without a prompt
     seq: int
+    length: int = 0  # tokens in seq: only ``update`` extends it, so no native call is needed to ask
 
 
 @dataclass
@@ -166,16 +167,18 @@ class IndexedDrafter:
         return r
 
     def update(self, group_id: str, request_id: str, prev_token_count: int, new_tokens: Sequence[int]) -> int:
-        if group_id not in self._groups:
+        # Called for every request at every decode step, mostly with one token: kept to two dict
+        # lookups and one native call.
+        g = self._groups.get(group_id)
+        if g is None:
             self.register_group(group_id)
-        r = self._request(self._groups[group_id], request_id)
-        n = r.index.length(r.seq)
-        skip = n - prev_token_count
-        if skip < 0:
-            return n
-        if skip < len(new_tokens):
-            n = r.index.extend(r.seq, new_tokens[skip:])
-        return n
+            g = self._groups[group_id]
+        r = g.requests.get(request_id) or self._request(g, request_id)
+        skip = r.length - prev_token_count
+        if skip < 0 or skip >= len(new_tokens):
+            return r.length
+        r.length = r.index.extend(r.seq, new_tokens[skip:] if skip else new_tokens)
+        return r.length
 
     def draft(self, group_id: str, request_id: str, max_tokens: int, max_paths: int = 1,
               min_score: float = DEFAULT_MIN_SCORE) -> Draft:
@@ -211,12 +214,12 @@ class IndexedDrafter:
 
     def counts(self, group_id: str) -> dict[str, int]:
         g = self._groups.get(group_id)
-        return {rid: r.index.length(r.seq) for rid, r in g.requests.items()} if g else {}
+        return {rid: r.length for rid, r in g.requests.items()} if g else {}
 
     def count(self, group_id: str, request_id: str) -> int:
         g = self._groups.get(group_id)
         r = g.requests.get(request_id) if g else None
-        return r.index.length(r.seq) if r else 0
+        return r.length if r else 0
 
     def tokens(self, group_id: str, request_id: str, start: int = 0) -> list[int]:
         g = self._groups.get(group_id)

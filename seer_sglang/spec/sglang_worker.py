@@ -31,6 +31,7 @@ import importlib
 import logging
 import os
 import time
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -98,6 +99,19 @@ class _WidthViews:
         if self.shape == "rows":
             return self.buffer[:bs * w].view(bs, w)
         return self.buffer[:bs * w * (w if self.shape == "square" else 1)]
+
+
+def response_tail(prompt: Sequence[int], offset: int, output: Sequence[int], pending: list[int],
+                  start: int) -> list[int]:
+    """``response[start:]`` where a request's response is ``prompt[offset:] + output + pending`` (a
+    continuation chunk's prompt ends with the sample's earlier chunks), copying only that tail."""
+    from_prompt = max(0, len(prompt) - offset)
+    if start < from_prompt:
+        return list(prompt[offset + start:]) + list(output) + pending
+    start -= from_prompt
+    if start < len(output):
+        return list(output[start:]) + pending
+    return pending[start - len(output):]
 
 
 def make_drafter(server_args):
@@ -278,24 +292,26 @@ class SeerSpecWorker(NGRAMWorker):
         """Give the drafter the response tokens of ``req`` it lacks; returns the sequence's last token.
 
         The sequence is prompt + committed output (cut at its stop: the last verify step may overshoot
-        it) + ``pending`` (tokens verified but, under overlap scheduling, not yet committed).
+        it) + ``pending`` (tokens verified but, under overlap scheduling, not yet committed). Runs for
+        every request at every step, so only the new tail is copied, never the whole output.
         """
-        prompt, output = req.origin_input_ids_unpadded, list(req.output_ids_through_stop) + pending
+        prompt, output = req.origin_input_ids_unpadded, req.output_ids_through_stop
+        last = pending[-1] if pending else output[-1] if len(output) else prompt[-1]
         offset = self.offset.get(req.rid)
         if offset is None:
             offset = self._response_offset(req)
             if offset is None:
-                return output[-1] if output else prompt[-1]
+                return last
             self.offset[req.rid] = offset
-        response = list(prompt[offset:]) + output if offset < len(prompt) else output
         fed = self.fed.get(req.rid, 0)
-        if len(response) > fed:
+        if max(0, len(prompt) - offset) + len(output) + len(pending) > fed:
             group, request, _ = request_key(req.rid)
-            stored = self.drafter.update(group, request, fed, response[fed:])
+            stored = self.drafter.update(group, request, fed, response_tail(prompt, offset, output, pending, fed))
             if stored < fed:  # the drafter has a gap (e.g. a restarted server): resend from there
-                stored = self.drafter.update(group, request, stored, response[stored:])
+                stored = self.drafter.update(group, request, stored,
+                                             response_tail(prompt, offset, output, pending, stored))
             self.fed[req.rid] = stored
-        return output[-1] if output else prompt[-1]
+        return last
 
     def note_request_finished(self, *, rid: str, natural_stop: bool) -> None:
         """Called after a request's final tokens are committed: the drafter gets the whole output."""
