@@ -90,8 +90,14 @@ def print_help() -> None:
 
 
 def validate_sglang_args(model_path: str, sglang_args: list[str]) -> None:
-    """Fail fast, with SGLang's own message, on a flag SGLang would reject in every instance."""
+    """Fail fast, with SGLang's own message, on a flag SGLang would reject in every instance. The
+    plugin's names (``--attention-backend seer_verify|seer_cascade``, ``--speculative-algorithm SEER``)
+    are registered here as in the instances, so they pass."""
     from sglang.srt.server_args import ServerArgs
+
+    from .spec.plugin_hooks import register_spec
+
+    register_spec()
 
     sg = argparse.ArgumentParser(prog="python -m seer_sglang.launch_server (SGLang flags)")
     ServerArgs.add_cli_args(sg)

@@ -40,6 +40,18 @@ def test_user_flags_win_and_gpu_keeps_its_backend():
     assert "--attention-backend" not in RunningDrafts("sam", cpu=False).instance_args([])
 
 
+def test_launcher_accepts_the_plugins_own_sglang_flags(tiny_model):
+    """The launcher checks SGLang flags before starting anything; the plugin's backends and algorithm
+    pass that check, a name SGLang does not know still fails there."""
+    from seer_sglang.launch_server import validate_sglang_args
+
+    for flags in (["--attention-backend", "seer_cascade"], ["--attention-backend", "seer_verify"],
+                  ["--speculative-algorithm", "SEER"]):
+        validate_sglang_args(tiny_model, flags)
+    with pytest.raises(SystemExit):
+        validate_sglang_args(tiny_model, ["--attention-backend", "seer_nonexistent"])
+
+
 def test_none_attached_or_plain_start_nothing(tmp_path):
     for drafts in (start_drafting("none", 8, 4, tmp_path, cpu=True),
                    start_drafting("group-suffix", 8, 4, None, cpu=True),  # attached: --instance-urls
