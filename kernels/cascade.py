@@ -249,6 +249,6 @@ def verify_layout(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, se
     bs, d = tree_locs.shape
     width = max(seq_lens_cpu)
     rows = req_to_token[req_pool_indices.long(), :width]
-    tree = torch.stack(tree_masks(custom_mask, seq_lens_cpu, d))
+    tree = tree_masks(custom_mask, seq_lens_cpu, d)
     layout = cascade_layout(rows, seq_lens, tree_locs, tree, min_shared, group_ids)
     return layout if layout.shared_slots else None

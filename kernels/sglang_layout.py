@@ -13,24 +13,35 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 
-def tree_masks(custom_mask: torch.Tensor, prefix_lens: list[int], num_draft: int) -> list[torch.Tensor]:
-    """Per-request [num_draft, num_draft] bool masks (row i: the nodes that node i may see).
+def tree_masks(custom_mask: torch.Tensor, prefix_lens: list[int], num_draft: int) -> torch.Tensor:
+    """[B, num_draft, num_draft] bool masks (row i: the nodes that node i may see), in one gather.
 
     SGLang sends one of two layouts: on CPU only the tree block (``bs * D * D``), on GPU the
     full rows over prefix + tree (``sum((prefix + D) * D)``, larger since every prefix holds at
     least one token), whose last D columns are the tree. Every node also sees itself.
     """
-    d = num_draft
-    eye = torch.eye(d, dtype=torch.bool, device=custom_mask.device)
+    d, dev = num_draft, custom_mask.device
+    eye = torch.eye(d, dtype=torch.bool, device=dev)
     bs = len(prefix_lens)
     if custom_mask.numel() == bs * d * d:
-        return [m | eye for m in custom_mask.view(bs, d, d).to(torch.bool)]
-    out, pos = [], 0
-    for p in prefix_lens:
-        rows = custom_mask[pos:pos + (p + d) * d].view(d, p + d).to(torch.bool)
-        out.append(rows[:, p:] | eye)
-        pos += (p + d) * d
-    return out
+        return custom_mask.view(bs, d, d).to(torch.bool) | eye
+    prefix = torch.tensor(prefix_lens, dtype=torch.int64, device=dev)
+    row = prefix + d  # each request's block is d rows of prefix + d columns
+    start = torch.cumsum(row * d, 0) - row * d
+    nodes = torch.arange(d, device=dev)
+    idx = (start + prefix).view(-1, 1, 1) + nodes.view(1, -1, 1) * row.view(-1, 1, 1) + nodes.view(1, 1, -1)
+    return custom_mask[idx].to(torch.bool) | eye
+
+
+def verify_slots(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor,
+                 tree_locs: torch.Tensor) -> torch.Tensor:
+    """[B, max prefix + D] KV rows: each request's cached prefix, then its tree nodes' slots."""
+    b, d = tree_locs.shape
+    width = int(prefix_lens.max()) + d
+    slots = req_to_token[req_pool_indices.long(), :width].to(torch.int64)
+    cols = prefix_lens.view(-1, 1).long() + torch.arange(d, device=slots.device)
+    slots[torch.arange(b, device=slots.device).view(-1, 1), cols] = tree_locs.to(torch.int64)
+    return slots
 
 
 def tree_visibility(slots: torch.Tensor, prefix_lens: torch.Tensor, tree: torch.Tensor) -> torch.Tensor:
@@ -60,14 +71,3 @@ def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     out = scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible, scale=scale,
                                        enable_gqa=enable_gqa)
     return out.transpose(1, 2)
-
-
-def verify_slots(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor,
-                 tree_locs: torch.Tensor) -> torch.Tensor:
-    """[B, max prefix + D] KV rows: each request's cached prefix, then its tree nodes' slots."""
-    b, d = tree_locs.shape
-    width = int(prefix_lens.max()) + d
-    slots = req_to_token[req_pool_indices.long(), :width].to(torch.int64)
-    cols = prefix_lens.view(-1, 1).long() + torch.arange(d, device=slots.device)
-    slots[torch.arange(b, device=slots.device).view(-1, 1), cols] = tree_locs.to(torch.int64)
-    return slots

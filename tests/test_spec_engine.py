@@ -174,7 +174,8 @@ def test_tree_attention_equals_per_node_attention():
             assert torch.allclose(torch.einsum("hl,lhd->hd", att, values[seen]), out[b, i], atol=1e-5)
     # SGLang's GPU layout (rows over prefix + tree) gives the same tree masks as its CPU layout (tree only)
     full = torch.cat([torch.cat([torch.ones(d, int(p), dtype=torch.bool), t], 1).flatten() for p, t in zip(prefix, tree)])
-    assert all(torch.equal(a, b) for a, b in zip(tree_masks(full, prefix.tolist(), d), tree_masks(tree.flatten(), prefix.tolist(), d)))
+    assert torch.equal(tree_masks(full, prefix.tolist(), d), tree)
+    assert torch.equal(tree_masks(tree.flatten(), prefix.tolist(), d), tree)
 
 
 def test_kv_row_move_reads_before_writing():

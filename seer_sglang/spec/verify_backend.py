@@ -71,7 +71,7 @@ class SeerVerifyAttnBackend(TorchNativeAttnBackend):
         prefix = forward_batch.seq_lens.to(torch.int64)
         if getattr(spec, "compact_nodes", None) is not None:
             cache_loc = spec.tree_cache_loc
-        tree = torch.stack(tree_masks(spec.custom_mask, prefix.tolist(), d))
+        tree = tree_masks(spec.custom_mask, prefix.tolist(), d)
         slots = verify_slots(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, prefix,
                              cache_loc.view(prefix.numel(), d))
         layout = prefix, slots, tree_visibility(slots, prefix, tree)
