@@ -161,7 +161,8 @@ def test_backend_verify_step_writes_draft_kv_and_plans_once(monkeypatch):
     backend.req_to_token_pool = types.SimpleNamespace(req_to_token=case["req_to_token"])
     backend.token_to_kv_pool = _Pool(case["k_cache"].clone(), case["v_cache"].clone())
     backend.use_sliding_window_kv_pool, backend.page_size = False, 1
-    backend.saved_slots = backend.read_slots = 0
+    backend.saved_slots = backend.read_slots = backend.cascade_steps = 0
+    backend._next_log = 0.0
     backend._layout = backend._planned = None
     backend._kv_write_scales = lambda layer: (None, None)
     spec = types.SimpleNamespace(custom_mask=case["custom_mask"], draft_token_num=D)
@@ -170,7 +171,7 @@ def test_backend_verify_step_writes_draft_kv_and_plans_once(monkeypatch):
                                   seq_lens_cpu=case["seq_lens"], req_pool_indices=case["pool_idx"],
                                   out_cache_loc=case["tree_locs"].reshape(-1), out_cache_loc_is_physical=False)
     backend._layout = backend._layout_of(batch)
-    assert backend._layout is not None and backend.saved_slots > 0
+    assert backend._layout is not None and backend.saved_slots > 0 and backend.cascade_steps == 1
     layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=HQ, tp_k_head_num=HK, head_dim=HD, v_head_dim=HD,
                                   scaling=1 / math.sqrt(HD), is_cross_attention=False, logit_cap=0.0,
                                   sliding_window_size=-1)

@@ -16,6 +16,7 @@ self-attention with a page size of 1, as the SEER algorithm runs it; other layer
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
 logger = logging.getLogger("seer_sglang.spec")
+LOG_EVERY_S = 30.0
+
 
 class SeerCascadeAttnBackend(FlashInferAttnBackend):
     """FlashInfer, with eager target-verify steps of sibling groups run as a three-level cascade."""
@@ -40,6 +43,8 @@ class SeerCascadeAttnBackend(FlashInferAttnBackend):
         self._layout: CascadeLayout | None = None
         self._planned: tuple | None = None  # (scale, heads, dtypes) the verifier was planned for this step
         self.saved_slots = self.read_slots = 0  # context KV rows the cascade did not read / did read
+        self.cascade_steps = 0
+        self._next_log = 0.0
 
     def init_forward_metadata(self, forward_batch: ForwardBatch):
         self._layout, self._planned = None, None
@@ -65,13 +70,20 @@ class SeerCascadeAttnBackend(FlashInferAttnBackend):
                                forward_batch.seq_lens[:bs], seq_cpu, forward_batch.out_cache_loc.view(bs, d), mask,
                                group_ids=getattr(spec, "group_ids", None))
         if layout is not None:
-            if not self.saved_slots:
-                logger.info("seer_cascade: first cascade verify step: %d requests, %d shared prompt slots "
-                            "read once for their groups (%d reads saved)", bs, layout.shared_slots,
-                            layout.saved_slots)
-            self.saved_slots += layout.saved_slots
-            self.read_slots += layout.shared_slots + int(layout.own.kv_indptr[-1])
+            self._note(bs, layout)
         return layout
+
+    def _note(self, bs: int, layout: CascadeLayout) -> None:
+        """Count what the shared level saved; a log line on the first cascade step and every 30 s."""
+        self.cascade_steps += 1
+        self.saved_slots += layout.saved_slots
+        self.read_slots += layout.shared_slots + int(layout.own.kv_indptr[-1])
+        now = time.monotonic()
+        if now >= self._next_log:
+            self._next_log = now + LOG_EVERY_S
+            logger.info("seer_cascade: cascade verify steps %d (this one: %d requests, %d shared prompt slots); "
+                        "context KV reads saved so far %.0f%%", self.cascade_steps, bs, layout.shared_slots,
+                        100.0 * self.saved_slots / max(1, self.saved_slots + self.read_slots))
 
     def forward_extend(self, q, k, v, layer: RadixAttention, forward_batch: ForwardBatch, save_kv_cache=True,
                        **kwargs):
