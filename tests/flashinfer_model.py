@@ -4,6 +4,7 @@ GPU, and against the real kernels on one."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import math
 import types
 
@@ -54,7 +55,10 @@ def torch_merge_state_base2(v_a, s_a, v_b, s_b):
     return o.to(v_a.dtype), lse / math.log(2.0)
 
 
-def torch_flashinfer() -> types.SimpleNamespace:
+def torch_flashinfer() -> types.ModuleType:
     """A stand-in for the ``flashinfer`` module with the two names the cascade path uses."""
-    return types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=TorchPrefillWrapper,
-                                 merge_state=torch_merge_state_base2)
+    module = types.ModuleType("flashinfer")
+    module.__spec__ = importlib.machinery.ModuleSpec("flashinfer", None)
+    module.BatchPrefillWithPagedKVCacheWrapper = TorchPrefillWrapper
+    module.merge_state = torch_merge_state_base2
+    return module

@@ -149,9 +149,10 @@ class _Pool:
 def test_backend_verify_step_writes_draft_kv_and_plans_once(monkeypatch):
     """The backend's verify step outside the GPU: it writes the draft nodes' KV, plans on its first layer
     only, and returns the reference attention in SGLang's [tokens, heads * dim] layout."""
-    monkeypatch.setitem(sys.modules, "flashinfer", torch_flashinfer())
     pytest.importorskip("sglang")
-    from seer_sglang.spec.cascade_backend import SeerCascadeAttnBackend
+    from seer_sglang.spec.cascade_backend import SeerCascadeAttnBackend  # SGLang looks for the real one
+
+    monkeypatch.setitem(sys.modules, "flashinfer", torch_flashinfer())
 
     case = kv_pool_case(3)
     b = len(REQUESTS)
