@@ -17,6 +17,8 @@ def test_instances_get_seer_with_the_drafter_and_server():
     assert args[args.index("--attention-backend") + 1] == "seer_verify"
     assert drafts.instance_env() == {DRAFTER_ENV: "group-suffix", SERVER_ENV: "tcp://127.0.0.1:9",
                                      BUDGET_ENV: "adaptive"}
+    assert "adaptive budget" in drafts.describe()
+    assert "every draft verified" in RunningDrafts("group-suffix", cpu=False).describe()  # the log says so
 
 
 def test_budget_and_profile_reach_the_instances(tmp_path):

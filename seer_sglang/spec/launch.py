@@ -38,8 +38,11 @@ class RunningDrafts:
         return self.drafter != "none"
 
     def describe(self) -> str:
+        # On GPU the verify width is fixed (FlashInfer plans and CUDA graphs are per width): every
+        # draft is verified and --draft-budget does not apply.
+        budget = f"{self.budget} budget" if self.cpu else "every draft verified (fixed verify width on GPU)"
         return (f"{self.drafter}, up to {self.draft_tokens} draft tokens in {self.draft_paths} paths, "
-                f"{self.budget} budget, draft server {self.address}")
+                f"{budget}, draft server {self.address}")
 
     def instance_args(self, sglang_args: list[str]) -> list[str]:
         if not self.enabled or has_flag(sglang_args, "--speculative-algorithm"):
