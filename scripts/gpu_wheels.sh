@@ -2,7 +2,7 @@
 # Wheels for a GPU machine that has PyTorch but no package index: FlashInfer 0.7.2 (the version SGLang
 # 0.5.23 pins) and apache-tvm-ffi, for CPython 3.12 on x86-64. FlashInfer's wheel carries the CUDA
 # sources of every kernel it can JIT-build (65 MB); the copy made here keeps only the top-level
-# sources (attention, cascade merge, sampling, page ops: what the cascade verifier builds), 33 MB.
+# sources (attention, cascade merge, sampling, page ops: what the cascade verifier builds), 35 MB.
 #   bash scripts/gpu_wheels.sh [OUT_DIR]     (default .whl; then: bash scripts/gpu_check.sh OUT_DIR)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
