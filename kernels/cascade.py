@@ -209,11 +209,10 @@ def cascade_layout(rows: torch.Tensor, seq_lens: torch.Tensor, tree_slots: torch
     # own level: slots [shared, seq) of each request
     rows_o = rows[order]
     own_take = (cols >= shared_o.view(-1, 1)) & (cols < seq_o.view(-1, 1))
-    own_level = PagedLevel(_csr(torch.full((b,), d, device=dev)), _csr(seq_o - shared_o),
-                           rows_o[own_take].to(torch.int32), torch.ones(b, dtype=torch.int32, device=dev))
-    tree_indptr = _csr(torch.full((b,), d, device=dev))
-    tree_level = PagedLevel(tree_indptr, tree_indptr, tree_slots[order].reshape(-1).to(torch.int32),
-                            torch.ones(b, dtype=torch.int32, device=dev))
+    per_request = _csr(torch.full((b,), d, device=dev))  # D query rows each (and D tree slots each)
+    one_page_each = torch.ones(b, dtype=torch.int32, device=dev)
+    own_level = PagedLevel(per_request, _csr(seq_o - shared_o), rows_o[own_take].to(torch.int32), one_page_each)
+    tree_level = PagedLevel(per_request, per_request, tree_slots[order].reshape(-1).to(torch.int32), one_page_each)
     shared_slots = int(shared_g[sharing].sum())
     saved = int((shared_g[sharing] * (size_g[sharing] - 1)).sum())
     return CascadeLayout(order, shared_level, own_level, tree_level, tree_mask[order].reshape(-1).bool(),

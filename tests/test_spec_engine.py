@@ -22,13 +22,13 @@ import pytest
 import torch
 
 from conftest import start_healthy
+from seer_kernels.sglang_layout import tree_attention, tree_masks, verify_slots
 from seer_sglang.instances.launcher import InstanceSpec, free_port, has_cuda, stop_instances
 from seer_sglang.spec.cpu_ops import copy_all_layer_kv_cache_cpu
 from seer_sglang.spec.draft import Draft
 from seer_sglang.spec.draft_client import DraftClient, call, wait_ready
 from seer_sglang.spec.draft_server import unpack_tokens
 from seer_sglang.spec.sglang_worker import request_key, response_tail, tree_layout
-from seer_sglang.spec.verify_backend import tree_attention, tree_masks, verify_slots
 
 pytestmark = pytest.mark.skipif(has_cuda(), reason="checks the CPU engine's torch verify path")
 

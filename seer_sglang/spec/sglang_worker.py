@@ -47,6 +47,7 @@ from ..plugin.queue_order import SEER_RID
 from . import BUDGET_ENV, COST_ENV, DEFAULT_DRAFTER, DRAFTER_ENV, SERVER_ENV
 from .budget import BudgetRequest, high_priority, make_budget
 from .draft import Draft
+from .plugin_hooks import CASCADE_BACKEND_NAME
 from .verify_sampling import DEPTH_PARAM
 
 logger = logging.getLogger("seer_sglang.spec")
@@ -226,6 +227,8 @@ class SeerSpecWorker(NGRAMWorker):
         self.ngram_corpus = _RequestsLeft(self)
         self.full_width = self.draft_token_num
         self.variable_width = on_cpu = str(self.device).startswith("cpu")
+        # Only the seer_cascade backend reads the verify input's group tags: no per-step work otherwise.
+        self.tag_groups = not on_cpu and getattr(server_args, "attention_backend", None) == CASCADE_BACKEND_NAME
         self.budget = make_budget(os.environ.get(BUDGET_ENV) or "adaptive", self.full_width - 1,
                                   os.environ.get(COST_ENV) or None)
         self._planned: tuple[np.ndarray, np.ndarray] | None = None
@@ -367,7 +370,7 @@ class SeerSpecWorker(NGRAMWorker):
             nodes[i, :used] = True
             self._verified[i] = used - 1
         self._nodes = nodes if self.variable_width and not nodes.all() else None
-        if not self.variable_width:  # GPU: the seer_cascade backend shares each group's prompt
+        if self.tag_groups:  # the seer_cascade backend shares each group's prompt
             index: dict[str, int] = {}
             self._group_ids = [index.setdefault(request_key(req.rid)[0], len(index)) for req in batch.reqs]
         self._note_budget(sum(self._verified) / max(1, bs), bs)

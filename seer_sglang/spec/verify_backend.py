@@ -19,9 +19,6 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from seer_kernels.sglang_layout import tree_attention, tree_masks, tree_visibility, verify_slots
 
-__all__ = ["SeerVerifyAttnBackend", "create_backend", "tree_attention", "tree_masks", "tree_visibility",
-           "verify_slots"]
-
 if TYPE_CHECKING:
     from sglang.srt.layers.radix_attention import RadixAttention
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
