@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from seer_sglang.spec.acceptance import greedy_accept, sample_accept
-from seer_sglang.spec.budget import BudgetRequest, CostModel, DraftBudget
+from seer_sglang.speculative.acceptance import greedy_accept, sample_accept
+from seer_sglang.speculative.budget import BudgetRequest, CostModel, DraftBudget
 
 
 def _median_ms(fn, repeats: int, device: str) -> float:

@@ -5,7 +5,7 @@
 One verify step of G groups x S siblings, each with a P-token shared prompt, O tokens of its own and a
 D-node draft tree, over a page-size-1 KV pool as SGLang lays it out. ``single``: one
 BatchPrefillWithPagedKVCacheWrapper over each request's whole context with SGLang's custom mask (what
-FlashInfer's verify does); ``cascade``: the three levels of ``seer_kernels.cascade`` (the prompt read
+FlashInfer's verify does); ``cascade``: the three levels of ``seer_sglang.kernels.cascade`` (the prompt read
 once per group). Per shape: plan time (once per step), attention time per layer (median of CUDA-event
 timings), the outputs' largest difference, and the ratio single / cascade. ``--dry-run`` builds the
 layouts on CPU only (no kernels), to check the shapes.
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from seer_kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
-from seer_kernels.reference import tree_mask_from_parents
+from seer_sglang.kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
+from seer_sglang.kernels.reference import tree_mask_from_parents
 
 SHAPES = [  # (groups, siblings, prompt, own)
     (4, 8, 1024, 512), (8, 8, 2048, 1024), (4, 16, 2048, 2048), (8, 16, 4096, 1024), (2, 32, 4096, 4096)]

@@ -8,7 +8,7 @@ exactly when it equals the token the seeded sampler draws there, i.e. the record
 replaying the recorded samples step by step, as a decode batch runs them (every running sample
 verifies once per step; the whole batch feeds the drafter before anyone drafts, as the SEER worker
 does), gives the acceptance length the live server would measure, in seconds instead of minutes.
-The drafters are the same objects the instances use (``seer_sglang.spec.make_drafter``).
+The drafters are the same objects the instances use (``seer_sglang.speculative.drafters.make_drafter``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from seer_sglang.spec import make_drafter
-from seer_sglang.spec.suffix_tree import ESCAPE, MIX_STATES
-from seer_sglang.spec.draft import Draft
+from seer_sglang.speculative.drafters import make_drafter
+from seer_sglang.speculative.drafters import ESCAPE, MIX_STATES
+from seer_sglang.speculative.draft import Draft
 
 
 def accepted_length(draft: Draft, continuation: list[int]) -> int:

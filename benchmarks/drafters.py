@@ -28,11 +28,11 @@ import sysconfig
 import time
 from pathlib import Path
 
-from seer_sglang.instances.launcher import free_port
-from seer_sglang.spec import make_drafter
-from seer_sglang.spec import native as native_mod
-from seer_sglang.spec.draft_client import DraftClient, call, wait_ready
-from seer_sglang.spec.draft_server import pack_tokens
+from seer_sglang.launch.instances import free_port
+from seer_sglang.speculative.drafters import make_drafter
+from seer_sglang.speculative import native as native_mod
+from seer_sglang.draft_server.client import DraftClient, call, wait_ready
+from seer_sglang.draft_server.codec import pack_tokens
 
 
 # ---- data ----
@@ -154,7 +154,7 @@ def _instance(address: str, idx: int, instances: int, groups: int, per_group: in
 
 def bench_server(seconds: float, instances: int, groups: int, per_group: int) -> dict:
     address = f"tcp://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen([sys.executable, "-m", "seer_sglang.spec.draft_server", "--bind", address,
+    proc = subprocess.Popen([sys.executable, "-m", "seer_sglang.draft_server", "--bind", address,
                              "--drafter", "group-suffix"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(address, 60)
@@ -193,7 +193,7 @@ def _pump(address: str, idx: int, seconds: float, batch: int, go, out: mp.Queue)
     """Closed-loop update_many batches of `batch` request updates (4 tokens each) on a raw socket."""
     import zmq
 
-    from seer_sglang.spec.draft_server import _decode, _encode
+    from seer_sglang.draft_server.codec import decode as _decode, encode as _encode
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import httpx
 
-from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
-from seer_sglang.sim.force_length import ForceLengthProcessor, custom_params
+from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.sim.step_model import StepModel
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, save_trace
 
@@ -223,7 +223,7 @@ def calib_batches(args) -> tuple[int, ...]:
 
 def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -> dict:
     """The simulator, calibrated on these engines, against the real runs of this benchmark."""
-    from seer_sglang.rollout.policy import make_policy
+    from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
     out = {}
@@ -348,7 +348,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
 
-    from seer_sglang.server.tokenizer import PromptTokenizer
+    from seer_sglang.frontend.tokenizer import PromptTokenizer
 
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)

@@ -16,9 +16,9 @@ import statistics
 import time
 from pathlib import Path
 
-from seer_sglang.rollout.buffer import RequestBuffer
-from seer_sglang.rollout.policy import InstanceView, make_policy
-from seer_sglang.rollout.request import Group, SamplingParams
+from seer_sglang.core.buffer import RequestBuffer
+from seer_sglang.core.policy import InstanceView, make_policy
+from seer_sglang.core.request import Group, SamplingParams
 
 
 def build(active: int, group_size: int, seed: int) -> tuple[RequestBuffer, list[Group]]:

@@ -26,11 +26,11 @@ import httpx
 
 from benchmarks.draft_replay import replay
 from benchmarks.rollout import make_prompts
-from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
-from seer_sglang.spec import DRAFTERS
-from seer_sglang.spec.launch import RunningDrafts
+from seer_sglang.config import DRAFTERS, PluginConfig
+from seer_sglang.launch.drafting import RunningDrafts
 
 
 def instance_args(drafter: str, cpu: bool, budget: str = "full",
@@ -45,7 +45,7 @@ def instance_args(drafter: str, cpu: bool, budget: str = "full",
     if drafter == "ngram":
         args[args.index("--speculative-algorithm") + 1] = "NGRAM"
         return args, {}
-    return args, drafts.instance_env()
+    return args, PluginConfig(**drafts.plugin_settings()).to_env()
 
 
 def run(url: str, prompts: list[list[int]], args) -> tuple[list[dict], float]:
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/spec_acceptance.json")
     args = ap.parse_args()
 
-    from seer_sglang.server.tokenizer import PromptTokenizer
+    from seer_sglang.frontend.tokenizer import PromptTokenizer
 
     model_path = resolve_model_path(args.model)
     prompts = make_prompts(PromptTokenizer(model_path), args.prompts, args.seed)

@@ -4,7 +4,7 @@
 
 Instance A fills the file pool with long contexts. Instance B decodes a steady batch (streamed, so
 every token's arrival time is seen) while those contexts arrive as continuations and load from the
-pool. B runs twice, once with ``SEER_TRANSFER_SCHEDULER=0`` and once with it on; both report the
+pool. B runs twice, once with the transfer scheduler off and once with it on; both report the
 inter-token time of the decoding batch during the migration window and how long migrations took.
 """
 
@@ -21,13 +21,14 @@ from pathlib import Path
 
 import httpx
 
-from seer_sglang.instances.launcher import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
-from seer_sglang.kvpool.config import KVPoolConfig
+from seer_sglang.config import PluginConfig
+from seer_sglang.launch.kv_pool import PoolSetup
 from seer_sglang.models import resolve_model_path
 
 
-def _spec(model: str, pool: KVPoolConfig, log: Path, env: dict[str, str], args) -> InstanceSpec:
+def _spec(model: str, pool: PoolSetup, log: Path, env: dict[str, str], args) -> InstanceSpec:
     engine = ["--max-total-tokens", str(args.kv_tokens), "--dtype", args.dtype]
     return InstanceSpec(model_path=model, port=free_port(), sglang_args=engine + pool.instance_args(engine),
                         cpu=not has_cuda(), log_path=log, extra_env=env,
@@ -88,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     model = resolve_model_path(args.model)
     logs = Path(tempfile.mkdtemp(prefix="seer-transfer-"))
-    pool = KVPoolConfig(kind="file", directory=logs / "pool", cpu=not has_cuda())
+    pool = PoolSetup(kind="file", directory=logs / "pool", cpu=not has_cuda())
     pool.directory.mkdir()
     contexts = [[(97 * i + 31 * j) % 20000 + 100 for j in range(args.context_tokens)] for i in range(args.contexts)]
     writer = start_instance(_spec(model, pool, logs / "writer.log", {}, args))
@@ -99,9 +100,9 @@ def main() -> None:
             for c in contexts:
                 http.post(f"{writer.url}/generate", json={"input_ids": c, "sampling_params": {"max_new_tokens": 1}})
         time.sleep(1.0)
-        for name, env in (("off", {"SEER_TRANSFER_SCHEDULER": "0"}),
-                          ("on", {"SEER_TRANSFER_SCHEDULER": "1",
-                                  "SEER_TRANSFER_STARVATION_STEPS": str(args.starvation_steps)})):
+        for name, env in (("off", PluginConfig(transfer_scheduler=False).to_env()),
+                          ("on", PluginConfig(transfer_scheduler=True,
+                                              transfer_starvation_steps=args.starvation_steps).to_env())):
             reader = start_instance(_spec(model, pool, logs / f"reader-{name}.log", env, args))
             try:
                 wait_healthy([reader], progress=False)

@@ -98,7 +98,7 @@ install_mooncake() {
     find "$tmp/root" -name "lib*.so*" -exec cp -a {} "$VENV/mooncake-libs/" \;
     rm -rf "$tmp"
   fi
-  "$VPY" -c "from seer_sglang.kvpool.mooncake import mooncake_available as a; import sys; sys.exit(1 if a() else 0)"
+  "$VPY" -c "from seer_sglang.launch.mooncake import mooncake_available as a; import sys; sys.exit(1 if a() else 0)"
 }
 if [[ ${SEER_SKIP_MOONCAKE:-0} != 1 ]] && ! stamp_ok mooncake "$MODE"; then
   step "install Mooncake (optional KV pool backend)"
@@ -107,7 +107,7 @@ if [[ ${SEER_SKIP_MOONCAKE:-0} != 1 ]] && ! stamp_ok mooncake "$MODE"; then
 fi
 
 step "build the native suffix automaton (drafters)"
-"$VPY" -m seer_sglang.spec.native || echo "[setup] native suffix automaton not built; the Python one will be used"
+"$VPY" -m seer_sglang.speculative.native || echo "[setup] native suffix automaton not built; the Python one will be used"
 
 step "prepare models (tiny, smollm2)"
 "$VPY" -m seer_sglang.models tiny | tail -n 1

@@ -10,10 +10,12 @@ It streams the NDJSON response, so a tqdm bar shows samples as they finish.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
 import httpx
+
+from .wire import ChunkJSON, SampleJSON
 
 Prompt = Union[str, list[int], list[dict[str, Any]], dict[str, Any]]
 
@@ -25,45 +27,9 @@ class RolloutError(RuntimeError):
         self.message = message
 
 
-@dataclass
-class Chunk:
-    instance: int
-    start: float
-    end: float | None
-    tokens: int
-    cached_tokens: int = 0
-    kv: dict[str, int] | None = None  # context tokens by source: device, host, pool, recomputed
-    spec: dict[str, int] | None = None  # speculative decoding: draft_steps, accepted_tokens
-
-
-@dataclass
-class RolloutSample:
-    prompt_index: int
-    group_id: str
-    index: int
-    output_ids: list[int]
-    text: str
-    logprobs: list[float] | None
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    first_token_s: float | None
-    chunks: list[Chunk] = field(default_factory=list)
-    error: str | None = None
-    rid: str = ""
-    spec: dict[str, Any] | None = None  # draft_steps, accepted_tokens, mean_acceptance_length
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RolloutSample":
-        timing = d.get("timing") or {}
-        return cls(prompt_index=d["prompt_index"], group_id=d["group_id"], index=d["index"],
-                   output_ids=d["output_ids"], text=d["text"], logprobs=d.get("logprobs"),
-                   finish_reason=d.get("finish_reason"), prompt_tokens=d["prompt_tokens"],
-                   completion_tokens=d["completion_tokens"], latency_s=timing.get("latency_s", 0.0),
-                   first_token_s=timing.get("first_token_s"),
-                   chunks=[Chunk(**c) for c in d.get("chunks") or []], error=d.get("error"), rid=d.get("rid", ""),
-                   spec=d.get("spec"))
+# The sample schema is the frontend's (``seer_sglang.wire``): one definition for both sides.
+Chunk = ChunkJSON
+RolloutSample = SampleJSON
 
 
 @dataclass

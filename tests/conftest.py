@@ -3,7 +3,6 @@ tiny local model, started once per session and in parallel."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from seer_sglang.instances.launcher import (InstanceProcess, InstanceSpec, cpu_threads_per_instance, free_port,
+from seer_sglang.launch.instances import (InstanceProcess, InstanceSpec, cpu_threads_per_instance, free_port,
                                             has_cuda, start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import prepare
 

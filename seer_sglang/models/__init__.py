@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..config import cache_root
+
 MODEL_NAMES = ("tiny", "smollm2")
 _READY = ".seer_ready"
 # Bumped when a recipe changes, so cached models are rebuilt.
@@ -26,8 +28,7 @@ CHATML_TEMPLATE = (
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SEER_SGLANG_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "seer_sglang")
-    return Path(root) / "models"
+    return cache_root() / "models"
 
 
 def model_dir(name: str) -> Path:

@@ -1,7 +1,9 @@
 """The seer plugin for SGLang, loaded through the ``sglang.srt.plugins`` entry point.
 
 SGLang calls :func:`register` early in every one of its processes (launcher, tokenizer manager,
-scheduler, detokenizer). Scheduler policy, drafter, verifier backend and KV pool hooks hang here.
+scheduler, detokenizer). Everything in this package runs inside an SGLang process: the queue order,
+seeded sampling, the KV pool's CPU support and transfer gate, and the speculative pieces (the SEER
+worker, its verify backends and sampling, the CPU kernel stand-ins).
 A plain SGLang run (the benchmark baseline) skips it with ``SGLANG_PLUGINS=none``.
 """
 
@@ -42,11 +44,11 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
-    from . import hicache_cpu, queue_order, seeded_sampling, transfer_gate
+    from . import hicache_cpu, queue_order, seeded_sampling, spec_registry, transfer_gate
 
     seeded_sampling.register_hooks()
     queue_order.register_hooks()
-    from ..spec.plugin_hooks import register_spec; register_spec()  # noqa: E702
+    spec_registry.register_spec()
     hicache_cpu.register_hooks()
     transfer_gate.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -13,18 +13,18 @@ SGLang's priority scheduling is not needed (and its preemption is not wanted): t
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Sequence
 
-SEER_RID = re.compile(r"^(?P<group>.+)-(?P<index>\d+)-c(?P<chunk>\d+)$")
+from ..wire import parse_chunk_rid
+
 TARGET = "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority"
 logger = logging.getLogger("seer_sglang.plugin")
 _announced = False
 
 
 def group_of(rid: str) -> str | None:
-    match = SEER_RID.match(rid or "")
-    return match.group("group") if match else None
+    parsed = parse_chunk_rid(rid)
+    return parsed.group if parsed else None
 
 
 def length_context_order(queue: Sequence[Any]) -> list[Any] | None:

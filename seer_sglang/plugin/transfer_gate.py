@@ -1,17 +1,17 @@
-"""In-instance mechanism for :class:`~seer_sglang.kvpool.transfer.TransferScheduler`.
+"""In-instance mechanism for :class:`~seer_sglang.core.transfer.TransferScheduler`.
 
 HiCache moves pool pages in batches on its own threads (prefetch reads, write-through backups).
 On a busy instance those batches compete with the decode step for cores and the GIL. The gate
 counts decode steps (a hook around the scheduler's forward) and holds each batch until the policy
-lets it run. Off unless ``SEER_TRANSFER_SCHEDULER=1`` (``launch_server`` sets it with a pool).
+lets it run. Off unless ``PluginConfig.transfer_scheduler`` (``launch_server`` turns it on with a pool).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 
-from ..kvpool.transfer import TransferScheduler
+from ..config import PluginConfig
+from ..core.transfer import TransferScheduler
 
 
 class TransferGate:
@@ -71,12 +71,12 @@ def _around_write(original, self, *args, **kwargs):
 
 def register_hooks() -> None:
     global _gate
-    if os.environ.get("SEER_TRANSFER_SCHEDULER", "0") != "1":
+    config = PluginConfig.from_env()
+    if not config.transfer_scheduler:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    steps = int(os.environ.get("SEER_TRANSFER_STARVATION_STEPS", "4"))
-    _gate = TransferGate(TransferScheduler(starvation_steps=steps))
+    _gate = TransferGate(TransferScheduler(starvation_steps=config.transfer_starvation_steps))
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.run_batch", _around_forward, HookType.AROUND)
     cc = "sglang.srt.managers.cache_controller.HiCacheController"
     HookRegistry.register(f"{cc}._page_transfer_kv_batch", _around_read, HookType.AROUND)

@@ -15,7 +15,8 @@ import json
 import time
 from pathlib import Path
 
-from ..rollout.policy import make_policy
+from ..config import SCHEDULER
+from ..core.policy import make_policy
 from .simulator import simulate
 from .spec_model import SpecModel
 from .step_model import H100_70B, StepModel
@@ -64,7 +65,7 @@ def main() -> None:
     ap.add_argument("--trace", default=None, help="replay a JSONL trace instead of generating one")
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--instances", type=int, default=32)
-    ap.add_argument("--chunk-size", type=int, default=8192)
+    ap.add_argument("--chunk-size", type=int, default=SCHEDULER.chunk_size)
     ap.add_argument("--chunk-sweep", default="1024,2048,4096,8192,16384")
     ap.add_argument("--instance-sweep", default="4,8,16,32")
     ap.add_argument("--spread-sweep", default="0.5,1.0,1.5", help="log-sigma of group means")

@@ -1,7 +1,7 @@
 """Discrete-event simulation of a rollout on N instances.
 
 The router side is the real thing: ``RequestBuffer`` and the policy objects of
-``seer_sglang.rollout.policy``, asked for ``Dispatch`` decisions whenever a chunk comes back.
+``seer_sglang.core.policy``, asked for ``Dispatch`` decisions whenever a chunk comes back.
 Only the engines are modelled: continuous batching with a step-time model, a KV capacity,
 SGLang-like admission (a decaying new-token reservation ratio) and retraction when KV runs out,
 and a radix cache (a continuation that stays on its instance, and siblings sharing a prompt there,
@@ -17,11 +17,11 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from ..kvpool.cost import MigrationCost
-from ..rollout.buffer import RequestBuffer
-from ..rollout.policy import InstanceView, SchedulingPolicy, worst_case_tokens
-from ..rollout.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
-from ..spec.budget import BudgetRequest, high_priority
+from ..core.buffer import RequestBuffer
+from ..core.migration import MigrationCost
+from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
+from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
+from ..speculative.budget import BudgetRequest, high_priority
 from .spec_model import SpecModel
 from .step_model import StepModel
 from .workload import TraceSample, groups_of
@@ -175,13 +175,11 @@ class Simulation:
         if sample.generated >= target:
             sample.finish_reason = "stop" if sample.generated < sample.params.max_new_tokens else "length"
             sample.finished_at = self.now
-            self.buffer.finish(sample, SampleState.FINISHED)
+            done_group = self.buffer.finish(sample, SampleState.FINISHED)
             self.policy.on_sample_finished(sample)
             self.finish_times.append(self.now)
-            group = self.buffer.groups.get(sample.group_id)
-            if group is not None and group.done:
-                self.buffer.remove_group(group.group_id)
-                self.policy.on_group_done(group.group_id)
+            if done_group is not None:
+                self.policy.on_group_done(done_group.group_id)
         else:
             self.buffer.requeue(sample)
 

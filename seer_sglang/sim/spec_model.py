@@ -1,6 +1,6 @@
 """Grouped speculative decoding in the simulator: how likely drafts are accepted, and what verifying costs.
 
-The draft budget itself is the engine's: ``seer_sglang.spec.budget.DraftBudget`` decides per step how
+The draft budget itself is the engine's: ``seer_sglang.speculative.budget.DraftBudget`` decides per step how
 many drafts each request verifies, from the same kind of scores the drafters give (the probability
 that the path to a draft token is accepted).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..spec.budget import CostModel, DraftBudget
+from ..speculative.budget import CostModel, DraftBudget
 from .step_model import StepModel
 
 

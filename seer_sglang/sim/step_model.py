@@ -6,6 +6,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..config import KV_POOL
+from ..core.migration import MigrationCost
+
 
 @dataclass(frozen=True)
 class StepModel:
@@ -30,11 +33,9 @@ class StepModel:
         first = self.decode_step(batch, kv_tokens)
         return steps * first + self.decode_per_kv_token_s * batch * steps * (steps - 1) / 2
 
-    def migration_cost(self, page_size: int = 16):
+    def migration_cost(self, page_size: int = KV_POOL.page_size) -> MigrationCost:
         """The router's move cost on this model. Without a pool no sample holds pooled tokens, so
         the same object prices every move as a re-prefill."""
-        from ..kvpool.cost import MigrationCost
-
         return MigrationCost(prefill_s_per_token=self.prefill_per_token_s, load_s_per_token=self.pool_load_s_per_token,
                              load_fixed_s=self.decode_base_s, decode_s_per_token=self.decode_step(1, 0),
                              page_size=page_size)

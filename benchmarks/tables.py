@@ -1,0 +1,530 @@
+"""Generate the results tables of docs/benchmarks.md from benchmarks/results/*.json.
+
+    python -m benchmarks.tables            # rewrite every marked table in docs/benchmarks.md
+    python -m benchmarks.tables --check    # exit 1 if a table there is out of date
+
+A table lives between two marker lines in the document::
+
+    <!-- table:NAME -->
+    ...generated, do not edit...
+    <!-- /table:NAME -->
+
+``TABLES`` maps each NAME to the function that renders it from the loaded results (a dict of file
+stem -> parsed JSON). Every figure comes from the JSON files; the caption under each table says where
+from and whether it was measured on a CPU or simulated. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+
+MARKER = re.compile(r"^<!-- table:([A-Za-z0-9_.-]+) -->$")
+END = "<!-- /table:{} -->"
+
+Results = dict[str, dict]
+
+
+# ---------------------------------------------------------------- formatting
+
+def fnum(x: float | None, digits: int = 1) -> str:
+    """A number with thousands separators, or '-' for a missing one."""
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def fint(x: float | None) -> str:
+    return "-" if x is None else f"{round(x):,}"
+
+
+def fratio(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}x"
+
+
+def fsec(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{fnum(x, digits)} s"
+
+
+def spread(values: list[float | None], fmt: Callable[[float], str]) -> str:
+    """One value when the repeats agree (or there is one), else 'mean (min-max)'."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "-"
+    if len(set(fmt(v) for v in vals)) == 1:
+        return fmt(vals[0])
+    return f"{fmt(statistics.fmean(vals))} ({fmt(min(vals))}–{fmt(max(vals))})"
+
+
+def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def source(stems: Iterable[str]) -> str:
+    return ", ".join(f"`benchmarks/results/{s}.json`" for s in stems)
+
+
+def mode_name(mode: str) -> str:
+    return "plain SGLang" if mode == "baseline" else f"`{mode}`"
+
+
+def pick(results: Results, pattern: str) -> list[str]:
+    """Stems of the result files whose name matches ``pattern`` (a regex over the whole stem), sorted."""
+    rx = re.compile(pattern)
+    stems = sorted(s for s in results if rx.fullmatch(s))
+    if not stems:
+        raise KeyError(f"no results match {pattern!r}")
+    return stems
+
+
+# ---------------------------------------------------------------- rollout benchmark (CPU)
+
+def _run_key(run: dict) -> str:
+    """What makes two rollout files repeats of one command: the config without paths and measurements."""
+    cfg = {k: v for k, v in run["config"].items() if k not in ("out", "calibration", "machine")}
+    return json.dumps(cfg, sort_keys=True)
+
+
+def rollout_table(runs: list[dict], stems: list[str], exclude: tuple[str, ...] = ()) -> str:
+    """Per mode of ``benchmarks.rollout``: completion, throughput, tail, against plain SGLang (the
+    ``baseline`` mode) of the same run. Several runs of the same command give mean (min–max)."""
+    keys = {_run_key(r) for r in runs}
+    if len(keys) != 1:
+        raise ValueError(f"{stems}: not repeats of one command")
+    cfg = runs[0]["config"]
+    modes = [m for m in runs[0]["modes"] if m not in exclude]
+    has_kv = any("kv" in r["modes"][m] for r in runs for m in modes)
+    has_spec = any(r["modes"][m].get("mean_acceptance_length") for r in runs for m in modes)
+    vs_context = has_spec and "context" in modes
+    many = len(runs) > 1
+    header = ["mode", "completion", "output tok/s", "throughput vs plain SGLang"]
+    if vs_context:
+        header.append("throughput vs `context`")
+    header += ["tail (last 10%)", "tail vs plain", "idle per instance", "retractions"]
+    if has_kv:
+        header += ["re-prefill tokens", "KV tokens from pool"]
+    if has_spec:
+        header.append("tokens per verify step")
+    header.append("output tokens")
+    rows = []
+    for m in modes:
+        per = [r["modes"][m] for r in runs]
+        base = [r["modes"].get("baseline") for r in runs]
+        row = [mode_name(m), spread([p["completion_s"] for p in per], fsec),
+               spread([p["throughput_tok_s"] for p in per], lambda x: fnum(x, 1 if x < 1000 else 0)),
+               spread([p["throughput_tok_s"] / b["throughput_tok_s"] if b else None for p, b in zip(per, base)],
+                      fratio)]
+        if vs_context:
+            row.append(spread([p["throughput_tok_s"] / r["modes"]["context"]["throughput_tok_s"]
+                               for p, r in zip(per, runs)], fratio) if "+sd" in m else "-")
+        row += [spread([p["tail_s"] for p in per], fsec),
+                spread([p["tail_s"] / b["tail_s"] if b and b["tail_s"] else None for p, b in zip(per, base)],
+                       fratio),
+                spread([p.get("idle_s_per_instance") for p in per], fsec),
+                spread([p["retractions"] for p in per], fint)]
+        if has_kv:
+            kv = [p.get("kv") for p in per]
+            row += [spread([k["reprefill_tokens"] if k else None for k in kv], fint),
+                    spread([k["pool"] if k else None for k in kv], fint)]
+        if has_spec:
+            row.append(spread([p.get("mean_acceptance_length") for p in per], lambda x: fnum(x, 2)))
+        row.append(spread([p["output_tokens"] for p in per], fint))
+        rows.append(row)
+    ws = cfg["workload_spec"]
+    runs_note = (f"mean (min–max) over {len(runs)} runs of the same command" if many else "one run")
+    machine = cfg["machine"].removeprefix("CPU ")
+    caption = (f"CPU-measured ({machine}), {runs_note}: model `{cfg['model']}` ({cfg['dtype']}), "
+               f"{cfg['instances']} instances, {cfg['prompts']} prompts x {cfg['group_size']} samples, "
+               f"at most {cfg['max_tokens']:,} tokens ({ws['name']}-shaped lengths, mean {fnum(ws['mean_tokens'], 0)}), "
+               f"chunk {cfg['chunk_size']}, {cfg['kv_tokens']:,} KV tokens per instance. Source: {source(stems)}.")
+    if exclude:
+        caption += " Not shown: " + ", ".join(f"`{m}`" for m in exclude if m in runs[0]["modes"]) + "."
+    return "\n".join(table(header, rows) + ["", caption])
+
+
+def sim_check_table(results: Results, stems: list[str]) -> str:
+    """The simulator's completion time against the measured one, calibrated on the same engines."""
+    rows = []
+    for s in stems:
+        for m, c in results[s].get("sim_check", {}).items():
+            rows.append([f"`{s}`", mode_name(m), fsec(c["real_completion_s"]), fsec(c["sim_completion_s"]),
+                         f"{c['error'] * 100:+.0f}%"])
+    caption = ("Measured on the CPU (2 cores) against the simulator's prediction from a step model calibrated on "
+               "the same engines in the same run. Source: the `sim_check` part of " + source(stems) + ".")
+    return "\n".join(table(["run", "mode", "measured (CPU)", "simulated", "simulated vs measured"], rows)
+                     + ["", caption])
+
+
+# ---------------------------------------------------------------- simulator
+
+def _workload_label(run: dict) -> str:
+    ws = run["config"]["workload_spec"]
+    names = {"moonlight": "Moonlight", "qwen2vl": "Qwen2-VL", "kimik2": "Kimi-K2"}
+    return f"{names.get(ws['name'], ws['name'])}-like (G={ws['group_size']}, max {ws['max_tokens'] // 1024}k)"
+
+
+def _sim_caption(runs: list[dict], stems: list[str], what: str) -> str:
+    cfg = runs[0]["config"]
+    sm = cfg["step_model"]
+    return (f"Simulated, not measured (`python -m seer_sglang.sim`): {cfg['instances']} instances, each "
+            f"`{sm['name']}`: {sm['source']}; {cfg['prompts']} prompts, chunk {cfg['chunk_size']:,}; {what}. "
+            f"Source: {source(stems)}.")
+
+
+def sim_ablation_table(results: Results, stems: list[str]) -> str:
+    runs = [results[s] for s in stems]
+    modes = [m for m in runs[0]["ablation"] if "+sd" not in m]
+    rows = []
+    for r in runs:
+        ab = r["ablation"]
+        rows.append([_workload_label(r)] + [f"{fratio(ab[m]['ratio_throughput'])} / {fsec(ab[m]['tail_s'], 0)}"
+                                            for m in modes] + [fint(ab["group"]["retractions"])])
+    header = ["workload"] + [f"`{m}`" for m in modes] + ["`group` retractions"]
+    return "\n".join(table(header, rows) + ["", _sim_caption(
+        runs, stems, "cells: throughput vs the `group` policy / tail (last 10% of samples)")])
+
+
+def sim_spec_table(results: Results, stems: list[str]) -> str:
+    runs = [results[s] for s in stems]
+    rows = []
+    for r in runs:
+        ab = r["ablation"]
+        for m in [m for m in ab if "+sd" in m]:
+            base = m.split("+sd")[0]
+            rows.append([_workload_label(r), f"`{m}`", fratio(ab[m]["ratio_throughput"]),
+                         fratio(ab[m]["throughput_tok_s"] / ab[base]["throughput_tok_s"]) if base in ab else "-",
+                         fnum(ab[m]["mean_acceptance_length"], 2), fsec(ab[m]["tail_s"], 0)])
+    cfg = runs[0]["config"]
+    what = (f"assumed acceptance, not calibrated on a real rollout: a draft token is accepted with probability "
+            f"{cfg['spec_own_alpha']} from the request's own history, rising to {cfg['spec_group_alpha']} as its "
+            f"siblings finish")
+    return "\n".join(table(["workload", "mode", "throughput vs `group`", "vs the mode without `+sd`",
+                            "tokens per verify step", "tail"], rows) + ["", _sim_caption(runs, stems, what)])
+
+
+def sim_sweep_table(results: Results, stems: list[str]) -> str:
+    runs = [results[s] for s in stems]
+    rows = []
+    for sweep, label in (("chunk_sweep", "chunk size"), ("instance_sweep", "instances"),
+                         ("spread_sweep", "length spread (log-sigma)")):
+        for value in runs[0][sweep]:
+            cells = []
+            for r in runs:
+                cell = r[sweep].get(value)
+                cell = cell.get("context", cell) if cell else None
+                cells.append(fratio(cell["ratio_throughput"]) if cell else "-")
+            rows.append([label, value] + cells)
+    return "\n".join(table(["sweep", "value"] + [_workload_label(r) for r in runs], rows) + ["", _sim_caption(
+        runs, stems, "cells: `context` throughput vs `group` at that setting (the other settings as in the "
+                     "ablation)")])
+
+
+# ---------------------------------------------------------------- scheduling cost, transfers
+
+def sched_cost_table(results: Results, stems: list[str]) -> str:
+    d = results[stems[0]]
+    rows = [[f"`{r['policy']}`", fint(r["active_requests"]), str(r["instances"]),
+             f"{r['median_us_per_call'] / 1000:.1f} ms", f"{r['p90_us_per_call'] / 1000:.1f} ms",
+             fint(r["chunks_placed_per_call"]), f"{r['median_us_per_placed_chunk']:.0f} µs"] for r in d["results"]]
+    caption = (f"CPU-measured ({d['machine']}, Python {d['python']}), pure policy objects, no engines. "
+               f"Source: {source(stems)}.")
+    return "\n".join(table(["policy", "active requests", "instances", "`schedule()` median", "p90",
+                            "chunks placed per call", "median per placed chunk"], rows) + ["", caption])
+
+
+def transfer_table(results: Results, stems: list[str]) -> str:
+    d = results[stems[0]]
+    cfg = d["config"]
+    names = {"off": "off (pool transfers never yield)", "on": f"on (wait at most {cfg['starvation_steps']} steps)"}
+    rows = [[names.get(k, k), f"{fint(t['itl_during_ms_p50'])} ms", f"{fint(t['itl_during_ms_p99'])} ms",
+             f"{fint(t['itl_during_ms_max'])} ms", fsec(t["migration_s_mean"]),
+             f"{fint(t['tokens_from_pool'])} / {fint(t['context_tokens'])}"] for k, t in d["trials"].items()]
+    caption = (f"CPU-measured ({cfg['machine'].removesuffix(', CPU')}), one run each: model `{cfg['model']}` ({cfg['dtype']}), "
+               f"{cfg['contexts']} continuations of {cfg['context_tokens']:,} tokens load from the file pool into "
+               f"an instance decoding {cfg['decode_batch']} requests; p99 with the gate vs without: "
+               f"{fratio(d['ratio_itl_p99_on_vs_off'])}. Source: {source(stems)}.")
+    return "\n".join(table(["transfer gate", "decode inter-token p50", "p99", "max", "continuation time (mean)",
+                            "tokens from pool / context"], rows) + ["", caption])
+
+
+# ---------------------------------------------------------------- drafters and draft server (CPU)
+
+IMPL = {"ext": "C extension", "ctypes": "C core via ctypes", "python": "pure Python"}
+
+
+def _drafters_caption(d: dict, stems: list[str]) -> str:
+    m, data = d["machine"], d["data"]
+    return (f"CPU-measured ({m['cpu']}, {m['cores']} cores, load average {m['loadavg_at_start'][0]:.2f} at start), "
+            f"{data['group']} siblings x {data['tokens_per_sibling']:,} tokens ({data['source']}). "
+            f"Source: {source(stems)}.")
+
+
+def drafter_lookup_table(results: Results, stems: list[str]) -> str:
+    d = results[stems[0]]
+    rows = []
+    for key, r in d["lookup"].items():
+        impl, drafter, paths = key.split("/")
+        rows.append([IMPL.get(impl, impl), f"`{drafter}`", paths.removeprefix("paths"),
+                     f"{r['draft_us_p50']:.1f} µs", f"{r['draft_us_p99']:.1f} µs", f"{r['update1_us_p50']:.1f} µs",
+                     f"{r['mean_draft_len']:.2f}"])
+    return "\n".join(table(["implementation", "drafter", "paths", "draft p50", "draft p99",
+                            "one-token append p50", "mean draft length"], rows) + ["", _drafters_caption(d, stems)])
+
+
+def drafter_append_table(results: Results, stems: list[str]) -> str:
+    d = results[stems[0]]
+    mtok = lambda x: f"{x / 1e6:.2f}M"  # noqa: E731
+    rows = [[IMPL.get(k, k), mtok(a["bulk_tok_per_s"]), mtok(a["chunk64_tok_per_s"]), mtok(a["chunk8_tok_per_s"]),
+             mtok(a["chunk1_tok_per_s"]), fint(a["bytes_per_token"])] for k, a in d["append"].items()]
+    return "\n".join(table(["implementation", "whole sequences (tok/s)", "64 per call", "8 per call", "1 per call",
+                            "bytes per token"], rows) + ["", _drafters_caption(d, stems)])
+
+
+def draft_server_table(results: Results, stems: list[str]) -> str:
+    d = results[stems[0]]
+    s = d["server"]
+    cap, lag = s["capacity"], s["sync_lag_ms"]
+    rows = [
+        ["update capacity", f"{fint(cap['updates_per_s'])} request updates/s ({fint(cap['tokens_per_s'])} tokens/s), "
+                            f"{cap['pumps']} pipelining clients, batches of {cap['batch']}, "
+                            f"{cap['tokens_per_update']} tokens per update"],
+        ["live sync", f"{s['instances']} instance processes, {s['groups']} groups x {s['requests_per_group']} requests, "
+                      f"drafting every step for {s['seconds']:.0f} s"],
+        ["sync delay", f"p50 {lag['p50']:.0f} ms / p99 {lag['p99']:.0f} ms ({lag['samples']} samples)"],
+        ["traffic", f"{fint(s['updates_per_s'])} updates/s, {fint(s['tokens_in_per_s'])} tokens/s in, "
+                    f"{fint(s['fetched_tokens_per_s'])} tokens/s fetched"],
+        ["client timeouts", fint(s["client_timeouts"])],
+    ]
+    return "\n".join(table(["draft server", "measured"], rows) + ["", _drafters_caption(d, stems)])
+
+
+# ---------------------------------------------------------------- speculative acceptance (CPU)
+
+def _recording_label(outputs: str) -> tuple[str, str]:
+    """Temperature and max tokens of a recording, from its file name (``spec_outputs_<run>[_tT][_N]``;
+    ``benchmarks.spec_acceptance`` defaults: temperature 1.0, 256 tokens)."""
+    stem = Path(outputs).stem
+    t = re.search(r"_t(\d+(?:\.\d+)?)", stem)
+    n = re.search(r"_(\d+)$", stem)
+    return (t.group(1) if t else "1.0"), f"{int(n.group(1)):,}" if n else "256"
+
+
+def spec_acceptance_table(results: Results, stems: list[str]) -> str:
+    """Live drafter acceptance with full drafts verified (``--budget full``)."""
+    rows = []
+    for s in stems:
+        d = results[s]
+        cfg = d["config"]
+        for name, r in d["drafters"].items():
+            if name == "none":
+                continue
+            rows.append([f"`{s}`", f"{cfg['temperature']}", f"{cfg['prompts']} x {cfg['group_size']}, "
+                         f"{cfg['max_tokens']}", cfg.get("arrival") or "together",
+                         "SGLang `NGRAM`" if name == "ngram" else f"`{name}`",
+                         f"{r['mean_acceptance_length']:.3f}", fnum(r.get("replay_acceptance_length"), 3),
+                         fratio(d["acceptance_vs_suffix"].get(name)),
+                         "yes" if r["identical_to_no_speculation"] else "no"])
+    caption = ("CPU-measured (SmolLM2-135M, float32, seeded, 2 cores), one SGLang instance per drafter, full drafts "
+               "verified (`--budget full`); replay: `benchmarks.draft_replay` over the no-speculation run's tokens "
+               "(empty where the file predates it). Speeds are left out: with every draft verified on a CPU they "
+               "measure the verify cost, not the drafter. Source: " + source(stems) + ".")
+    return "\n".join(table(["run", "temperature", "prompts x G, max tokens", "arrival", "drafter",
+                            "tokens per verify step", "replay", "vs `suffix`", "tokens identical to no speculation"],
+                           rows) + ["", caption])
+
+
+def spec_budget_table(results: Results, stems: list[str]) -> str:
+    """One instance with the adaptive draft budget against the same instance without speculation."""
+    rows = []
+    for s in stems:
+        d = results[s]
+        none = d["drafters"]["none"]
+        for name, r in d["drafters"].items():
+            if name == "none":
+                continue
+            rows.append([f"`{s}`", f"`{name}`", fnum(none["tokens_per_s"]), fnum(r["tokens_per_s"]),
+                         fratio(d["speed_vs_no_speculation"][name]), f"{r['mean_acceptance_length']:.3f}",
+                         fnum(r.get("replay_acceptance_length"), 3), "yes" if r["identical_to_no_speculation"] else "no"])
+    cfg = results[stems[0]]["config"]
+    caption = (f"CPU-measured (SmolLM2-135M, {cfg['dtype']}, 2 cores), one run each: {cfg['prompts']} prompts x "
+               f"{cfg['group_size']} samples of at most {cfg['max_tokens']} tokens at temperature {cfg['temperature']}, "
+               f"all sent together, `--budget {cfg['budget']}`; replay: what full drafts would accept. "
+               f"Source: {source(stems)}.")
+    return "\n".join(table(["run", "drafter", "tok/s without speculation", "tok/s with", "with vs without",
+                            "tokens per verify step", "replay (full drafts)", "tokens identical"], rows)
+                     + ["", caption])
+
+
+def replay_batch_table(results: Results, stems: list[str]) -> str:
+    """Drafters replayed over recorded samples as a decode batch runs them."""
+    rows = []
+    for s in stems:
+        d = results[s]
+        cfg, dr = d["config"], d["drafters"]
+        temp, max_tokens = _recording_label(cfg["outputs"])
+        names = [n for n in ("group-suffix", "suffix", "sam") if n in dr]
+        gs = dr.get("group-suffix", {})
+        rows.append([f"`{Path(cfg['outputs']).stem}`", temp, max_tokens, cfg["arrival"]]
+                    + [f"{dr[n]['acceptance_length']:.3f}" for n in names]
+                    + [fratio(gs.get("vs_suffix")),
+                       f"{fratio(gs.get('tail_vs_suffix'))} ({gs.get('tail_steps', 0)} steps)"])
+    caption = ("Replayed on the CPU over samples recorded from SmolLM2-135M (4 prompts x 8, seeded), through the "
+               "instances' own drafter objects (`--draft-tokens 8 --draft-paths 4`). Temperature and max tokens come "
+               "from the recording's name (`_tT`, `_N`; default 1.0 and 256). Last column: steps after every sibling "
+               "of the sample had finished. Source: " + source(stems) + ".")
+    return "\n".join(table(["recording", "temperature", "max tokens", "arrival", "`group-suffix`", "`suffix`", "`sam`",
+                            "`group-suffix` vs `suffix`", "same, all siblings finished"], rows) + ["", caption])
+
+
+def replay_references_table(results: Results, stems: list[str]) -> str:
+    """Each sample decoded alone after n of its siblings finished whole (the paper's reference experiment)."""
+    rows = []
+    ns = None
+    for s in stems:
+        d = results[s]
+        cfg = d["config"]
+        gs = d["acceptance_by_references"]["group-suffix"]
+        ns = ns or list(gs)
+        temp, max_tokens = _recording_label(cfg["outputs"])
+        last = ns[-1]
+        longest = results.get(s + "_longest")
+        rows.append([temp, max_tokens] + [f"{gs[n]:.3f}" for n in ns]
+                    + [fratio(d["vs_suffix"]["group-suffix"][last]),
+                       fratio(longest["vs_suffix"]["group-suffix"][last]) if longest else "-"])
+    header = ["temperature", "max tokens"] + [f"n = {n}" + (" (`suffix`)" if n == "0" else "") for n in ns or []]
+    header += [f"n = {ns[-1] if ns else '?'} vs `suffix`", "same, longest match alone (`--blend 1,0`)"]
+    longest = [s + "_longest" for s in stems if s + "_longest" in results]
+    caption = ("Replayed on the CPU over recorded SmolLM2-135M samples (4 prompts x 8); cells: `group-suffix` tokens "
+               "per verify step with n finished siblings (n = 0 is the per-request `suffix` drafter). Temperature and "
+               "max tokens from the recording's name. Source: " + source(stems + longest) + ".")
+    return "\n".join(table(header, rows) + ["", caption])
+
+
+# ---------------------------------------------------------------- registry
+
+ROLLOUT = r"cpu_(?!transfer).*"
+
+TABLES: dict[str, Callable[[Results], str]] = {
+    "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
+    "rollout_cpu_smollm2": lambda r: rollout_table([r["cpu_smollm2"]], ["cpu_smollm2"],
+                                                   exclude=("context+sd", "context+sd-suffix")),
+    "rollout_cpu_smollm2_sd": lambda r: rollout_table([r[s] for s in pick(r, r"cpu_smollm2_sd(_rerun)?")],
+                                                      pick(r, r"cpu_smollm2_sd(_rerun)?")),
+    "sim_check": lambda r: sim_check_table(r, [s for s in pick(r, ROLLOUT) if "sim_check" in r[s]]),
+    "sim_ablation": lambda r: sim_ablation_table(r, _sim_order(r)),
+    "sim_speculation": lambda r: sim_spec_table(r, _sim_order(r)),
+    "sim_sweeps": lambda r: sim_sweep_table(r, _sim_order(r)),
+    "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
+    "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
+    "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
+    "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),
+    "draft_server": lambda r: draft_server_table(r, ["drafters_cpu"]),
+    "spec_acceptance": lambda r: spec_acceptance_table(
+        r, [s for s in pick(r, r"spec_acceptance_.*") if r[s]["config"].get("budget") == "full"]),
+    "spec_budget": lambda r: spec_budget_table(
+        r, [s for s in pick(r, r"spec_acceptance_.*") if r[s]["config"].get("budget") != "full"]),
+    "replay_batch": lambda r: replay_batch_table(r, _replay_order(r, r"draft_replay_.*_(together|staggered)")),
+    "replay_references": lambda r: replay_references_table(r, _replay_order(r, r"draft_replay_.*_references")),
+}
+
+
+def _sim_order(results: Results) -> list[str]:
+    order = {"moonlight": 0, "qwen2vl": 1, "kimik2": 2}
+    return sorted(pick(results, r"sim_.*"), key=lambda s: (order.get(s.rsplit("_", 1)[-1], 9), s))
+
+
+def _replay_order(results: Results, pattern: str) -> list[str]:
+    """Recordings by temperature (high first), then max tokens, then arrival."""
+    def key(s: str):
+        temp, max_tokens = _recording_label(results[s]["config"]["outputs"])
+        return (int(max_tokens.replace(",", "")), -float(temp), s)
+    return sorted(pick(results, pattern), key=key)
+
+
+# ---------------------------------------------------------------- the document
+
+def load_results(results_dir: Path = RESULTS) -> Results:
+    out = {}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        if path.name.startswith("spec_outputs_") or path.name.endswith((".step_model.json", ".outputs.json")):
+            continue  # recorded samples and step models, not results
+        out[path.stem] = json.loads(path.read_text())
+    return out
+
+
+def render(text: str, results: Results, tables: dict[str, Callable[[Results], str]] | None = None
+           ) -> tuple[str, list[str]]:
+    """``text`` with every marked table regenerated, and the names of the tables whose content changed."""
+    tables = TABLES if tables is None else tables
+    lines = text.split("\n")
+    out: list[str] = []
+    changed: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = MARKER.match(lines[i])
+        out.append(lines[i])
+        i += 1
+        if not m:
+            continue
+        name = m.group(1)
+        if name not in tables:
+            raise KeyError(f"unknown table {name!r} (known: {', '.join(tables)})")
+        try:
+            j = lines.index(END.format(name), i)
+        except ValueError:
+            raise ValueError(f"table {name!r} has no end marker {END.format(name)!r}") from None
+        new = ["", *tables[name](results).split("\n"), ""]  # blank lines keep the markers out of the table
+        if lines[i:j] != new:
+            changed.append(name)
+        out += new
+        i = j  # the end marker is copied on the next turn
+    return "\n".join(out), changed
+
+
+def marked(text: str) -> list[str]:
+    return [m.group(1) for m in map(MARKER.match, text.split("\n")) if m]
+
+
+def check(doc: Path = DOC, results_dir: Path = RESULTS) -> list[str]:
+    """Names of the tables in ``doc`` that differ from what the results give (empty: up to date)."""
+    _, changed = render(Path(doc).read_text(), load_results(results_dir))
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.tables", description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a table is out of date; change nothing")
+    ap.add_argument("--doc", type=Path, default=DOC)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    text = args.doc.read_text()
+    new, changed = render(text, load_results(args.results))
+    missing = [n for n in TABLES if n not in marked(text)]
+    if missing:
+        print(f"note: tables not placed in {args.doc}: {', '.join(missing)}", file=sys.stderr)
+    if args.check:
+        if changed:
+            print(f"{args.doc} is out of date; tables that differ: {', '.join(changed)}\n"
+                  f"run: python -m benchmarks.tables")
+            return 1
+        print(f"{args.doc}: {len(marked(text))} tables up to date")
+        return 0
+    if new != text:
+        args.doc.write_text(new)
+    print(f"{args.doc}: {len(marked(text))} tables, rewritten: {', '.join(changed) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""BENCHMARKS ONLY. A SGLang custom logit processor that ends a sample at a hidden target length.
+
+The target travels in the request's ``custom_params`` (opaque to every scheduler) as the total
+sequence length at which the sample must end: ``{"end_at": prompt_len + target, "eos": id}``.
+It bans EOS before that length and forces it as the token that reaches it, so every sample has
+exactly its target length, also when chunked (a continuation is prefilled with prompt + earlier
+chunks, so the total length is what counts). Under speculative decoding each verify-tree node is
+a row of its own, ``__draft_depth__`` tokens past the request's committed length. A row without a
+depth is SGLang's own prefill or decode step: under the overlap scheduler ``output_ids`` may still
+lack the previous step's token there, so the length is the KV allocated for the step's input.
+
+Instances must run with ``--enable-custom-logit-processor``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sglang.srt.sampling.custom_logit_processor import CustomLogitProcessor
+
+from ..wire import DEPTH_PARAM, REQ_PARAM
+
+
+def row_length(req, depth: int | None) -> int:
+    """Tokens before the one this row samples: committed + draft depth on a verify row; on SGLang's
+    own step, the KV allocated for it (its input token included), which the overlap scheduler keeps
+    current while ``output_ids`` trails by one step."""
+    if depth is not None:
+        return len(req.origin_input_ids) + len(req.output_ids) + int(depth)
+    kv = getattr(req, "kv", None)
+    allocated = kv.kv_allocated_len if kv is not None else 0
+    return max(allocated, len(req.origin_input_ids) + len(req.output_ids))
+
+
+class ForceLengthProcessor(CustomLogitProcessor):
+    def __call__(self, logits: torch.Tensor, custom_param_list: list[dict[str, Any]] | None = None) -> torch.Tensor:
+        for row, params in enumerate(custom_param_list or []):
+            if not params or "end_at" not in params:
+                continue
+            req = params.get(REQ_PARAM)
+            if req is None:
+                continue
+            length = row_length(req, params.get(DEPTH_PARAM))
+            eos = int(params["eos"])
+            if length + 1 >= int(params["end_at"]):
+                logits[row, :] = -float("inf")
+                logits[row, eos] = 0.0
+            else:
+                logits[row, eos] = -float("inf")  # no natural EOS before the target either
+        return logits
+
+
+def custom_params(prompt_len: int, target: int, eos_id: int) -> dict[str, int]:
+    return {"end_at": prompt_len + target, "eos": eos_id}

@@ -1,0 +1,246 @@
+"""Every Seer setting, declared once: its flag, default, choices and environment variable.
+
+The config is a tree of frozen dataclasses. ``launch_server`` builds its command line from the
+field metadata (``seer_parser``), turns the parsed flags into a ``SeerConfig`` and hands it to the
+launcher and the frontend. Inside an SGLang instance the plugin reads its part
+(``PluginConfig``) from the environment the launcher set with ``PluginConfig.to_env``. Pure code
+(policies, budget, drafters) takes its defaults from the module-level instances below
+(``SCHEDULER``, ``DRAFT``, ...), so a default is written in this file and nowhere else.
+
+This module imports nothing from the rest of the package: every process can read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+# Choice lists. The registries that implement them (core.policy.POLICIES, speculative.drafters,
+# speculative.budget.make_budget) are checked against these by the unit tests.
+SCHEDULERS = ("group", "divided", "context", "oracle")
+KV_POOLS = ("none", "file", "mooncake")
+DRAFTERS = ("suffix", "group-suffix", "sam")
+DRAFT_MODES = ("none", *DRAFTERS)
+BUDGETS = ("adaptive", "threshold", "full")
+
+CACHE_ENV = "SEER_SGLANG_CACHE"  # root of models, logs and the native build cache
+
+
+def cache_root() -> Path:
+    """``$SEER_SGLANG_CACHE``, or ``~/.cache/seer_sglang``."""
+    return Path(os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "seer_sglang"))
+
+
+def flag(default: Any, name: str, help: str, *, choices: tuple | None = None, nargs: str | None = None,
+         action: str | None = None) -> Any:
+    """A config field that is also a command-line flag."""
+    meta = {"flag": name, "help": help, "choices": choices, "nargs": nargs, "action": action}
+    return field(default=default, metadata=meta)
+
+
+def env_only(default: Any, env: str, help: str) -> Any:
+    """A setting that reaches the SGLang instances through the environment only (no flag)."""
+    return field(default=default, metadata={"env": env, "help": help})
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    model_path: Optional[str] = flag(None, "--model-path", "model folder, or a built-in name (smollm2, tiny); "
+                                     "default: the embedded SmolLM2-135M-Instruct")
+    host: str = flag("127.0.0.1", "--host", "frontend bind address (default: loopback only)")
+    port: int = flag(30000, "--port", "frontend port (default: 30000)")
+    log_level: str = flag("info", "--log-level", "frontend log level (default: info)")
+
+
+@dataclass(frozen=True)
+class InstancesConfig:
+    num_instances: Optional[int] = flag(None, "--num-instances",
+                                        "SGLang instances to start (default: one per GPU, or 2 on CPU)")
+    instance_urls: Optional[tuple] = flag(None, "--instance-urls", "attach to these running SGLang instances "
+                                          "instead of starting any", nargs="+")
+    instance_host: str = flag("127.0.0.1", "--instance-host", "bind address of started instances")
+    log_dir: Optional[str] = flag(None, "--log-dir",
+                                  "where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
+    startup_timeout: float = flag(900.0, "--startup-timeout", "seconds to wait for instances to be healthy")
+    no_plugin: bool = flag(False, "--no-plugin", "start plain SGLang instances (without the seer plugin)",
+                           action="store_true")
+    cpu_instances: int = 2  # instances started on a machine without a GPU
+    # CPU only: SGLang's KV pool otherwise takes ~72% of free RAM and 20 s to allocate.
+    cpu_max_total_tokens: int = 16384
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    name: str = flag("context", "--scheduler", "rollout policy: group = whole groups unchunked (veRL-like), "
+                     "divided = chunks to the least-loaded instance, context = divided + Seer's length context "
+                     "(default), oracle = benchmarks only (reads each sample's true length)", choices=SCHEDULERS)
+    chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: 8192)")
+    kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
+                              "claim, worst case (default: 0.95)")
+    starvation_bound: int = flag(256, "--starvation-bound", "dispatches a waiting sample may be passed over "
+                                 "before it goes first (default: 256)")
+    # A continuation stays on its instance unless another is less loaded by this share of capacity
+    # (plus the share of the chunk's time that moving adds).
+    affinity_slack: float = 0.05
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        return {"chunk_size": self.chunk_size, "kv_headroom": self.kv_headroom,
+                "starvation_bound": self.starvation_bound, "affinity_slack": self.affinity_slack}
+
+
+@dataclass(frozen=True)
+class KVPoolConfig:
+    kind: Optional[str] = flag(None, "--kv-pool", "global KV pool shared by the instances, so a chunk that moves "
+                               "loads its KV instead of recomputing it: file = host DRAM tier + a shared directory "
+                               "(default when starting instances), mooncake = a Mooncake store, none = off",
+                               choices=KV_POOLS)
+    directory: Optional[str] = flag(None, "--kv-pool-dir", "file pool: the shared directory (default: a fresh "
+                                    "one under the log dir, removed at exit)")
+    size_gb: float = flag(16.0, "--kv-pool-size-gb", "file pool: size bound; the oldest pages are evicted past "
+                          "it (default: 16)")
+    mooncake_config: Optional[str] = flag(None, "--kv-pool-config", "mooncake: JSON file with the store client "
+                                          "config of an existing Mooncake cluster (multi-node); without it a "
+                                          "master + store are started on loopback")
+    transfer_starvation_steps: int = flag(4, "--transfer-starvation-steps", "pool transfers yield to decode "
+                                          "steps, but wait at most this many (weighted); 0 = never yield "
+                                          "(default: 4)")
+    page_size: int = 16  # tokens per KV page when the SGLang flags give no --page-size
+    prefetch_timeout_s: float = 5.0  # a slow pool falls back to recompute after this
+    prefetch_timeout_per_ki_token_s: float = 0.5
+    # SGLang only looks in L3 for a miss of at least this many tokens (its default, 256, would leave
+    # short continuations recomputing).
+    prefetch_threshold: int = 64
+    idle_clear_s: float = 30.0  # the frontend empties the file pool once the engine is idle this long
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    drafter: str = flag("group-suffix", "--draft", "speculative decoding with model-free drafts, verified "
+                        "losslessly by each instance: group-suffix = one suffix tree per prompt group, fed by all "
+                        "siblings wherever they run (default), suffix = each request's own history only, sam = "
+                        "suffix automaton, none = off", choices=DRAFT_MODES)
+    draft_tokens: int = flag(8, "--draft-tokens", "most draft tokens verified per request and step (default: 8)")
+    draft_paths: int = flag(4, "--draft-paths", "most branches of one draft tree (default: 4)")
+    budget: str = flag("adaptive", "--draft-budget", "drafts verified per request and step: adaptive = the "
+                       "batch's best draft length from a step-cost model, shared out by acceptance odds with "
+                       "long-tail requests weighted 2x, off when it does not pay (default); threshold = all "
+                       "drafts up to batch size 32, none above; full = all drafts always", choices=BUDGETS)
+    cost_path: Optional[str] = flag(None, "--draft-cost", "profile for the adaptive budget: JSON with base_s/"
+                                    "per_seq_s/per_token_s/accept_curve, or a step model written by "
+                                    "benchmarks.rollout; without it each instance fits its own step times as it "
+                                    "runs (CPU) or verifies full drafts (GPU)")
+    group_ttl_s: float = 600.0  # a group idle this long leaves the draft server and the instances' drafters
+    min_score: float = 0.01  # draft nodes whose estimated acceptance is below this are not drafted
+    sync_interval_s: float = 0.02  # how often an instance's draft client syncs with the draft server
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """What the seer plugin inside an SGLang instance reads from its environment."""
+
+    drafter: str = env_only(DraftConfig.drafter, "SEER_SPEC_DRAFTER", "drafter name, or module:callable")
+    draft_server: Optional[str] = env_only(None, "SEER_DRAFT_SERVER", "the draft server's ZeroMQ address")
+    budget: str = env_only(DraftConfig.budget, "SEER_DRAFT_BUDGET", "draft budget")
+    cost_path: Optional[str] = env_only(None, "SEER_DRAFT_COST", "profile file of the adaptive budget")
+    transfer_scheduler: bool = env_only(False, "SEER_TRANSFER_SCHEDULER", "pool transfers yield to decode")
+    transfer_starvation_steps: int = env_only(KVPoolConfig.transfer_starvation_steps,
+                                              "SEER_TRANSFER_STARVATION_STEPS", "bound on a transfer's wait")
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that gives an instance this config (unset fields stay unset)."""
+        env = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or value is False:
+                continue
+            env[f.metadata["env"]] = "1" if value is True else str(value)
+        return env
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "PluginConfig":
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(f.metadata["env"])
+            if not raw:
+                continue
+            default = f.default
+            if isinstance(default, bool):
+                values[f.name] = raw == "1"
+            elif isinstance(default, int):
+                values[f.name] = int(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class SeerConfig:
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)
+    instances: InstancesConfig = field(default_factory=InstancesConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    kv_pool: KVPoolConfig = field(default_factory=KVPoolConfig)
+    draft: DraftConfig = field(default_factory=DraftConfig)
+
+
+SECTIONS = {"frontend": FrontendConfig, "instances": InstancesConfig, "scheduler": SchedulerConfig,
+            "kv_pool": KVPoolConfig, "draft": DraftConfig}
+
+# The defaults, for pure code that takes them as keyword defaults.
+SCHEDULER = SchedulerConfig()
+KV_POOL = KVPoolConfig()
+DRAFT = DraftConfig()
+INSTANCES = InstancesConfig()
+
+
+def _dest(section: str, name: str) -> str:
+    return f"{section}.{name}"
+
+
+def add_flags(group: argparse._ArgumentGroup) -> None:
+    """Every Seer flag, from the field metadata of the sections."""
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            if "flag" not in meta:
+                continue
+            kwargs: dict[str, Any] = {"dest": _dest(section, f.name), "default": f.default, "help": meta["help"]}
+            if meta["action"]:
+                kwargs["action"] = meta["action"]
+            else:
+                kwargs["type"] = _flag_type(f)
+                if meta["choices"]:
+                    kwargs["choices"] = list(meta["choices"])
+                if meta["nargs"]:
+                    kwargs["nargs"] = meta["nargs"]
+            group.add_argument(meta["flag"], **kwargs)
+
+
+def _flag_type(f: dataclasses.Field):
+    annotation = str(f.type)
+    for name, kind in (("int", int), ("float", float)):
+        if annotation in (name, f"Optional[{name}]"):
+            return kind
+    return str
+
+
+def from_namespace(ns: argparse.Namespace) -> SeerConfig:
+    """The config of parsed flags (``add_flags``)."""
+    sections = {}
+    for section, cls in SECTIONS.items():
+        values = {}
+        for f in dataclasses.fields(cls):
+            dest = _dest(section, f.name)
+            if hasattr(ns, dest):
+                value = getattr(ns, dest)
+                values[f.name] = tuple(value) if isinstance(value, list) else value
+        sections[section] = cls(**values)
+    return SeerConfig(**sections)
+
+
+def flag_names() -> list[str]:
+    return [f.metadata["flag"] for cls in SECTIONS.values() for f in dataclasses.fields(cls) if "flag" in f.metadata]

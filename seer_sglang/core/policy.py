@@ -1,0 +1,275 @@
+"""Scheduling policies: pure objects, no I/O. They read the buffer and instance views and return
+plain ``Dispatch`` decisions; the engine (or the simulator) carries them out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..config import SCHEDULER
+from .migration import MigrationCost
+from .buffer import RequestBuffer
+from .request import Sample
+
+
+@dataclass
+class InstanceView:
+    """What a policy may know of an instance: health, telemetry and what we already sent it."""
+
+    index: int
+    healthy: bool = True
+    capacity_tokens: int = 0  # KV capacity reported by the instance
+    used_tokens: int = 0  # KV in use, from telemetry
+    running: int = 0
+    waiting: int = 0
+    reserved_tokens: int = 0  # worst-case tokens of our chunks in flight there
+    inflight: int = 0  # our chunks in flight there
+    retractions: int = 0  # SGLang retractions our chunks there have seen (preemption pressure)
+
+    @property
+    def load(self) -> float:
+        """Fraction of KV capacity our in-flight work can claim; the dispatch criterion."""
+        if self.capacity_tokens <= 0:
+            return float(self.reserved_tokens)
+        return self.reserved_tokens / self.capacity_tokens
+
+
+@dataclass
+class Dispatch:
+    """Send these samples' next chunk (``max_new_tokens`` each) to one instance."""
+
+    instance: int
+    samples: list[Sample]
+    max_new_tokens: list[int] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)  # for the instance's own queue; higher first
+
+
+def chunk_tokens(sample: Sample, chunk_size: int | None) -> int:
+    return sample.remaining if chunk_size is None else min(chunk_size, sample.remaining)
+
+
+def worst_case_tokens(sample: Sample, max_new: int) -> int:
+    return sample.context_len + max_new
+
+
+class SchedulingPolicy:
+    """Interface: ``schedule`` is called whenever the buffer or the instances change."""
+
+    name = "base"
+    migration: MigrationCost | None = None  # how the policy prices a move; None: it never moves a sample
+
+    def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
+        raise NotImplementedError
+
+    def on_sample_finished(self, sample: Sample) -> None:
+        """Hook for policies that learn from finished samples (length estimates)."""
+
+    def on_group_done(self, group_id: str) -> None:
+        """Hook: the group left the buffer; forget what was kept about it."""
+
+
+def least_loaded(instances: list[InstanceView],
+                 eligible: Callable[[InstanceView], bool] = lambda v: v.healthy) -> InstanceView | None:
+    candidates = [v for v in instances if eligible(v)]
+    return min(candidates, key=lambda v: (v.load, v.inflight, v.index)) if candidates else None
+
+
+class WholeGroupPolicy(SchedulingPolicy):
+    """veRL-style baseline: each group goes whole, unchunked, to the least-loaded instance.
+
+    SGLang queues what does not fit, so every pending group is dispatched at once; the load used
+    for the choice counts our own reservations, which telemetry would show only later.
+    """
+
+    name = "group"
+
+    def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
+        by_group: dict[str, list[Sample]] = {}
+        for sample in buffer.pending():
+            by_group.setdefault(sample.group_id, []).append(sample)
+        decisions = []
+        for samples in by_group.values():
+            target = least_loaded(instances)
+            if target is None:
+                break
+            budgets = [chunk_tokens(s, None) for s in samples]
+            target.reserved_tokens += sum(worst_case_tokens(s, b) for s, b in zip(samples, budgets))
+            target.inflight += len(samples)
+            decisions.append(Dispatch(target.index, samples, budgets))
+        return decisions
+
+
+class ChunkedPolicy(SchedulingPolicy):
+    """Divided rollout: every dispatch is one chunk of at most ``chunk_size`` new tokens, sent to the
+    least-loaded instance that has room for it; the sample then returns to the buffer.
+
+    Admission keeps each instance below the point where SGLang would retract: the worst-case KV of
+    our chunks in flight there (prompt + generated + chunk, per sample) stays within
+    ``kv_headroom`` of its capacity. An idle instance always takes one chunk, so a request larger
+    than the headroom still runs. Subclasses only choose the order in which samples are served.
+    """
+
+    name = "divided"
+
+    def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
+                 affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None):
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        self.chunk_size = chunk_size
+        self.kv_headroom = kv_headroom
+        # A continuation stays on its last instance (its KV is cached there) unless another
+        # instance is less loaded by more than this share of capacity, plus the share of the
+        # chunk's time that moving adds (a pool load, or a re-prefill without a pool).
+        self.affinity_slack = affinity_slack
+        self.migration = migration or MigrationCost()
+
+    def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
+        return pending  # arrival order
+
+    def _fits(self, view: InstanceView, tokens: int) -> bool:
+        if not view.healthy:
+            return False
+        if view.inflight == 0 or view.capacity_tokens <= 0:
+            return True
+        return view.reserved_tokens + tokens <= self.kv_headroom * view.capacity_tokens
+
+    def select_instance(self, instances: list[InstanceView], tokens: int, previous: int | None = None,
+                        move_share: float = 0.0) -> InstanceView | None:
+        """SELECT_INSTANCE: the least-loaded healthy instance with room for ``tokens``; the
+        sample's previous instance when moving would not pay (a device hit is free, a pool load or a
+        re-prefill is not: ``move_share`` is the share of the chunk's time a move adds)."""
+        best = least_loaded(instances, lambda view: self._fits(view, tokens))
+        if best is not None and previous is not None and previous != best.index and previous < len(instances):
+            prev = instances[previous]
+            slack = self.affinity_slack + move_share
+            if prev.index == previous and self._fits(prev, tokens) and prev.load <= best.load + slack:
+                return prev
+        return best
+
+    def move_share(self, sample: Sample, budget: int) -> float:
+        if not sample.chunks:
+            return 0.0
+        return self.migration.overhead_share(sample.context_len, budget, sample.pool_tokens)
+
+    def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
+        by_instance: dict[int, Dispatch] = {}
+        ordered = self.order(buffer.pending(), buffer)
+        for rank, sample in enumerate(ordered):
+            budget = chunk_tokens(sample, self.chunk_size)
+            tokens = worst_case_tokens(sample, budget)
+            target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None,
+                                          self.move_share(sample, budget))
+            if target is None:
+                if not any(v.healthy and v.inflight == 0 for v in instances):
+                    break  # every instance is full: the rest waits for chunks to come back
+                continue
+            target.reserved_tokens += tokens
+            target.inflight += 1
+            self.on_dispatch(sample)
+            d = by_instance.setdefault(target.index, Dispatch(target.index, []))
+            d.samples.append(sample)
+            d.max_new_tokens.append(budget)
+            d.priorities.append(len(ordered) - rank)
+        return list(by_instance.values())
+
+    def on_dispatch(self, sample: Sample) -> None:
+        """Hook for policies that track waiting (starvation bound)."""
+
+
+class ContextPolicy(ChunkedPolicy):
+    """Seer's context-aware scheduling on top of divided rollout.
+
+    - Each group's first sample is its probe; probes go first, smallest-generated-first (SFS), so
+      every group quickly reveals how long it writes.
+    - The other samples go largest-estimated-group-length-first (approximate LFS): a group's
+      estimate is its longest finished sibling, or ``max_tokens`` while none has finished.
+    - Starvation bound: a sample that has waited through ``starvation_bound`` dispatches since it
+      entered the buffer is served first, oldest first, whatever its estimate.
+    """
+
+    name = "context"
+
+    def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
+                 affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
+                 starvation_bound: int = SCHEDULER.starvation_bound):
+        super().__init__(chunk_size, kv_headroom, affinity_slack, migration)
+        self.starvation_bound = starvation_bound
+        self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
+        self._waiting_since: dict[str, int] = {}
+        self._finished_longest: dict[str, int] = {}
+
+    def estimate(self, sample: Sample) -> int:
+        """Estimated total output length of the sample's group."""
+        return self._finished_longest.get(sample.group_id, sample.params.max_new_tokens)
+
+    def on_sample_finished(self, sample: Sample) -> None:
+        longest = self._finished_longest.get(sample.group_id, 0)
+        self._finished_longest[sample.group_id] = max(longest, sample.generated)
+        self._waiting_since.pop(sample.rid, None)
+
+    def on_group_done(self, group_id: str) -> None:
+        self._finished_longest.pop(group_id, None)
+
+    def on_dispatch(self, sample: Sample) -> None:
+        self.clock += 1
+        self._waiting_since.pop(sample.rid, None)
+
+    def sort_key(self):
+        """The ordering key (smaller first): samples waiting past the starvation bound first, oldest
+        first; then ``rank_key``. Closures over local names: this runs for every pending sample."""
+        clock, bound, since_of, rank = self.clock, self.starvation_bound, self._waiting_since, self.rank_key()
+
+        def key(s: Sample) -> tuple:
+            since = since_of.get(s.rid)
+            if since is None:
+                since = since_of[s.rid] = clock
+            if clock - since >= bound:
+                return (0, since, 0)
+            return (*rank(s), since)
+
+        return key
+
+    def rank_key(self):
+        """Probes first by SFS (fewest generated tokens), then the rest by LFS group estimate."""
+        longest = self._finished_longest
+
+        def rank(s: Sample) -> tuple:
+            if s.is_probe:
+                return (1, len(s.output_ids))
+            return (2, -longest.get(s.group_id, s.params.max_new_tokens))
+
+        return rank
+
+    def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
+        return sorted(pending, key=self.sort_key())
+
+
+class OraclePolicy(ContextPolicy):
+    """BENCHMARKS ONLY. An upper reference: knows each sample's true length (``Sample.oracle_length``)
+    and serves the longest remaining work first (exact LFS). Every other policy ignores that field."""
+
+    name = "oracle"
+
+    def rank_key(self):
+        def rank(s: Sample) -> tuple:
+            true_len = s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
+            return (2, -(true_len - len(s.output_ids)))
+
+        return rank
+
+
+POLICIES: dict[str, type[SchedulingPolicy]] = {
+    p.name: p for p in (WholeGroupPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy)
+}
+
+
+def make_policy(name: str, **kwargs) -> SchedulingPolicy:
+    """Build a policy by name; ``chunk_size``/``kv_headroom``/``starvation_bound`` go where they apply."""
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown scheduler {name!r}; choose one of {sorted(POLICIES)}") from None
+    import inspect
+
+    accepted = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in kwargs.items() if k in accepted and v is not None})

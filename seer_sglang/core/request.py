@@ -1,0 +1,178 @@
+"""The rollout's units of work: a prompt group of G samples, each generated in one or more chunks."""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..wire import sample_rid
+
+
+@dataclass
+class SamplingParams:
+    """Per-sample sampling settings; ``max_new_tokens`` is the sample's total budget, not a chunk's."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    custom_logit_processor: str | None = None  # SGLang's serialized processor (instances need the flag)
+
+    def to_sglang(self, max_new_tokens: int, seed: int | None) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "ignore_eos": self.ignore_eos,
+            "skip_special_tokens": self.skip_special_tokens,
+        }
+        if self.stop:
+            params["stop"] = list(self.stop)
+        if self.stop_token_ids:
+            params["stop_token_ids"] = list(self.stop_token_ids)
+        if seed is not None:
+            params["sampling_seed"] = seed
+        return params
+
+
+def derive_seed(user_seed: int | None, index: int) -> int:
+    """Sibling i of a seeded request gets its own reproducible seed; unseeded samples a random one."""
+    if user_seed is None:
+        return secrets.randbits(62)
+    return (user_seed * 1_000_003 + index * 7919 + 1) % (2**62)
+
+
+class SampleState(str, enum.Enum):
+    PENDING = "pending"  # in the buffer, waiting for a dispatch
+    RUNNING = "running"  # a chunk is on an instance
+    FINISHED = "finished"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+@dataclass
+class ChunkRecord:
+    """One dispatch of a sample to an instance."""
+
+    instance: int
+    start: float
+    max_new_tokens: int
+    end: float | None = None
+    new_tokens: int = 0
+    cached_tokens: int = 0
+    retractions: int = 0
+    # Where the chunk's context (prompt + generated so far) came from; the rest was recomputed.
+    device_tokens: int = 0
+    host_tokens: int = 0
+    pool_tokens: int = 0
+    context_tokens: int = 0
+    # Speculative decoding: verify steps, and draft tokens they accepted (each step also emits one token).
+    draft_steps: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return max(0, self.context_tokens - self.cached_tokens)
+
+
+# Called with (sample, new_token_ids) as tokens arrive, when the caller asked to stream.
+TokenCallback = Callable[["Sample", list[int]], None]
+
+
+@dataclass
+class Sample:
+    """One of the G requests of a group. Its output grows chunk by chunk until it finishes."""
+
+    rid: str
+    group_id: str
+    index: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    state: SampleState = SampleState.PENDING
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    matched_stop: int | str | None = None
+    error: str | None = None
+    error_status: int = 500
+    chunks: list[ChunkRecord] = field(default_factory=list)
+    instance: int | None = None  # where the running chunk is
+    failures: int = 0  # chunks lost to an instance that stopped answering
+    pool_tokens: int = 0  # context tokens known to be in the global KV pool (whole pages)
+    is_probe: bool = False
+    priority: int = 0
+    oracle_length: int | None = None  # benchmarks only; ignored by every non-oracle policy
+    custom_params: dict[str, Any] | None = None  # for the custom logit processor; opaque to policies
+    # Fixed for the sample's life and sent with every chunk: SGLang's seeded sampler hashes
+    # (seed, position), so chunking or migrating a sample does not change what it draws.
+    sampling_seed: int | None = None
+    on_tokens: TokenCallback | None = None
+    on_done: Callable[["Sample"], None] | None = None
+    submitted_at: float = field(default_factory=time.time)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def generated(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def remaining(self) -> int:
+        return self.params.max_new_tokens - self.generated
+
+    @property
+    def context_len(self) -> int:
+        """Tokens a continuation starts from (prompt + generated), without building the list."""
+        return len(self.prompt_ids) + self.generated
+
+    @property
+    def context_ids(self) -> list[int]:
+        """What a continuation chunk is prefilled with: prompt plus everything generated so far."""
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def done(self) -> bool:
+        return self.state in (SampleState.FINISHED, SampleState.FAILED, SampleState.ABORTED)
+
+    def __post_init__(self) -> None:
+        if self.sampling_seed is None:
+            self.sampling_seed = derive_seed(self.params.seed, self.index)
+
+
+@dataclass
+class Group:
+    """A prompt group: the G samples of one prompt, which write alike in length and text."""
+
+    group_id: str
+    prompt_ids: list[int]
+    samples: list[Sample]
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def done(self) -> bool:
+        return all(s.done for s in self.samples)
+
+    @classmethod
+    def make(cls, group_id: str, prompt_ids: list[int], n: int, params: SamplingParams,
+             oracle_lengths: list[int] | None = None,
+             custom_params: list[dict[str, Any]] | None = None) -> "Group":
+        samples = [
+            Sample(rid=sample_rid(group_id, i), group_id=group_id, index=i, prompt_ids=list(prompt_ids),
+                   params=params, is_probe=(i == 0),
+                   oracle_length=oracle_lengths[i] if oracle_lengths else None,
+                   custom_params=custom_params[i] if custom_params else None)
+            for i in range(n)
+        ]
+        return cls(group_id=group_id, prompt_ids=list(prompt_ids), samples=samples)

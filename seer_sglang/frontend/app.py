@@ -1,0 +1,92 @@
+"""The Seer frontend (FastAPI), assembled: the engine over the instances, the routes, metrics and the
+KV pool's janitor. The routes live in ``routes/``, one module per concern."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import FastAPI, Request
+
+from ..config import SeerConfig
+from ..core.policy import make_policy
+from .engine import EngineHooks, RolloutEngine
+from .errors import install_error_handlers
+from .instance_client import InstanceClient
+from .kv_pool import PoolAccess, janitor
+from .metrics import Metrics
+from .routes import admin, benchmarking, observability, openai, rollout
+from .state import Frontend, ModelInfo
+from .tokenizer import PromptTokenizer
+
+logger = logging.getLogger("seer_sglang.frontend")
+
+
+async def describe_model(client: InstanceClient, model_path: str | None) -> ModelInfo:
+    try:
+        info = await client.server_info()
+    except Exception as e:  # the instance may be down now and come back later
+        if model_path is None:
+            raise RuntimeError(f"cannot reach {client.url} to learn the model; pass --model-path") from e
+        logger.warning("cannot reach %s (%s); describing the model from %s", client.url, e, model_path)
+        info = {}
+    path = model_path or info.get("model_path")
+    context = info.get("context_length")
+    if not context:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path)
+        context = getattr(config, "max_position_embeddings", None) or 4096
+    return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context))
+
+
+def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,
+               pool: PoolAccess | None = None) -> FastAPI:
+    """Build the app; the engine starts in the lifespan, once the instances answer."""
+    config = config or SeerConfig()
+    pool = pool or PoolAccess()
+    metrics = Metrics()
+
+    def report_pool(usage_bytes: int, evicted: int) -> None:
+        metrics.kv_pool_bytes.set(usage_bytes)
+        metrics.kv_pool_evicted.set(evicted)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        clients = [InstanceClient(url, i) for i, url in enumerate(instance_urls)]
+        model = await describe_model(clients[0], model_path)
+        tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
+        policy = make_policy(config.scheduler.name, **config.scheduler.policy_kwargs())
+        hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_load=metrics.on_load,
+                            find_stop=tokenizer.find_stop, pool_probe=pool.probe())
+        engine = RolloutEngine(clients, policy, hooks=hooks)
+        await engine.start()
+        sweeper = None
+        if pool.file_pool is not None:
+            sweeper = asyncio.create_task(janitor(pool.file_pool, engine.idle, report_pool,
+                                                  config.kv_pool.idle_clear_s))
+        app.state.frontend = Frontend(engine, tokenizer, model, metrics, pool)
+        logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
+                    len(clients), policy.name, model.served_name, model.context_length)
+        try:
+            yield
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
+            await engine.stop()
+
+    app = FastAPI(title="seer_sglang", lifespan=lifespan)
+    install_error_handlers(app)
+    for routes in (openai, rollout, admin, observability, benchmarking):
+        app.include_router(routes.router)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        response = await call_next(request)
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "unmatched")
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        return response
+
+    return app

@@ -1,0 +1,410 @@
+"""The rollout engine (mechanism): buffer → policy → instance clients, and back.
+
+A group is split into G samples in the buffer. Whenever something changes (a new group, a chunk
+back, an instance up or down) the policy is asked for dispatches; each dispatched chunk runs as one
+``/generate`` call that continues from prompt + tokens so far. A chunk that returns unfinished goes
+back to the buffer. A chunk whose instance dies is re-dispatched from the tokens already received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+from ..core.buffer import RequestBuffer
+from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
+from ..core.request import ChunkRecord, Group, Sample, SampleState
+from ..wire import chunk_rid, group_of_sample
+from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
+
+logger = logging.getLogger("seer_sglang.frontend")
+
+
+class NoHealthyInstance(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class EngineHooks:
+    """Observers the frontend attaches (metrics); all optional and called synchronously."""
+
+    on_sample_done: Callable[[Sample], None] | None = None
+    on_load: Callable[[int, InstanceView], None] | None = None
+    # Finds a stop string that SGLang could not see because it spans a chunk boundary; returns
+    # (tokens to keep, matched string) or None. Set by the frontend, which owns the tokenizer.
+    find_stop: Callable[[Sample], tuple[int, str] | None] | None = None
+    # Tokens of a sample's context the global KV pool holds (blocking I/O: runs in a thread).
+    pool_probe: Callable[[list[int]], int] | None = None
+    pool_probe_delay_s: float = 0.02  # pages reach the pool a few ms after the chunk returns
+
+
+@dataclasses.dataclass
+class LoadPoint:
+    """One telemetry sample of one instance, for timelines (KV usage, running, retractions)."""
+
+    t: float
+    instance: int
+    healthy: bool
+    kv_used: int
+    kv_capacity: int
+    running: int
+    waiting: int
+    inflight: int
+    retractions: int  # retractions reported by finished chunks on this instance so far
+
+
+class RolloutEngine:
+    def __init__(self, clients: list[InstanceClient], policy: SchedulingPolicy, *,
+                 poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
+                 hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8):
+        self.clients = clients
+        self.policy = policy
+        self.buffer = RequestBuffer()
+        self.views = [InstanceView(index=i) for i in range(len(clients))]
+        self.poll_interval_s = poll_interval_s
+        self.unavailable_timeout_s = unavailable_timeout_s
+        self.hooks = hooks or EngineHooks()
+        self.max_chunk_failures = max_chunk_failures
+        self.paused = False
+        self._wake = asyncio.Event()
+        self._group_done: dict[str, asyncio.Event] = {}
+        self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
+        self._loops: list[asyncio.Task] = []
+        self._no_instance_since: float | None = None
+        self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
+        self.retractions = [0] * len(clients)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.poll_loads()
+        self._loops = [asyncio.create_task(self._dispatch_loop(), name="seer-dispatch"),
+                       asyncio.create_task(self._poll_loop(), name="seer-poll")]
+
+    async def stop(self) -> None:
+        for task in self._loops + list(self._chunk_tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._chunk_tasks.values(), return_exceptions=True)
+        for client in self.clients:
+            await client.close()
+
+    # ---- read API for the routes -------------------------------------------------------------
+    def healthy_count(self) -> int:
+        return sum(v.healthy for v in self.views)
+
+    def idle(self) -> bool:
+        """No rollout in flight."""
+        return not self.buffer.groups
+
+    def running_group(self, group_id: str) -> bool:
+        return group_id in self.buffer.groups
+
+    def instance_status(self) -> list[dict[str, Any]]:
+        return [{"index": v.index, "url": self.clients[v.index].url, "healthy": v.healthy, "running": v.running,
+                 "waiting": v.waiting, "used_tokens": v.used_tokens, "capacity_tokens": v.capacity_tokens,
+                 "inflight_chunks": v.inflight} for v in self.views]
+
+    def timeline_since(self, t: float) -> list[LoadPoint]:
+        return [p for p in self.timeline if p.t >= t]
+
+    async def broadcast(self, path: str, body: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """One admin call on every instance; each instance's status and answer."""
+        results = await asyncio.gather(*(c.post_admin(path, body) for c in self.clients))
+        return [{"instance": c.index, "url": c.url, "status": status, "body": content}
+                for c, (status, content) in zip(self.clients, results)]
+
+    # ---- submission ------------------------------------------------------------------------
+    def submit(self, group: Group) -> None:
+        if self.healthy_count() == 0:
+            raise NoHealthyInstance("no healthy SGLang instance")
+        self.buffer.add_group(group)
+        self._group_done[group.group_id] = asyncio.Event()
+        self._wake.set()
+
+    async def wait_group(self, group: Group) -> Group:
+        event = self._group_done.get(group.group_id)  # gone once the group is done
+        try:
+            if event is not None:
+                await event.wait()
+        except asyncio.CancelledError:
+            self.abort_group(group.group_id)  # the client went away: free its work everywhere
+            raise
+        return group
+
+    # ---- control ---------------------------------------------------------------------------
+    def abort_group(self, group_id: str) -> bool:
+        group = self.buffer.groups.get(group_id)
+        if group is None:
+            return False
+        for sample in group.samples:
+            self.abort_sample(sample)
+        return True
+
+    def abort_sample(self, sample: Sample) -> None:
+        if sample.done:
+            return
+        task = self._chunk_tasks.get(sample.rid)
+        if task is not None:
+            task.cancel()  # closing the HTTP request makes SGLang abort the chunk
+        sample.finish_reason = "abort"
+        self._complete(sample, SampleState.ABORTED)
+
+    def abort_all(self) -> int:
+        live = [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
+        for sample in live:
+            self.abort_sample(sample)
+        return len(live)
+
+    def find(self, rid: str) -> list[Sample]:
+        """Samples named by a group id or a sample rid."""
+        if rid in self.buffer.groups:
+            return list(self.buffer.groups[rid].samples)
+        group = self.buffer.groups.get(group_of_sample(rid))
+        return [s for s in group.samples if s.rid == rid] if group else []
+
+    def set_policy(self, policy: SchedulingPolicy) -> None:
+        """Swap the scheduling policy; only between rollouts, since policies keep per-group state."""
+        if not self.idle():
+            raise RuntimeError("cannot change the scheduler while a rollout is in flight")
+        self.policy = policy
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        self._wake.set()
+
+    # ---- telemetry -------------------------------------------------------------------------
+    async def poll_loads(self) -> None:
+        results = await asyncio.gather(*(c.load() for c in self.clients), return_exceptions=True)
+        for view, result in zip(self.views, results):
+            was_healthy = view.healthy
+            if isinstance(result, BaseException):
+                view.healthy = False
+            else:
+                view.healthy = True
+                view.capacity_tokens = result.max_total_tokens
+                view.used_tokens = result.used_tokens
+                view.running = result.running
+                view.waiting = result.waiting
+            if was_healthy != view.healthy:
+                logger.warning("instance %d (%s) is %s", view.index, self.clients[view.index].url,
+                               "back up" if view.healthy else "DOWN")
+                self._wake.set()
+            view.retractions = self.retractions[view.index]
+            self.timeline.append(LoadPoint(time.time(), view.index, view.healthy, view.used_tokens,
+                                           view.capacity_tokens, view.running, view.waiting, view.inflight,
+                                           self.retractions[view.index]))
+            if self.hooks.on_load:
+                self.hooks.on_load(view.index, view)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            await self.poll_loads()
+            if self.buffer.has_pending():
+                self._wake.set()
+
+    # ---- dispatch --------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.paused or not self.buffer.has_pending():
+                continue
+            self._fail_if_no_instance()
+            snapshot = [dataclasses.replace(v) for v in self.views]
+            for decision in self.policy.schedule(self.buffer, snapshot):
+                priorities = decision.priorities or [0] * len(decision.samples)
+                for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):
+                    sample.priority = priority
+                    self._launch(sample, decision.instance, max_new)
+
+    def _fail_if_no_instance(self) -> None:
+        if self.healthy_count() > 0:
+            self._no_instance_since = None
+            return
+        now = time.monotonic()
+        self._no_instance_since = self._no_instance_since or now
+        if now - self._no_instance_since < self.unavailable_timeout_s:
+            return
+        for sample in self.buffer.pending():
+            sample.error, sample.error_status, sample.finish_reason = "no healthy SGLang instance", 503, "error"
+            self._complete(sample, SampleState.FAILED)
+
+    def _launch(self, sample: Sample, instance: int, max_new: int) -> None:
+        view = self.views[instance]
+        reserve = worst_case_tokens(sample, max_new)
+        view.reserved_tokens += reserve
+        view.inflight += 1
+        self.buffer.mark_running(sample, instance)
+        sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new,
+                                         context_tokens=sample.context_len))
+        task = asyncio.create_task(self._run_chunk(sample, instance, max_new, reserve))
+        self._chunk_tasks[sample.rid] = task
+
+    def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "rid": chunk_rid(sample.rid, len(sample.chunks) - 1),  # read back by the plugin
+            "input_ids": sample.context_ids,
+            "sampling_params": sample.params.to_sglang(max_new, sample.sampling_seed),
+            "return_logprob": sample.params.logprobs,
+        }
+        if sample.params.logprobs:
+            payload["logprob_start_len"] = -1  # output tokens only
+            if sample.params.top_logprobs:
+                payload["top_logprobs_num"] = sample.params.top_logprobs
+        if sample.priority:
+            payload["priority"] = sample.priority
+        if sample.params.custom_logit_processor:
+            payload["custom_logit_processor"] = sample.params.custom_logit_processor
+            if sample.custom_params is not None:
+                payload["sampling_params"]["custom_params"] = sample.custom_params
+        return payload
+
+    async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:
+        client = self.clients[instance]
+        chunk = sample.chunks[-1]
+        base = sample.generated
+        finish: dict[str, Any] | None = None
+        try:
+            payload = self._payload(sample, max_new)
+            if sample.on_tokens is not None:
+                async for event in client.generate_stream(payload):
+                    self._absorb(sample, base, event)
+                    finish = event["meta_info"].get("finish_reason") or finish
+                    self._chunk_meta(chunk, instance, event["meta_info"])
+            else:
+                event = await client.generate(payload)
+                self._absorb(sample, base, event)
+                finish = event["meta_info"].get("finish_reason")
+                self._chunk_meta(chunk, instance, event["meta_info"])
+        except InstanceUnavailable as e:
+            self.views[instance].healthy = False
+            self._settle(sample, instance, reserve, chunk)
+            sample.failures += 1
+            if sample.failures > self.max_chunk_failures:
+                sample.error, sample.error_status, sample.finish_reason = (
+                    f"gave up after {sample.failures} failed dispatches: {e}", 503, "error")
+                self._complete(sample, SampleState.FAILED)
+                return
+            logger.warning("chunk of %s lost on instance %d (%s); re-dispatching from %d tokens",
+                           sample.rid, instance, e, sample.generated)
+            self.buffer.requeue(sample)
+            return
+        except InstanceRejected as e:
+            self._settle(sample, instance, reserve, chunk)
+            sample.error, sample.error_status, sample.finish_reason = str(e), e.status_code, "error"
+            self._complete(sample, SampleState.FAILED)
+            return
+        except asyncio.CancelledError:
+            self._settle(sample, instance, reserve, chunk)
+            raise
+        except Exception as e:  # never lose a sample silently
+            logger.exception("chunk of %s failed", sample.rid)
+            self._settle(sample, instance, reserve, chunk)
+            sample.error, sample.error_status, sample.finish_reason = f"{type(e).__name__}: {e}", 500, "error"
+            self._complete(sample, SampleState.FAILED)
+            return
+        self._settle(sample, instance, reserve, chunk)
+        self._after_chunk(sample, finish)
+
+    def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
+        chunk.cached_tokens = meta.get("cached_tokens", 0)
+        details = meta.get("cached_tokens_details") or {}
+        chunk.device_tokens = int(details.get("device") or 0)
+        chunk.host_tokens = int(details.get("host") or 0)
+        chunk.pool_tokens = int(details.get("storage") or 0)
+        if not details:
+            chunk.device_tokens = chunk.cached_tokens
+        chunk.draft_steps = int(meta.get("spec_verify_ct") or 0)
+        chunk.accepted_tokens = int(meta.get("spec_num_correct_drafts") or 0)
+        retractions = int(meta.get("num_retractions") or 0)
+        self.retractions[instance] += retractions - chunk.retractions  # stream events are cumulative
+        chunk.retractions = retractions
+
+    def _settle(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> None:
+        view = self.views[instance]
+        view.reserved_tokens -= reserve
+        view.inflight -= 1
+        chunk.end = time.time()
+        self._chunk_tasks.pop(sample.rid, None)
+        self._wake.set()
+
+    def _absorb(self, sample: Sample, base: int, event: dict[str, Any]) -> None:
+        """Take SGLang's cumulative output of this chunk; append only what is new."""
+        ids = event.get("output_ids") or []
+        have = sample.generated - base
+        new_ids = ids[have:]
+        if not new_ids:
+            return
+        meta = event["meta_info"]
+        if sample.params.logprobs:
+            lps = meta.get("output_token_logprobs") or []
+            sample.logprobs.extend(float(lp[0]) for lp in lps[have:have + len(new_ids)])
+            tops = meta.get("output_top_logprobs") or []
+            for entry in tops[have:have + len(new_ids)]:
+                sample.top_logprobs.append([(int(t[1]), float(t[0])) for t in (entry or [])])
+        sample.output_ids.extend(new_ids)
+        sample.chunks[-1].new_tokens += len(new_ids)
+        if sample.first_token_at is None:
+            sample.first_token_at = time.time()
+        if sample.on_tokens is not None:
+            sample.on_tokens(sample, new_ids)
+
+    def _after_chunk(self, sample: Sample, finish: dict[str, Any] | None) -> None:
+        kind = (finish or {}).get("type")
+        if kind != "abort" and len(sample.chunks) > 1 and sample.params.stop and self.hooks.find_stop:
+            found = self.hooks.find_stop(sample)
+            if found:  # a stop string across a chunk boundary, which no single chunk could see
+                keep, matched = found
+                del sample.output_ids[keep:], sample.logprobs[keep:], sample.top_logprobs[keep:]
+                sample.finish_reason, sample.matched_stop = "stop", matched
+                self._complete(sample, SampleState.FINISHED)
+                return
+        if kind == "stop":
+            sample.finish_reason, sample.matched_stop = "stop", finish.get("matched")
+        elif kind == "abort":
+            if self.paused:  # a pause (mode "abort") cut the chunk short: resume it later, lose nothing
+                self.buffer.requeue(sample)
+                return
+            sample.finish_reason, sample.error = "abort", str(finish.get("message", "aborted by SGLang"))
+            self._complete(sample, SampleState.ABORTED)
+            return
+        elif sample.remaining <= 0:
+            sample.finish_reason = "length"
+        if sample.finish_reason is not None:
+            self._complete(sample, SampleState.FINISHED)
+        else:
+            self.buffer.requeue(sample)
+            if self.hooks.pool_probe is not None:
+                asyncio.create_task(self._probe_pool(sample))
+
+    async def _probe_pool(self, sample: Sample) -> None:
+        """Learn how much of the sample's context is in the pool, for the cost of moving it."""
+        await asyncio.sleep(self.hooks.pool_probe_delay_s)
+        context = sample.context_ids
+        try:
+            sample.pool_tokens = await asyncio.to_thread(self.hooks.pool_probe, context)
+        except Exception as e:  # a pool that is down only makes moves look as costly as recompute
+            logger.debug("pool probe failed: %s", e)
+            sample.pool_tokens = 0
+        self._wake.set()
+
+    def _complete(self, sample: Sample, state: SampleState) -> None:
+        if sample.done:
+            return
+        sample.finished_at = time.time()
+        done_group = self.buffer.finish(sample, state)
+        self.policy.on_sample_finished(sample)
+        if self.hooks.on_sample_done:
+            self.hooks.on_sample_done(sample)
+        if sample.on_done is not None:
+            sample.on_done(sample)
+        if done_group is not None:
+            self.policy.on_group_done(done_group.group_id)
+            event = self._group_done.pop(done_group.group_id, None)
+            if event:
+                event.set()
+        self._wake.set()

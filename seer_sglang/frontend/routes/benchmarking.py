@@ -1,0 +1,32 @@
+"""BENCHMARKS ONLY: switching the rollout policy of a running server, so a benchmark compares
+policies on the same instances. Production runs pick their policy with ``--scheduler``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Request
+
+from ...core.policy import make_policy
+from ..errors import APIError
+from ..protocol import SchedulerRequest
+from .common import frontend, policy_json
+
+router = APIRouter()
+logger = logging.getLogger("seer_sglang.frontend")
+
+
+@router.post("/scheduler")
+async def set_scheduler(body: SchedulerRequest, request: Request):
+    """Switch the rollout policy between rollouts."""
+    fe = frontend(request)
+    try:
+        policy = make_policy(body.name, **body.model_dump(exclude={"name"}))
+    except ValueError as e:
+        raise APIError(str(e), param="name") from e
+    try:
+        fe.engine.set_policy(policy)
+    except RuntimeError as e:
+        raise APIError(str(e), 409, code="rollout_in_flight") from e
+    logger.info("scheduler is now %s", policy_json(policy))
+    return policy_json(policy)

@@ -1,0 +1,110 @@
+"""``POST /v1/rollout``: the batch API for RL trainers.
+
+Each prompt becomes one group of n samples. Every sample comes back with its token ids, text,
+per-token logprobs, finish reason, timing and chunks. With ``stream: true`` each finished sample is
+one NDJSON line as soon as it finishes, then a summary line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+import uuid
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ...core.accounting import rollout_sources, spec_totals
+from ...core.request import Group, Sample, SamplingParams
+from ..errors import APIError
+from ..protocol import RolloutPrompt, RolloutRequest
+from ..state import Frontend
+
+router = APIRouter()
+
+
+def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[str, int]]:
+    stop = req.stop_list()
+    groups, prompt_index = [], {}
+    for i, raw in enumerate(req.prompts):
+        prompt = RolloutPrompt(text=raw) if isinstance(raw, str) else raw
+        given = [k for k in ("text", "messages", "input_ids") if getattr(prompt, k) is not None]
+        if len(given) != 1:
+            raise APIError(f"prompts[{i}] needs exactly one of text, messages, input_ids (got {given or 'none'})",
+                           param=f"prompts.{i}")
+        if prompt.text is not None:
+            ids = fe.tokenizer.encode_text(prompt.text)
+        elif prompt.messages is not None:
+            ids = fe.encode_messages(prompt.messages, param=f"prompts.{i}.messages")
+        else:
+            ids = list(prompt.input_ids)
+        fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
+        params = SamplingParams(
+            max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+            stop=stop, stop_token_ids=list(req.stop_token_ids or []), seed=req.seed,
+            logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=req.ignore_eos,
+            skip_special_tokens=req.skip_special_tokens, custom_logit_processor=req.custom_logit_processor,
+        )
+        gid = fe.new_group_id(prompt.group_id)
+        if gid in prompt_index:
+            raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")
+        groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, prompt.oracle_lengths,
+                                    prompt.custom_params))
+        prompt_index[gid] = i
+    return groups, prompt_index
+
+
+def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: float) -> dict:
+    samples = [s for g in groups for s in g.samples]
+    tokens = sum(s.generated for s in samples)
+    elapsed = time.time() - started
+    chunks = [c for s in samples for c in s.chunks]
+    return {"samples": len(samples), "groups": len(groups), "completion_tokens": tokens,
+            "chunks": len(chunks), "retractions": sum(c.retractions for c in chunks),
+            "instances_used": sorted({c.instance for c in chunks}),
+            "prompt_tokens": sum(len(s.prompt_ids) for s in samples), "elapsed_s": elapsed,
+            "throughput_tok_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "failed": sum(1 for s in samples if s.error),
+            "kv": rollout_sources(samples, fe.engine.policy.migration),
+            "spec": spec_totals(samples),
+            **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline_since(started)]}
+               if req.return_timeline else {})}
+
+
+@router.post("/v1/rollout")
+async def rollout(req: RolloutRequest, request: Request):
+    fe: Frontend = request.app.state.frontend
+    fe.check_model(req.model)
+    fe.check_available()
+    groups, prompt_index = _build_groups(fe, req)
+    rollout_id, started = f"rollout-{uuid.uuid4().hex[:12]}", time.time()
+
+    if req.stream:
+        queue: asyncio.Queue[Sample] = asyncio.Queue()
+        for group in groups:
+            for sample in group.samples:
+                sample.on_done = queue.put_nowait
+        fe.submit(groups)
+
+        async def lines() -> AsyncIterator[bytes]:
+            try:
+                for _ in range(sum(len(g.samples) for g in groups)):
+                    sample = await queue.get()
+                    line = {"type": "sample", **fe.sample_json(sample, prompt_index[sample.group_id])}
+                    yield json.dumps(line).encode() + b"\n"
+                yield json.dumps({"type": "summary", "id": rollout_id, **_summary(fe, req, groups, started)}).encode() + b"\n"
+            finally:
+                for group in groups:
+                    if not group.done:
+                        fe.engine.abort_group(group.group_id)
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    fe.submit(groups)
+    await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
+    samples = [fe.sample_json(s, prompt_index[g.group_id]) for g in groups for s in g.samples]
+    return JSONResponse({"id": rollout_id, "model": fe.model.served_name, "samples": samples,
+                         "summary": _summary(fe, req, groups, started)})

@@ -1,0 +1,128 @@
+"""Frontend state shared by the API routes: validation, prompt → group, sample → JSON."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.accounting import chunk_sources, spec_totals
+from ..core.request import Group, Sample, SampleState, SamplingParams
+from ..wire import ChunkJSON, SampleJSON
+from .engine import NoHealthyInstance, RolloutEngine
+from .errors import APIError
+from .kv_pool import PoolAccess
+from .metrics import Metrics
+from .tokenizer import PromptTokenizer
+
+
+@dataclass
+class ModelInfo:
+    served_name: str
+    model_path: str
+    context_length: int
+
+    def aliases(self) -> set[str]:
+        return {self.served_name, self.model_path, os.path.basename(self.model_path.rstrip("/"))}
+
+
+class Frontend:
+    def __init__(self, engine: RolloutEngine, tokenizer: PromptTokenizer, model: ModelInfo, metrics: Metrics,
+                 pool: PoolAccess | None = None):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.model = model
+        self.metrics = metrics
+        self.pool = pool or PoolAccess()
+        self._group_counter = itertools.count()
+
+    # ---- validation ------------------------------------------------------------------------
+    def check_model(self, name: str | None) -> None:
+        if name and name not in self.model.aliases():
+            raise APIError(f"The model `{name}` does not exist. Served: `{self.model.served_name}`.",
+                           404, param="model", code="model_not_found")
+
+    def check_available(self) -> None:
+        if self.engine.healthy_count() == 0:
+            raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
+                           code="no_healthy_instance")
+
+    def check_prompt(self, ids: list[int], max_tokens: int, param: str = "prompt") -> None:
+        ctx = self.model.context_length
+        if not ids:
+            raise APIError("the prompt is empty", param=param)
+        bad = next((t for t in ids if not isinstance(t, int) or t < 0 or t >= self.tokenizer.vocab_size), None)
+        if bad is not None:
+            raise APIError(f"token id {bad} is outside the vocabulary [0, {self.tokenizer.vocab_size})", param=param)
+        if len(ids) >= ctx:
+            raise APIError(f"the prompt has {len(ids)} tokens; the model's context length is {ctx}",
+                           param=param, code="context_length_exceeded")
+        if max_tokens > ctx:
+            raise APIError(f"max_tokens={max_tokens} is above the model's context length {ctx}",
+                           param="max_tokens", code="context_length_exceeded")
+        if len(ids) + max_tokens > ctx:
+            raise APIError(f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the model's "
+                           f"context length {ctx}", param="max_tokens", code="context_length_exceeded")
+
+    # ---- building work ---------------------------------------------------------------------
+    def new_group_id(self, requested: str | None, suffix: str = "") -> str:
+        if requested:
+            gid = requested + suffix
+            if self.engine.running_group(gid):
+                raise APIError(f"group_id {gid!r} is already running", 409, param="group_id")
+            return gid
+        return f"g{next(self._group_counter)}-{uuid.uuid4().hex[:8]}"
+
+    def encode_messages(self, messages: list[Any], param: str = "messages") -> list[int]:
+        try:
+            return self.tokenizer.encode_chat([m.model_dump(exclude_none=True) for m in messages])
+        except Exception as e:  # template errors are the caller's input
+            raise APIError(f"cannot apply the chat template: {e}", param=param) from e
+
+    def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str,
+                   oracle_lengths: list[int] | None = None,
+                   custom_params: list[dict[str, Any]] | None = None) -> Group:
+        for name, values in (("oracle_lengths", oracle_lengths), ("custom_params", custom_params)):
+            if values is not None and len(values) != n:
+                raise APIError(f"{name} has {len(values)} entries for n={n}", param=name)
+        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params)
+
+    def submit(self, groups: list[Group]) -> None:
+        self.check_available()
+        try:
+            for group in groups:
+                self.engine.submit(group)
+        except NoHealthyInstance as e:
+            for group in groups:
+                self.engine.abort_group(group.group_id)
+            raise APIError(str(e), 503, type_="server_error", code="no_healthy_instance") from e
+
+    # ---- results ---------------------------------------------------------------------------
+    @staticmethod
+    def raise_if_failed(groups: list[Group]) -> None:
+        for group in groups:
+            for s in group.samples:
+                if s.state == SampleState.FAILED:
+                    raise APIError(s.error or "generation failed", s.error_status if s.error_status < 600 else 500,
+                                   type_="invalid_request_error" if s.error_status < 500 else "server_error")
+
+    def sample_json(self, sample: Sample, prompt_index: int) -> dict[str, Any]:
+        end = sample.finished_at or time.time()
+        return SampleJSON(
+            prompt_index=prompt_index, group_id=sample.group_id, index=sample.index, rid=sample.rid,
+            output_ids=sample.output_ids, text=self.tokenizer.sample_text(sample),
+            logprobs=sample.logprobs if sample.params.logprobs else None,
+            top_logprobs=([[list(p) for p in step] for step in sample.top_logprobs]
+                          if sample.params.top_logprobs else None),
+            finish_reason=sample.finish_reason, error=sample.error, prompt_tokens=len(sample.prompt_ids),
+            completion_tokens=sample.generated, submitted_at=sample.submitted_at,
+            first_token_s=(sample.first_token_at - sample.submitted_at) if sample.first_token_at else None,
+            latency_s=end - sample.submitted_at, spec=spec_totals([sample]),
+            chunks=[ChunkJSON(instance=c.instance, start=c.start, end=c.end, tokens=c.new_tokens,
+                              cached_tokens=c.cached_tokens, kv=chunk_sources(c),
+                              spec={"draft_steps": c.draft_steps, "accepted_tokens": c.accepted_tokens})
+                    for c in sample.chunks],
+        ).to_json()

@@ -1,0 +1,102 @@
+"""``--draft``: start the grouped draft server and turn on SEER in every instance.
+
+Every instance gets the ``SEER`` speculative algorithm (and, on CPU, the ``seer_verify`` attention
+backend) with the chosen drafter; its drafts sync through one draft server, so a sample's siblings,
+and its own earlier chunks, feed its drafts wherever they ran. Flags the user gives SGLang
+explicitly (``--speculative-*``, ``--attention-backend``) are left as given.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import BUDGETS, DRAFT, DRAFT_MODES, DraftConfig
+from ..wire import SPEC_ALGORITHM, VERIFY_BACKEND
+from .sglang_args import has_flag
+
+logger = logging.getLogger("seer_sglang.launch")
+
+
+@dataclass
+class RunningDrafts:
+    drafter: str  # "none": speculation off
+    draft_tokens: int = DRAFT.draft_tokens
+    draft_paths: int = DRAFT.draft_paths
+    cpu: bool = True
+    address: str | None = None
+    budget: str = DRAFT.budget  # how many drafts each request verifies per step (speculative.budget)
+    cost_path: str | None = None  # the adaptive budget's profile; without one each instance fits its own
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def enabled(self) -> bool:
+        return self.drafter != "none"
+
+    def describe(self) -> str:
+        # On GPU the verify width is fixed (FlashInfer plans and CUDA graphs are per width): every
+        # draft is verified and --draft-budget does not apply.
+        budget = f"{self.budget} budget" if self.cpu else "every draft verified (fixed verify width on GPU)"
+        return (f"{self.drafter}, up to {self.draft_tokens} draft tokens in {self.draft_paths} paths, "
+                f"{budget}, draft server {self.address}")
+
+    def instance_args(self, sglang_args: list[str]) -> list[str]:
+        if not self.enabled or has_flag(sglang_args, "--speculative-algorithm"):
+            return []
+        args = ["--speculative-algorithm", SPEC_ALGORITHM,
+                "--speculative-num-draft-tokens", str(self.draft_tokens + 1),  # + the last verified token
+                "--speculative-ngram-max-bfs-breadth", str(self.draft_paths)]
+        if self.cpu and not has_flag(sglang_args, "--attention-backend"):
+            args += ["--attention-backend", VERIFY_BACKEND]  # SGLang's CPU backends have no tree-verify mode
+        return args
+
+    def plugin_settings(self) -> dict[str, object]:
+        """The plugin's part of the config (``config.PluginConfig``) that speculation sets."""
+        if not self.enabled:
+            return {}
+        return {"drafter": self.drafter, "budget": self.budget, "draft_server": self.address,
+                "cost_path": str(Path(self.cost_path).resolve()) if self.cost_path else None}
+
+    def stop(self) -> None:
+        from .processes import stop_processes
+
+        stop_processes(self.processes, grace_s=5)
+
+
+def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_plugin: bool = True) -> RunningDrafts:
+    """Start the draft server on loopback (when we start the instances); ``none`` starts nothing."""
+    if config.drafter not in DRAFT_MODES:
+        raise ValueError(f"--draft must be one of {DRAFT_MODES}, got {config.drafter!r}")
+    if config.draft_tokens < 1 or config.draft_paths < 1:
+        raise ValueError("--draft-tokens and --draft-paths must be at least 1")
+    if config.budget not in BUDGETS:
+        raise ValueError(f"--draft-budget must be one of {BUDGETS}, got {config.budget!r}")
+    if config.cost_path:
+        from ..speculative.budget import load_cost
+
+        load_cost(config.cost_path)  # a bad profile fails here, not in every instance
+    drafter = config.drafter
+    if log_dir is None or not with_plugin:
+        drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
+    drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
+                           cost_path=config.cost_path)
+    if not drafts.enabled:
+        return drafts
+    from ..draft_server.client import wait_ready
+    from .processes import free_port
+
+    drafts.address = f"tcp://127.0.0.1:{free_port()}"
+    with open(log_dir / "draft-server.log", "ab") as log:
+        drafts.processes.append(subprocess.Popen(
+            [sys.executable, "-m", "seer_sglang.draft_server", "--bind", drafts.address, "--drafter", drafter,
+             "--default-ttl", str(config.group_ttl_s)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+    try:
+        wait_ready(drafts.address, timeout_s=60)
+    except BaseException:
+        drafts.stop()
+        raise
+    return drafts

@@ -1,0 +1,194 @@
+"""Starts and stops K real ``sglang.launch_server`` processes (the mechanism; no policy here).
+
+Each instance gets its own loopback port, log file and, on GPU, its own device. Processes are
+stopped by the pids we started: SIGTERM to the server's main pid (SGLang then stops its scheduler
+and detokenizer in a few seconds), then SIGKILL for any descendant still alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from ..config import INSTANCES
+from .processes import die_with_parent, free_port, stop_processes
+
+log = logging.getLogger("seer_sglang.instances")
+
+
+def has_cuda() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def cuda_device_count() -> int:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU"))
+
+
+def cpu_threads_per_instance(instances: int) -> int:
+    """Split the machine's cores among the CPU instances that share it."""
+    return max(1, (os.cpu_count() or 1) // max(1, instances))
+
+
+@dataclass
+class InstanceSpec:
+    """Everything needed to start one SGLang server."""
+
+    model_path: str
+    port: int
+    host: str = "127.0.0.1"
+    sglang_args: list[str] = field(default_factory=list)
+    cpu: bool = True
+    gpu_id: int | None = None
+    with_plugin: bool = True  # False = plain SGLang (the benchmark baseline)
+    log_path: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # CPU only: torch threads of this instance. K instances that each spin up every core's worth of
+    # OpenMP threads oversubscribe the CPU and run ~15x slower than with the cores split among them.
+    cpu_threads: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def cpu_default_args(sglang_args: list[str]) -> list[str]:
+    """The flags SGLang needs on a CPU-only machine, unless the user gave them."""
+    args: list[str] = []
+    if "--device" not in sglang_args:
+        args += ["--device", "cpu"]
+    if "--max-total-tokens" not in sglang_args:
+        args += ["--max-total-tokens", str(INSTANCES.cpu_max_total_tokens)]
+    return args
+
+
+def build_command(spec: InstanceSpec) -> list[str]:
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", spec.model_path,
+           "--host", spec.host, "--port", str(spec.port)]
+    if spec.cpu:
+        cmd += cpu_default_args(spec.sglang_args)
+    return cmd + list(spec.sglang_args)
+
+
+def build_env(spec: InstanceSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    if spec.cpu:
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if spec.cpu_threads and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
+    if spec.gpu_id is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_id)
+    if not spec.with_plugin:
+        env["SGLANG_PLUGINS"] = "none"  # a whitelist that matches no plugin: plain SGLang
+    env.update(spec.extra_env)
+    return env
+
+
+@dataclass
+class InstanceProcess:
+    spec: InstanceSpec
+    popen: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.spec.log_path
+        if path is None or not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_instance(spec: InstanceSpec) -> InstanceProcess:
+    log = open(spec.log_path, "ab") if spec.log_path else subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(build_command(spec), env=build_env(spec), stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 preexec_fn=die_with_parent)
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()
+    return InstanceProcess(spec, popen)
+
+
+class InstanceStartError(RuntimeError):
+    pass
+
+
+PORT_RETRIES = 2
+
+
+def _port_taken(inst: InstanceProcess) -> bool:
+    """The instance died because a port it (or SGLang inside it) picked was taken before it bound it."""
+    tail = inst.log_tail(60)
+    return "EADDRINUSE" in tail or "address already in use" in tail.lower()
+
+
+def restart_on_new_port(inst: InstanceProcess) -> None:
+    """Start a dead instance again on a fresh port (SGLang picks its internal ports anew too)."""
+    old = inst.spec.port
+    inst.spec.port = free_port(inst.spec.host)
+    log.warning(
+        "instance on port %d lost a port race at start; starting it again on port %d", old, inst.spec.port)
+    inst.popen = start_instance(inst.spec).popen
+
+
+def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, progress: bool = True) -> float:
+    """Block until every instance answers ``/health`` with 200; returns seconds waited."""
+    from tqdm import tqdm
+
+    start = time.monotonic()
+    pending = {inst.url: inst for inst in instances}
+    restarts: dict[str, int] = {}
+    bar = tqdm(total=len(instances), desc="starting SGLang instances", unit="inst", disable=not progress,
+               file=sys.stderr)
+    try:
+        with httpx.Client(timeout=2.0) as client:
+            while pending:
+                for url, inst in list(pending.items()):
+                    if not inst.alive():
+                        if restarts.get(url, 0) < PORT_RETRIES and _port_taken(inst):
+                            restart_on_new_port(inst)
+                            restarts[inst.url] = restarts.pop(url, 0) + 1
+                            del pending[url]
+                            pending[inst.url] = inst
+                            continue
+                        raise InstanceStartError(
+                            f"instance {url} exited with code {inst.popen.returncode}; last log lines:\n"
+                            f"{inst.log_tail()}")
+                    try:
+                        if client.get(f"{url}/health").status_code == 200:
+                            del pending[url]
+                            bar.update(1)
+                    except httpx.HTTPError:
+                        pass
+                if time.monotonic() - start > timeout_s:
+                    raise InstanceStartError(f"instances not healthy after {timeout_s:.0f}s: {sorted(pending)}")
+                if pending:
+                    time.sleep(0.25)
+    finally:
+        bar.close()
+    return time.monotonic() - start
+
+
+def stop_instances(instances: list[InstanceProcess], grace_s: float = 15.0) -> None:
+    stop_processes([inst.popen for inst in instances], grace_s)

@@ -1,0 +1,144 @@
+"""``--kv-pool {none,file,mooncake}``: the SGLang flags that make every instance share one KV pool,
+and the processes and directory behind it.
+
+Each instance keeps SGLang's radix cache on the device, HiCache's host memory as the DRAM tier,
+and an L3 shared by all instances: a directory (the SSD tier, one machine) or a Mooncake store.
+``write_through`` puts pages into the pool as they are computed, which is what lets a continuation
+find its KV on another instance; only whole pages are stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import KV_POOL, KV_POOLS, KVPoolConfig
+from .sglang_args import flag_value, has_flag
+
+logger = logging.getLogger("seer_sglang.launch")
+
+
+@dataclass
+class PoolSetup:
+    """The pool every instance is started with (or attached to), resolved from the flags."""
+
+    kind: str = "none"
+    directory: Path | None = None  # file: the shared directory
+    size_gb: float = KV_POOL.size_gb  # file: bound on the directory; oldest pages go first
+    page_size: int = KV_POOL.page_size
+    mooncake: dict = field(default_factory=dict)  # mooncake: the store client's config
+    served_model_name: str = ""  # names the file pool's pages
+    cpu: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KV_POOLS:
+            raise ValueError(f"--kv-pool must be one of {KV_POOLS}, not {self.kind!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "none"
+
+    def storage_extra_config(self) -> dict:
+        extra: dict = {"prefetch_timeout_base": KV_POOL.prefetch_timeout_s,
+                       "prefetch_timeout_per_ki_token": KV_POOL.prefetch_timeout_per_ki_token_s,
+                       "prefetch_threshold": max(self.page_size, KV_POOL.prefetch_threshold)}
+        if self.kind == "file":
+            extra["file_storage_path"] = str(self.directory)
+        else:
+            extra.update(self.mooncake)
+        return extra
+
+    def instance_args(self, user_args: list[str]) -> list[str]:
+        """HiCache flags for one instance; a flag the user gave wins over ours."""
+        if not self.enabled:
+            return []
+        ours: dict[str, str | None] = {
+            "--enable-hierarchical-cache": None,
+            "--hicache-write-policy": "write_through",
+            "--hicache-storage-backend": self.kind,
+            "--hicache-storage-backend-extra-config": json.dumps(self.storage_extra_config()),
+            "--hicache-storage-prefetch-policy": "timeout",
+            "--page-size": str(self.page_size),
+        }
+        if self.cpu:
+            # The pointer-table "kernel" io backend has no CPU version; Mooncake wants page-first.
+            ours["--hicache-io-backend"] = "direct"
+            ours["--hicache-mem-layout"] = "page_first_direct" if self.kind == "mooncake" else "layer_first"
+            # An idle HiCache scheduler otherwise spins a core, and CPU instances share the cores.
+            ours["--sleep-on-idle"] = None
+        args: list[str] = []
+        for flag, value in ours.items():
+            if has_flag(user_args, flag):
+                continue
+            args += [flag] if value is None else [flag, value]
+        return args
+
+
+@dataclass
+class RunningPool:
+    setup: PoolSetup
+    transfer_starvation_steps: int = KV_POOL.transfer_starvation_steps
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    owned_dir: Path | None = None  # a directory we made, removed at exit
+
+    def describe(self) -> str:
+        if self.setup.kind == "file":
+            return f"file, {self.setup.directory}, bound {self.setup.size_gb:g} GiB, page {self.setup.page_size}"
+        return f"{self.setup.kind}"
+
+    def plugin_settings(self) -> dict[str, object]:
+        """The plugin's part of the config: the in-instance transfer scheduler (pool pieces yield to
+        decode steps), on with a pool unless ``--transfer-starvation-steps 0``."""
+        on = self.setup.enabled and self.transfer_starvation_steps > 0
+        return {"transfer_scheduler": on, "transfer_starvation_steps": self.transfer_starvation_steps}
+
+    def process_env(self) -> dict[str, str]:
+        """What a process that loads the pool's library needs in its environment."""
+        if self.setup.kind == "mooncake":
+            from .mooncake import library_env
+
+            return library_env()
+        return {}
+
+    def stop(self) -> None:
+        from .processes import stop_processes
+
+        stop_processes(self.processes)
+        if self.owned_dir is not None:
+            shutil.rmtree(self.owned_dir, ignore_errors=True)
+
+
+def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | None, model_path: str,
+                  cpu: bool, with_plugin: bool = True) -> RunningPool:
+    """``--kv-pool``: defaults to ``file`` when we start the instances, ``none`` when attaching
+    (``log_dir`` None)."""
+    kind = config.kind or ("file" if log_dir is not None and with_plugin else "none")
+    if kind != "none" and not with_plugin and cpu:
+        raise ValueError("--kv-pool on CPU needs the seer plugin (it makes HiCache run there); drop --no-plugin")
+    page_size = int(flag_value(sglang_args, "--page-size") or KV_POOL.page_size)
+    served = flag_value(sglang_args, "--served-model-name") or model_path
+    setup = PoolSetup(kind=kind, size_gb=config.size_gb, page_size=page_size, served_model_name=served, cpu=cpu)
+    pool = RunningPool(setup, transfer_starvation_steps=config.transfer_starvation_steps)
+    if kind == "file":
+        if config.directory:
+            setup.directory = Path(config.directory)
+        elif log_dir is not None:
+            setup.directory = pool.owned_dir = Path(tempfile.mkdtemp(prefix="kv-pool-", dir=log_dir))
+        else:
+            raise ValueError("--kv-pool file with --instance-urls needs --kv-pool-dir (the instances' directory)")
+        setup.directory.mkdir(parents=True, exist_ok=True)
+    elif kind == "mooncake":
+        from .mooncake import start_local_mooncake
+
+        if config.mooncake_config:
+            setup.mooncake = json.loads(Path(config.mooncake_config).read_text())
+        elif log_dir is not None:
+            setup.mooncake, pool.processes = start_local_mooncake(log_dir, config.size_gb)
+        else:
+            raise ValueError("--kv-pool mooncake with --instance-urls needs --kv-pool-config")
+    return pool

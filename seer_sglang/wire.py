@@ -1,0 +1,121 @@
+"""Contracts between the processes: written here once, read by every side.
+
+- **rids.** A sample is ``<group>-<index>``; each chunk of it goes to SGLang as
+  ``<group>-<index>-c<chunk>``. The frontend writes them; the plugin's queue order and the SEER worker
+  read the group and the sample back out of SGLang's rid.
+- **SGLang names** the plugin registers and the launcher passes on the instances' command line.
+- **Custom params** the SEER verify step adds for custom logit processors.
+- **The sample schema** of ``/v1/rollout``: built by the frontend, parsed by ``seer_sglang.client``.
+
+Imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+# ---- rids -----------------------------------------------------------------------------------------
+CHUNK_RID = re.compile(r"^(?P<group>.+)-(?P<index>\d+)-c(?P<chunk>\d+)$")
+
+
+class ChunkRid(NamedTuple):
+    group: str
+    sample: str  # <group>-<index>: shared by all chunks of the sample
+    chunk: int
+
+
+def sample_rid(group_id: str, index: int) -> str:
+    return f"{group_id}-{index}"
+
+
+def chunk_rid(sample: str, chunk: int) -> str:
+    return f"{sample}-c{chunk}"
+
+
+def parse_chunk_rid(rid: str | None) -> ChunkRid | None:
+    """The group, sample and chunk of an SGLang rid; None for a rid the frontend did not write."""
+    match = CHUNK_RID.match(rid or "")
+    if match is None:
+        return None
+    group = match.group("group")
+    return ChunkRid(group, sample_rid(group, int(match.group("index"))), int(match.group("chunk")))
+
+
+def group_of_sample(rid: str) -> str:
+    """The group id of a sample rid ``<group>-<index>``."""
+    return rid.rsplit("-", 1)[0]
+
+
+# ---- SGLang names registered by the plugin ---------------------------------------------------------
+SPEC_ALGORITHM = "SEER"  # --speculative-algorithm
+VERIFY_BACKEND = "seer_verify"  # --attention-backend: torch-native + tree verify (CPU)
+CASCADE_BACKEND = "seer_cascade"  # --attention-backend: FlashInfer + cascade tree verify (GPU)
+
+# ---- custom params --------------------------------------------------------------------------------
+# Added to a custom logit processor's params on each verify-tree row: the row's distance from the
+# request's last committed token (0 on the SEER worker's plain decode rows).
+DEPTH_PARAM = "__draft_depth__"
+REQ_PARAM = "__req__"  # SGLang's own: the Req object of the row
+
+
+# ---- the sample schema ----------------------------------------------------------------------------
+@dataclass
+class ChunkJSON:
+    """One dispatch of a sample, as ``/v1/rollout`` reports it."""
+
+    instance: int
+    start: float
+    end: float | None
+    tokens: int
+    cached_tokens: int = 0
+    kv: dict[str, int] | None = None  # context tokens by source: device, host, pool, recomputed
+    spec: dict[str, int] | None = None  # speculative decoding: draft_steps, accepted_tokens
+
+
+@dataclass
+class SampleJSON:
+    """One sample of ``/v1/rollout`` (a line of its stream, or an entry of ``samples``)."""
+
+    prompt_index: int
+    group_id: str
+    index: int
+    output_ids: list[int]
+    text: str
+    logprobs: list[float] | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    first_token_s: float | None
+    chunks: list[ChunkJSON] = field(default_factory=list)
+    error: str | None = None
+    rid: str = ""
+    spec: dict[str, Any] | None = None  # draft_steps, accepted_tokens, mean_acceptance_length
+    top_logprobs: list[list[list[float]]] | None = None  # per token: [token_id, logprob] pairs
+    submitted_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_index": self.prompt_index, "group_id": self.group_id, "index": self.index, "rid": self.rid,
+            "output_ids": self.output_ids, "text": self.text, "logprobs": self.logprobs,
+            "top_logprobs": self.top_logprobs, "finish_reason": self.finish_reason, "error": self.error,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "timing": {"submitted_at": self.submitted_at, "first_token_s": self.first_token_s,
+                       "latency_s": self.latency_s},
+            "spec": self.spec,
+            "chunks": [c.__dict__.copy() for c in self.chunks],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "SampleJSON":
+        timing = d.get("timing") or {}
+        return cls(prompt_index=d["prompt_index"], group_id=d["group_id"], index=d["index"],
+                   output_ids=d["output_ids"], text=d["text"], logprobs=d.get("logprobs"),
+                   finish_reason=d.get("finish_reason"), prompt_tokens=d["prompt_tokens"],
+                   completion_tokens=d["completion_tokens"], latency_s=timing.get("latency_s", 0.0),
+                   first_token_s=timing.get("first_token_s"),
+                   chunks=[ChunkJSON(**c) for c in d.get("chunks") or []], error=d.get("error"),
+                   rid=d.get("rid", ""), spec=d.get("spec"), top_logprobs=d.get("top_logprobs"),
+                   submitted_at=timing.get("submitted_at", 0.0))

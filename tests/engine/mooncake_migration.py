@@ -1,0 +1,46 @@
+"""Run inside a private network namespace by test_kv_pool_mooncake.py (Mooncake's metadata server and
+transfer engine do not bind to loopback only): start seer_sglang with ``--kv-pool mooncake`` on
+2 instances, move a request from A to B, print what B loaded and whether the tokens match."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for conftest
+from conftest import start_seer, stop_seer, wait_server  # noqa: E402
+
+from seer_sglang.models import prepare  # noqa: E402
+
+
+def generate(url: str, ids: list[int], n: int) -> dict:
+    r = httpx.post(f"{url}/generate", json={"input_ids": ids, "sampling_params": {
+        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}}, timeout=300)
+    r.raise_for_status()
+    return r.json()
+
+
+def main(log_dir: str) -> None:
+    server = start_seer(str(prepare("tiny")), Path(log_dir), "--num-instances", "2", "--dtype", "float32",
+                        "--kv-pool", "mooncake", "--kv-pool-size-gb", "1")
+    try:
+        wait_server(server)
+        a, b = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
+        prompt = [(37 * i) % 900 + 5 for i in range(300)]
+        first = generate(a, prompt, 64)["output_ids"]
+        time.sleep(3.0)  # write-through reaches the store a few ms after A answers (seconds on a busy machine)
+        moved = generate(b, prompt + first, 32)
+        unmoved = generate(a, prompt, 96)["output_ids"]
+        details = moved["meta_info"].get("cached_tokens_details") or {}
+        print("RESULT " + json.dumps({"context": len(prompt) + len(first), "details": details,
+                                      "identical": first + moved["output_ids"] == unmoved}), flush=True)
+    finally:
+        stop_seer(server)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

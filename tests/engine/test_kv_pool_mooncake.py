@@ -1,0 +1,43 @@
+"""``--kv-pool mooncake``: the same migration as with the file pool, through a local Mooncake store.
+
+Mooncake's metadata server binds every interface and its transfer engine the machine's address, so
+the whole run happens in a private network namespace: loopback plus an interface with a private
+address on a veth pair (the transfer engine insists on a LAN address), reachable from nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seer_sglang.launch.mooncake import mooncake_available
+
+PAGE = 16
+
+
+def _namespace_ok() -> bool:
+    try:
+        return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(mooncake_available() is not None, reason=f"Mooncake unavailable: {mooncake_available()}")
+@pytest.mark.skipif(not _namespace_ok(), reason="cannot create a network namespace (unshare -n) to contain Mooncake")
+def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
+    script = Path(__file__).with_name("mooncake_migration.py")
+    setup = ("ip link set lo up && ip link add seer0 type veth peer name seer1 "
+             "&& ip addr add 10.211.0.1/24 dev seer0 && ip link set seer1 up "
+             "&& ip link set seer0 up")
+    cmd = ["unshare", "-n", "sh", "-c", f'{setup} && SGLANG_HOST_IP=10.211.0.1 exec "{sys.executable}" "{script}" "{tmp_path}"']
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert lines, f"no result (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
+    assert result["details"].get("storage_backend") == "MooncakeStore", result
+    assert result["identical"], result

@@ -1,0 +1,47 @@
+"""Start-up, attach mode, no-instance 503, and clean shutdown with no orphan process."""
+
+import signal
+
+import httpx
+import openai
+import pytest
+
+from conftest import start_seer, stop_seer, wait_health, wait_server
+from seer_sglang.launch.instances import free_port
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT])
+def test_shutdown_leaves_no_process(tiny_model, tmp_path, sig):
+    server = start_seer(tiny_model, tmp_path, "--num-instances", "1")
+    try:
+        wait_server(server)
+        family = server.descendants()
+        assert len(family) >= 3  # SGLang server + scheduler + detokenizer
+        r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "bye", "max_tokens": 4}, timeout=120)
+        assert r.status_code == 200
+    finally:
+        leftovers = stop_seer(server, sig)
+    assert server.proc.returncode is not None
+    assert leftovers == [], f"orphans: {[p.pid for p in leftovers]}"
+    assert "stopping 1 SGLang instance(s)" in server.log_path.read_text()
+
+
+def test_attach_to_running_instance_and_503_when_none_is_healthy(tiny_model, plain_url, tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    attached = start_seer(tiny_model, tmp_path / "a", "--instance-urls", plain_url)
+    down = start_seer(tiny_model, tmp_path / "b", "--instance-urls", dead)
+    try:
+        wait_server(attached)
+        client = openai.OpenAI(base_url=f"{attached.url}/v1", api_key="none", max_retries=0)
+        out = client.completions.create(model=tiny_model, prompt="attached", max_tokens=4, n=2)
+        assert len(out.choices) == 2
+        # The frontend of the dead instance is up but has nothing to serve with.
+        wait_health(down, 503, timeout_s=120)
+        r = httpx.post(f"{down.url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "no_healthy_instance"
+        r = httpx.post(f"{down.url}/v1/rollout", json={"prompts": ["x"], "max_tokens": 2}, timeout=30)
+        assert r.status_code == 503
+    finally:
+        assert stop_seer(attached) == [] and stop_seer(down) == []
+    # attaching never stops the instance it did not start
+    assert httpx.get(f"{plain_url}/health", timeout=10).status_code == 200

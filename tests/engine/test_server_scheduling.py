@@ -1,0 +1,148 @@
+"""Divided rollout on real engines: chunked samples are exactly what unchunked ones would be."""
+
+import random
+
+import httpx
+import pytest
+from scipy.stats import chi2_contingency
+
+CHUNK = 16
+
+
+def set_scheduler(url, name, **kw):
+    r = httpx.post(f"{url}/scheduler", json={"name": name, **kw}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == name
+    return r.json()
+
+
+@pytest.fixture
+def restore_scheduler(seer_url):
+    before = httpx.get(f"{seer_url}/scheduler").json()
+    yield
+    set_scheduler(seer_url, before.pop("name"), **before)
+
+
+def prompts(n, seed=0):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 2048) for _ in range(rng.randint(4, 40))] for _ in range(n)]
+
+
+def rollout(url, body):
+    r = httpx.post(f"{url}/v1/rollout", json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    return sorted(r.json()["samples"], key=lambda s: (s["prompt_index"], s["index"]))
+
+
+def test_temperature_0_chunked_tokens_equal_plain_sglang_for_every_policy(seer_url, plain_url, restore_scheduler):
+    ids = prompts(8)
+    body = {"prompts": [{"input_ids": p} for p in ids], "n": 4, "max_tokens": 40, "temperature": 0}
+    with httpx.Client(timeout=600) as http:
+        plain = [http.post(f"{plain_url}/generate", json={"input_ids": p, "sampling_params": {
+            "max_new_tokens": 40, "temperature": 0}}).json()["output_ids"] for p in ids]
+    results = {}
+    for name in ("group", "divided", "context"):
+        set_scheduler(seer_url, name, chunk_size=CHUNK)
+        samples = rollout(seer_url, body)
+        assert len(samples) == 32
+        for s in samples:
+            assert s["output_ids"] == plain[s["prompt_index"]], (name, s["prompt_index"], s["index"])
+            chunks = len(s["chunks"])
+            expected = 1 if name == "group" else -(-len(s["output_ids"]) // CHUNK)
+            assert chunks == expected, (name, chunks)
+        results[name] = [s["output_ids"] for s in samples]
+    assert results["group"] == results["divided"] == results["context"]
+
+
+def test_chunks_move_between_instances_and_logprobs_concatenate(seer_url, restore_scheduler):
+    set_scheduler(seer_url, "context", chunk_size=8)
+    body = {"prompts": [{"input_ids": p} for p in prompts(4, seed=1)], "n": 4, "max_tokens": 48,
+            "temperature": 1.0, "ignore_eos": True, "seed": 5}
+    samples = rollout(seer_url, body)
+    assert all(len(s["output_ids"]) == 48 == len(s["logprobs"]) for s in samples)
+    assert all(len(s["chunks"]) == 6 and sum(c["tokens"] for c in s["chunks"]) == 48 for s in samples)
+    assert {c["instance"] for s in samples for c in s["chunks"]} == {0, 1}
+    # a continuation finds its own prefix in the radix cache when it stays on the same instance
+    stayed = [c for s in samples for a, c in zip(s["chunks"], s["chunks"][1:]) if a["instance"] == c["instance"]]
+    assert stayed and max(c["cached_tokens"] for c in stayed) > 8
+
+
+def test_seeded_sampling_is_identical_chunked_and_unchunked(seer_url, restore_scheduler):
+    body = {"prompts": [{"input_ids": p} for p in prompts(4, seed=2)], "n": 4, "max_tokens": 40,
+            "temperature": 1.0, "top_p": 0.9, "top_k": 50, "seed": 1234}
+    set_scheduler(seer_url, "group")
+    whole = rollout(seer_url, body)
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    chunked = rollout(seer_url, body)
+    assert [s["output_ids"] for s in chunked] == [s["output_ids"] for s in whole]
+    assert max(len(s["chunks"]) for s in chunked) >= 2
+    assert len({tuple(s["output_ids"]) for s in whole}) == len(whole)  # siblings differ
+
+
+def test_temperature_1_chunked_distribution_equals_plain_sglang(seer_url, plain_url, restore_scheduler):
+    """Two-sample chi-square on the tokens right after a chunk boundary (positions 16 and 17):
+    chunked seer samples (random seeds) vs plain SGLang's own sampler on the same prompt."""
+    prompt = prompts(1, seed=3)[0]
+    n = 256
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    ours = rollout(seer_url, {"prompts": [{"input_ids": prompt}], "n": n, "max_tokens": 18,
+                              "temperature": 1.0, "ignore_eos": True})
+    # position CHUNK starts a new chunk (a chunk lost to a slow instance may add one more later)
+    assert all(len(s["chunks"]) >= 2 and s["chunks"][0]["tokens"] == CHUNK for s in ours)
+    with httpx.Client(timeout=600) as http:
+        theirs = http.post(f"{plain_url}/generate", json={"input_ids": [prompt] * n, "sampling_params": {
+            "max_new_tokens": 18, "temperature": 1.0, "ignore_eos": True}}).json()
+    plain_ids = [t["output_ids"] for t in theirs]
+    for pos in (0, CHUNK, CHUNK + 1):
+        a = [s["output_ids"][pos] for s in ours]
+        b = [ids[pos] for ids in plain_ids]
+        common = [t for t in set(a) | set(b) if a.count(t) + b.count(t) >= 10]
+        table = [[a.count(t) for t in common] + [sum(x not in common for x in a)],
+                 [b.count(t) for t in common] + [sum(x not in common for x in b)]]
+        table = [row for row in zip(*table) if sum(row) > 0]
+        p = chi2_contingency(list(zip(*table))).pvalue
+        assert p > 0.001, (pos, p, table)
+    # the sampler is not degenerate: the first token varies
+    assert len({s["output_ids"][0] for s in ours}) > 3
+
+
+def test_stop_string_across_a_chunk_boundary(seer_url, plain_url, restore_scheduler):
+    prompt = prompts(1, seed=4)[0]
+    set_scheduler(seer_url, "group")
+    ref = rollout(seer_url, {"prompts": [{"input_ids": prompt}], "max_tokens": 40, "temperature": 0})[0]
+    ids = ref["output_ids"]
+    from seer_sglang.frontend.tokenizer import PromptTokenizer
+
+    tok = PromptTokenizer(httpx.get(f"{seer_url}/v1/models").json()["data"][0]["root"])
+    before, after = tok.decode(ids[:CHUNK]), tok.decode(ids[:CHUNK + 1])
+    assert after.startswith(before) and len(after) > len(before)
+    stop = before[-2:] + after[len(before):len(before) + 1]  # ends inside token CHUNK, starts before it
+    assert stop not in before and stop not in tok.decode(ids[CHUNK:])
+    with httpx.Client(timeout=600) as http:
+        plain = http.post(f"{plain_url}/generate", json={"input_ids": prompt, "sampling_params": {
+            "max_new_tokens": 40, "temperature": 0, "stop": [stop]}}).json()
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    ours = rollout(seer_url, {"prompts": [{"input_ids": prompt}], "max_tokens": 40, "temperature": 0,
+                              "stop": stop})[0]
+    assert ours["finish_reason"] == "stop" and len(ours["chunks"]) == 2
+    assert ours["text"] == plain["text"] == tok.decode(ids)[:tok.decode(ids).find(stop)]
+    assert ours["output_ids"] == plain["output_ids"]
+
+
+def test_timeline_and_in_instance_queue_order(seer_url, servers, restore_scheduler):
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    body = {"prompts": [{"input_ids": p} for p in prompts(12, seed=6)], "n": 8, "max_tokens": 64,
+            "temperature": 1.0, "ignore_eos": True, "return_timeline": True}
+    r = httpx.post(f"{seer_url}/v1/rollout", json=body, timeout=600)
+    assert r.status_code == 200
+    summary = r.json()["summary"]
+    assert summary["chunks"] == 96 * 4 and summary["instances_used"] == [0, 1]
+    points = summary["timeline"]
+    assert {p["instance"] for p in points} == {0, 1}
+    assert max(p["kv_used"] for p in points) > 0 and max(p["inflight"] for p in points) > 0
+    assert all(p["kv_capacity"] == 16384 for p in points)
+    timeline = httpx.get(f"{seer_url}/timeline", params={"since": points[0]["t"]}).json()
+    assert len(timeline["points"]) >= len(points) and len(timeline["retractions"]) == 2
+    # the plugin re-sorted a real waiting queue by the router's priorities
+    logs = "".join(p.read_text() for p in servers.seer.log_dir.glob("instance-*.log"))
+    assert "length-context queue order active" in logs

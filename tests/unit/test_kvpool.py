@@ -1,0 +1,126 @@
+"""The global KV pool's pure parts: flags, move cost, transfer scheduling, and the file pool's view."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from seer_sglang.launch.kv_pool import PoolSetup
+from seer_sglang.core.migration import MigrationCost
+from seer_sglang.frontend.kv_pool import FilePool
+from seer_sglang.core.transfer import TransferScheduler
+from seer_sglang.plugin.transfer_gate import TransferGate
+from seer_sglang.core.policy import ChunkedPolicy, InstanceView
+from seer_sglang.core.request import ChunkRecord, Group, SamplingParams
+
+
+def test_file_pool_flags_and_user_flags_win(tmp_path):
+    cfg = PoolSetup(kind="file", directory=tmp_path, page_size=16)
+    args = cfg.instance_args(["--page-size", "32"])
+    assert "--enable-hierarchical-cache" in args and "--sleep-on-idle" in args
+    assert args[args.index("--hicache-write-policy") + 1] == "write_through"
+    assert "--page-size" not in args  # the user's own value stays
+    extra = json.loads(args[args.index("--hicache-storage-backend-extra-config") + 1])
+    assert extra["file_storage_path"] == str(tmp_path)
+    assert PoolSetup(kind="none").instance_args([]) == []
+    with pytest.raises(ValueError):
+        PoolSetup(kind="redis")
+    mc = PoolSetup(kind="mooncake", mooncake={"protocol": "tcp"}).instance_args([])
+    assert mc[mc.index("--hicache-mem-layout") + 1] == "page_first_direct"
+
+
+def test_move_cost_prefers_pool_loads_over_recompute():
+    cost = MigrationCost(prefill_s_per_token=1e-3, load_s_per_token=1e-4, load_fixed_s=0.01, decode_s_per_token=0.02)
+    assert cost.move_s(1000, 0) == pytest.approx(1.0)
+    assert cost.move_s(1000, 992) == pytest.approx(0.01 + 0.0992 + 0.008)
+    assert cost.saved_s(992) == pytest.approx(0.9 * 0.992 - 0.01)
+    assert cost.overhead_share(1000, 100, 992) < cost.overhead_share(1000, 100, 0)
+    assert cost.pooled(1000) == 992
+
+
+def test_policy_moves_a_long_context_only_when_the_pool_holds_it():
+    """A continuation of 4,000 tokens on a loaded instance: without its KV in the pool, a modest
+    imbalance is not worth a re-prefill; with it, the chunk goes to the idle instance."""
+    policy = ChunkedPolicy(chunk_size=64, migration=MigrationCost(prefill_s_per_token=1e-3, load_s_per_token=5e-5,
+                                                                  load_fixed_s=5e-3, decode_s_per_token=0.02))
+    group = Group.make("g", list(range(100)), 1, SamplingParams(max_new_tokens=8000))
+    sample = group.samples[0]
+    sample.output_ids = [1] * 3900
+    sample.chunks.append(ChunkRecord(instance=0, start=0.0, max_new_tokens=64))
+
+    def choose(pool_tokens: int) -> int:
+        sample.pool_tokens = pool_tokens
+        views = [InstanceView(0, capacity_tokens=100_000, reserved_tokens=30_000, inflight=3),
+                 InstanceView(1, capacity_tokens=100_000, reserved_tokens=0, inflight=0)]
+        budget = 64
+        return policy.select_instance(views, 4064, 0, policy.move_share(sample, budget)).index
+
+    assert choose(0) == 0
+    assert choose(4000) == 1
+
+
+def test_transfer_scheduler_yields_with_a_bound():
+    ts = TransferScheduler(starvation_steps=4, read_weight=2, write_weight=1)
+    assert ts.decide("write", 0, decode_running=False).run
+    assert not ts.decide("write", 3, decode_running=True).run
+    assert ts.decide("write", 4, decode_running=True).reason == "starved"
+    assert not ts.decide("read", 1, decode_running=True).run
+    assert ts.decide("read", 2, decode_running=True).run
+    assert ts.max_wait_steps("read") == 2 and ts.max_wait_steps("write") == 4
+
+
+def test_transfer_gate_holds_a_piece_until_enough_decode_steps():
+    gate = TransferGate(TransferScheduler(starvation_steps=3), max_wait_s=5.0)
+    gate.decode_started()
+    done = threading.Event()
+    steps_seen = []
+
+    def piece():
+        gate.wait_turn("write")
+        steps_seen.append(gate.steps)
+        done.set()
+
+    threading.Thread(target=piece).start()
+    for _ in range(5):
+        time.sleep(0.05)
+        assert not done.is_set() or steps_seen[0] >= 3
+        gate.decode_finished()
+        gate.decode_started()
+    assert done.wait(2.0)
+    assert steps_seen[0] == 3 and gate.held["write"] == 1
+    gate.decode_finished()
+
+
+def test_file_pool_finds_the_longest_stored_prefix_and_bounds_its_size(tmp_path):
+    pool = FilePool(tmp_path, "org/model", page_size=4, size_gb=1.0)
+    tokens = list(range(100, 130))  # 7 full pages + 2 tokens
+    hashes = pool.page_hashes(tokens)
+    assert len(hashes) == 7 and len(set(hashes)) == 7
+    assert pool.pooled_tokens(tokens) == 0
+    for h in hashes[:5]:
+        (tmp_path / f"{h}_org-model_0_1.bin").write_bytes(b"x" * 1000)
+    assert pool.pooled_tokens(tokens) == 20
+    assert pool.pooled_tokens(tokens[:10]) == 8
+    assert pool.pooled_tokens([1, 2] + tokens) == 0  # another context: other hashes
+    pool.max_bytes = 3500
+    for i, h in enumerate(hashes[:5]):
+        os.utime(tmp_path / f"{h}_org-model_0_1.bin", (1000 + i, 1000 + i))
+    assert pool.enforce_bound() == 2  # oldest first, down to 90% of the bound
+    assert pool.usage_bytes() == 3000
+    assert pool.clear() == 3 and pool.usage_bytes() == 0
+
+
+def test_router_probe_per_pool_kind(tmp_path):
+    """A file pool is probed by its page files; a Mooncake store is taken as written through (whole
+    pages); without a pool there is no probe, so every move is priced as a recompute."""
+    from seer_sglang.frontend.kv_pool import PoolAccess
+
+    access = PoolAccess.of("file", 16, tmp_path, "m", 1.0)
+    assert access.probe() == access.file_pool.pooled_tokens
+    assert PoolAccess.of("mooncake", 16).probe()(list(range(70))) == 64
+    assert PoolAccess.of("mooncake", 32).probe()(list(range(70))) == 64
+    assert PoolAccess.of("none", 16).probe() is None

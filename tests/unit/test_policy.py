@@ -1,0 +1,217 @@
+"""Unit tests of the request model, buffer and the whole-group policy (no engines)."""
+
+from seer_sglang.core.buffer import RequestBuffer
+from seer_sglang.core.policy import InstanceView, WholeGroupPolicy, make_policy
+from seer_sglang.core.request import Group, SampleState, SamplingParams
+
+import pytest
+
+
+def group(gid: str, n: int = 4, prompt_len: int = 10, max_new: int = 100, seed=None) -> Group:
+    return Group.make(gid, list(range(prompt_len)), n, SamplingParams(max_new_tokens=max_new, seed=seed))
+
+
+def test_group_make_splits_into_samples_with_one_probe():
+    g = group("a", n=4)
+    assert [s.rid for s in g.samples] == ["a-0", "a-1", "a-2", "a-3"]
+    assert [s.is_probe for s in g.samples] == [True, False, False, False]
+    assert all(s.remaining == 100 and s.context_ids == list(range(10)) for s in g.samples)
+
+
+def test_sample_seeds_differ_across_siblings_and_reproduce_with_a_user_seed():
+    g1, g2 = group("a", seed=7), group("b", seed=7)
+    seeds = [s.sampling_seed for s in g1.samples]
+    assert len(set(seeds)) == 4
+    assert seeds == [s.sampling_seed for s in g2.samples]
+    g1.samples[0].output_ids = [1, 2, 3]
+    assert g1.samples[0].sampling_seed == seeds[0]  # constant across chunks
+    unseeded = [s.sampling_seed for s in group("c").samples + group("d").samples]
+    assert len(set(unseeded)) == 8 and all(0 <= x < 2**62 for x in unseeded)
+
+
+def test_buffer_tracks_pending_running_and_finished():
+    buf = RequestBuffer()
+    g = group("a", n=2)
+    buf.add_group(g)
+    assert [s.rid for s in buf.pending()] == ["a-0", "a-1"]
+    buf.mark_running(g.samples[0], instance=1)
+    assert g.samples[0].state == SampleState.RUNNING and g.samples[0].instance == 1
+    assert [s.rid for s in buf.pending()] == ["a-1"]
+    buf.requeue(g.samples[0])
+    assert {s.rid for s in buf.pending()} == {"a-0", "a-1"}
+    with pytest.raises(ValueError):  # a live group id is taken
+        buf.add_group(group("a", n=1))
+    assert buf.finish(g.samples[0]) is None  # a sibling is still live: the group stays
+    assert "a" in buf.groups
+    assert buf.finish(g.samples[1]) is g  # the last sample ends the group: it leaves the buffer
+    assert g.done and not buf.has_pending() and "a" not in buf.groups
+
+
+def test_whole_group_goes_to_one_least_loaded_instance():
+    buf = RequestBuffer()
+    for gid in "abc":
+        buf.add_group(group(gid, n=4, prompt_len=10, max_new=100))
+    views = [InstanceView(0, capacity_tokens=10_000), InstanceView(1, capacity_tokens=10_000, reserved_tokens=50)]
+    decisions = WholeGroupPolicy().schedule(buf, views)
+    assert [d.instance for d in decisions] == [0, 1, 0]
+    for d in decisions:
+        assert len({s.group_id for s in d.samples}) == 1 and len(d.samples) == 4
+        assert d.max_new_tokens == [100] * 4  # unchunked: the whole budget
+    assert views[0].reserved_tokens == 2 * 4 * 110 and views[0].inflight == 8
+
+
+def test_whole_group_skips_unhealthy_and_stops_without_instances():
+    buf = RequestBuffer()
+    buf.add_group(group("a"))
+    views = [InstanceView(0, healthy=False), InstanceView(1)]
+    assert [d.instance for d in WholeGroupPolicy().schedule(buf, views)] == [1]
+    assert WholeGroupPolicy().schedule(buf, [InstanceView(0, healthy=False)]) == []
+
+
+def test_make_policy_rejects_unknown_names():
+    assert make_policy("group").name == "group"
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        make_policy("nope")
+
+
+# ---- divided rollout and context-aware policies ------------------------------------------------
+
+from seer_sglang.core.policy import ChunkedPolicy, ContextPolicy, OraclePolicy  # noqa: E402
+
+
+def finish(policy, sample, length):
+    sample.output_ids = [1] * length
+    policy.on_sample_finished(sample)
+
+
+def test_divided_sends_chunks_to_least_loaded_with_room():
+    buf = RequestBuffer()
+    g = group("a", n=4, prompt_len=10, max_new=100)
+    g.samples[1].output_ids = [7] * 95  # only 5 tokens left
+    buf.add_group(g)
+    views = [InstanceView(0, capacity_tokens=1000), InstanceView(1, capacity_tokens=1000, reserved_tokens=100,
+                                                                 inflight=1)]
+    decisions = ChunkedPolicy(chunk_size=16).schedule(buf, views)
+    placed = {s.rid: (d.instance, n) for d in decisions for s, n in zip(d.samples, d.max_new_tokens)}
+    assert placed["a-0"][1] == 16 and placed["a-1"][1] == 5  # min(chunk, remaining)
+    assert sorted(i for i, _ in placed.values()) == [0, 0, 1, 1]  # balanced by reserved load
+
+
+def test_admission_keeps_kv_below_headroom_but_idle_instance_takes_one():
+    buf = RequestBuffer()
+    buf.add_group(group("a", n=8, prompt_len=100, max_new=1000))
+    views = [InstanceView(0, capacity_tokens=1000)]
+    decisions = ChunkedPolicy(chunk_size=200, kv_headroom=0.9).schedule(buf, views)
+    assert sum(len(d.samples) for d in decisions) == 3  # 3 * 300 <= 900 < 4 * 300
+    assert views[0].reserved_tokens == 900
+    big = RequestBuffer()
+    big.add_group(group("b", n=2, prompt_len=5000, max_new=100))
+    decisions = ChunkedPolicy(chunk_size=200).schedule(big, [InstanceView(0, capacity_tokens=1000)])
+    assert sum(len(d.samples) for d in decisions) == 1  # too big for the headroom, but never stuck
+    assert ChunkedPolicy().schedule(big, [InstanceView(0, healthy=False)]) == []
+
+
+def test_context_probes_first_smallest_generated_first():
+    buf = RequestBuffer()
+    for gid, gen in (("a", 30), ("b", 10), ("c", 20)):
+        g = group(gid, n=2, max_new=100)
+        g.samples[0].output_ids = [1] * gen
+        buf.add_group(g)
+    order = [s.rid for s in ContextPolicy(chunk_size=8).order(buf.pending(), buf)]
+    assert order[:3] == ["b-0", "c-0", "a-0"]
+    assert set(order[3:]) == {"a-1", "b-1", "c-1"}
+
+
+def test_context_lfs_by_group_estimate_and_estimate_updates():
+    policy = ContextPolicy(chunk_size=8)
+    buf = RequestBuffer()
+    groups = {gid: group(gid, n=3, max_new=1000) for gid in "abc"}
+    for g in groups.values():
+        buf.add_group(g)
+    assert policy.estimate(groups["a"].samples[1]) == 1000  # nothing finished: max_tokens
+    finish(policy, groups["a"].samples[0], 50)
+    buf.finish(groups["a"].samples[0])
+    finish(policy, groups["b"].samples[0], 200)
+    buf.finish(groups["b"].samples[0])
+    finish(policy, groups["b"].samples[1], 120)  # shorter sibling does not lower the estimate
+    buf.finish(groups["b"].samples[1])
+    assert policy.estimate(groups["a"].samples[1]) == 50 and policy.estimate(groups["b"].samples[2]) == 200
+    order = [s.rid for s in policy.order(buf.pending(), buf)]
+    assert order == ["c-0", "c-1", "c-2", "b-2", "a-1", "a-2"]
+    finish(policy, groups["a"].samples[1], 900)  # a longer sibling raises it
+    assert policy.estimate(groups["a"].samples[2]) == 900
+    policy.on_group_done("a")
+    assert policy.estimate(groups["a"].samples[2]) == 1000
+
+
+def test_context_starvation_bound_serves_the_oldest_waiter():
+    policy = ContextPolicy(chunk_size=8, starvation_bound=3)
+    buf = RequestBuffer()
+    short = group("short", n=2, max_new=1000)
+    buf.add_group(short)
+    finish(policy, short.samples[0], 10)
+    buf.finish(short.samples[0])
+    assert [s.rid for s in policy.order(buf.pending(), buf)] == ["short-1"]  # starts waiting at clock 0
+    long_ = group("long", n=4, max_new=1000)
+    finish(policy, long_.samples[0], 900)
+    long_.samples[0].state = SampleState.FINISHED
+    buf.add_group(long_)
+    buf.finish(long_.samples[0])
+    first = policy.order(buf.pending(), buf)
+    assert first[-1].rid == "short-1"  # lowest estimate: last
+    for s in first[:3]:  # three dispatches go by while short-1 waits
+        policy.on_dispatch(s)
+        buf.mark_running(s, 0)
+    assert [s.rid for s in policy.order(buf.pending(), buf)][0] == "short-1"
+
+
+def test_oracle_orders_by_true_remaining_length():
+    buf = RequestBuffer()
+    buf.add_group(Group.make("a", [1, 2], 3, SamplingParams(max_new_tokens=1000), oracle_lengths=[100, 900, 50]))
+    buf.add_group(Group.make("b", [1, 2], 2, SamplingParams(max_new_tokens=1000), oracle_lengths=[400, 10]))
+    buf.groups["a"].samples[1].output_ids = [1] * 600  # 300 left
+    order = [s.rid for s in OraclePolicy(chunk_size=8).order(buf.pending(), buf)]
+    assert order == ["b-0", "a-1", "a-0", "a-2", "b-1"]
+    assert ContextPolicy().order(buf.pending(), buf)[0].rid in ("a-0", "b-0")  # others ignore oracle_length
+
+
+def test_context_dispatch_priorities_follow_the_order():
+    buf = RequestBuffer()
+    buf.add_group(group("a", n=3, max_new=100))
+    (d,) = ContextPolicy(chunk_size=8).schedule(buf, [InstanceView(0, capacity_tokens=10_000)])
+    assert [s.rid for s in d.samples] == ["a-0", "a-1", "a-2"] and d.priorities == [3, 2, 1]
+
+
+def test_make_policy_passes_only_known_options():
+    p = make_policy("context", chunk_size=16, starvation_bound=5, kv_headroom=None)
+    assert (p.name, p.chunk_size, p.starvation_bound, p.kv_headroom) == ("context", 16, 5, 0.95)
+    assert make_policy("group", chunk_size=16).name == "group"
+
+
+def test_instance_queue_follows_router_priority_and_keeps_siblings_together():
+    from types import SimpleNamespace as Req
+
+    from seer_sglang.plugin.queue_order import length_context_order
+
+    queue = [Req(rid="plain-request", priority=None), Req(rid="gA-1-c0", priority=3),
+             Req(rid="gB-0-c2", priority=9), Req(rid="gA-0-c1", priority=5), Req(rid="gB-2-c0", priority=1)]
+    order = [r.rid for r in length_context_order(queue)]
+    assert order == ["gB-0-c2", "gB-2-c0", "gA-0-c1", "gA-1-c0", "plain-request"]
+    assert length_context_order([Req(rid="x", priority=None), Req(rid="y", priority=None)]) is None
+
+
+def test_continuation_stays_on_its_instance_unless_much_less_loaded_elsewhere():
+    from seer_sglang.core.request import ChunkRecord
+
+    def pick(prev_reserved):
+        buf = RequestBuffer()
+        g = group("a", n=1, prompt_len=10, max_new=100)
+        g.samples[0].chunks.append(ChunkRecord(instance=1, start=0.0, max_new_tokens=16))
+        buf.add_group(g)
+        views = [InstanceView(0, capacity_tokens=1000, reserved_tokens=100, inflight=1),
+                 InstanceView(1, capacity_tokens=1000, reserved_tokens=prev_reserved, inflight=1)]
+        (d,) = ChunkedPolicy(chunk_size=16, affinity_slack=0.05).schedule(buf, views)
+        return d.instance
+
+    assert pick(140) == 1  # within the slack: stay, its KV is cached there
+    assert pick(300) == 0  # far more loaded: move

@@ -1,0 +1,93 @@
+"""The simulator drives the real policy objects over a modelled cluster."""
+
+import dataclasses
+
+import pytest
+
+from seer_sglang.core.policy import POLICIES, make_policy
+from seer_sglang.sim.simulator import simulate
+from seer_sglang.sim.step_model import StepModel
+from seer_sglang.sim.workload import PRESETS, generate, load_trace, save_trace
+
+SMALL = StepModel(name="test", decode_base_s=0.01, decode_per_seq_s=1e-4, decode_per_kv_token_s=1e-7,
+                  prefill_per_token_s=2e-5, capacity_tokens=20_000, max_running=256)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return generate(PRESETS["moonlight"].scaled(4096, (50, 200)), prompts=24, seed=1)
+
+
+def test_workload_shape_and_trace_roundtrip(tmp_path, trace):
+    lengths = [s.output_len for s in trace]
+    assert len(trace) == 24 * 8 and max(lengths) <= 4096
+    mean = sum(lengths) / len(lengths)
+    assert 0.2 * 4096 < mean < 0.5 * 4096  # moonlight's mean/max is 0.34
+    by_group = {}
+    for s in trace:
+        by_group.setdefault(s.group_id, []).append(s.output_len)
+    spread_within = sum(max(v) / max(1, min(v)) for v in by_group.values()) / len(by_group)
+    means = sorted(sum(v) / len(v) for v in by_group.values())
+    assert means[-1] / means[0] > 5 and spread_within < 5  # long tail across, alike within groups
+    save_trace(trace, tmp_path / "t.jsonl")
+    assert load_trace(tmp_path / "t.jsonl") == trace
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_finishes_every_sample_exactly(trace, name):
+    result = simulate(trace, make_policy(name, chunk_size=512), SMALL, instances=4, max_tokens=4096)
+    assert result.total_tokens == sum(s.output_len for s in trace)
+    assert len(result.finish_times) == len(trace)
+    assert 0 < result.efficiency <= 1.0 and result.tail_s <= result.completion_s
+
+
+def test_divided_rollout_removes_retractions_and_shortens_the_tail(trace):
+    group = simulate(trace, make_policy("group"), SMALL, instances=4, max_tokens=4096)
+    context = simulate(trace, make_policy("context", chunk_size=512), SMALL, instances=4, max_tokens=4096)
+    assert group.retractions > 0 and context.retractions == 0
+    assert context.tail_s < group.tail_s
+    oracle = simulate(trace, make_policy("oracle", chunk_size=512), SMALL, instances=4, max_tokens=4096)
+    assert oracle.completion_s <= group.completion_s
+
+
+def test_step_model_closed_form_matches_stepwise_sum():
+    m = dataclasses.replace(SMALL, decode_per_kv_token_s=3e-7)
+    stepwise = sum(m.decode_step(16, 1000 + 16 * i) for i in range(20))
+    assert abs(m.decode_steps(20, 16, 1000) - stepwise) < 1e-9
+
+
+def test_speculation_runs_the_engines_draft_budget(trace):
+    """+sd modes: every sample still ends exactly; drafts that are never accepted change nothing; better
+    acceptance makes the rollout faster; sibling drafts (group) beat a request's own (suffix); and the
+    budget turns drafts off where verifying a token costs more than it can save."""
+    from seer_sglang.sim.__main__ import mode_features
+    from seer_sglang.sim.spec_model import SpecModel
+
+    policy = lambda: make_policy("context", chunk_size=512)  # noqa: E731
+    plain = simulate(trace, policy(), SMALL, instances=4, max_tokens=4096)
+    useless = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(own_alpha=0.0, group_alpha=0.0))
+    assert useless.completion_s == pytest.approx(plain.completion_s) and useless.mean_acceptance_length == 1.0
+    grouped = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel())
+    suffix = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(grouped=False))
+    for r in (grouped, suffix):
+        assert r.total_tokens == plain.total_tokens and len(r.finish_times) == len(trace)
+    assert grouped.mean_acceptance_length > suffix.mean_acceptance_length > 1.2
+    assert grouped.completion_s < suffix.completion_s < plain.completion_s
+    costly = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(verify_per_token_s=1.0))
+    assert costly.mean_acceptance_length == 1.0 and costly.completion_s == pytest.approx(plain.completion_s)
+    assert mode_features("context+pool+sd-suffix")[1:] == (True, SpecModel(grouped=False))
+    with pytest.raises(ValueError, match="sd-eagle"):
+        mode_features("context+sd-eagle")
+
+
+def test_chunk_return_overhead_delays_only_the_router(trace):
+    """A chunk reaches the router request_overhead_s after its last step: more chunks cost more time,
+    and every sample still ends exactly."""
+    slow = dataclasses.replace(SMALL, request_overhead_s=0.5)
+    results = {}
+    for name, chunk in (("group", None), ("context", 256)):
+        fast_run = simulate(trace, make_policy(name, chunk_size=chunk), SMALL, instances=4, max_tokens=4096)
+        slow_run = simulate(trace, make_policy(name, chunk_size=chunk), slow, instances=4, max_tokens=4096)
+        assert slow_run.total_tokens == fast_run.total_tokens and len(slow_run.finish_times) == len(trace)
+        results[name] = slow_run.completion_s - fast_run.completion_s
+    assert 0 < results["group"] < results["context"]  # one chunk per sample vs many

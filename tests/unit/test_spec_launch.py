@@ -1,0 +1,97 @@
+"""``--draft`` on the launcher: the SGLang flags and environment each instance gets, and rollout totals."""
+
+import pytest
+
+from seer_sglang.config import DraftConfig, PluginConfig
+from seer_sglang.core.accounting import spec_totals
+from seer_sglang.core.request import ChunkRecord, Sample, SamplingParams
+from seer_sglang.launch.drafting import RunningDrafts, start_drafting
+
+
+def drafting(drafter: str, tokens: int, paths: int, log_dir, cpu: bool, with_plugin: bool = True, **kw):
+    return start_drafting(DraftConfig(drafter=drafter, draft_tokens=tokens, draft_paths=paths, **kw), log_dir,
+                          cpu=cpu, with_plugin=with_plugin)
+
+
+def instance_env(drafts: RunningDrafts) -> dict[str, str]:
+    """What an instance's environment holds of the draft settings (the launcher's PluginConfig)."""
+    return PluginConfig(**drafts.plugin_settings()).to_env()
+
+
+def test_instances_get_seer_with_the_drafter_and_server():
+    drafts = RunningDrafts("group-suffix", draft_tokens=8, draft_paths=4, cpu=True, address="tcp://127.0.0.1:9")
+    args = drafts.instance_args(["--dtype", "float32"])
+    assert args[args.index("--speculative-algorithm") + 1] == "SEER"
+    assert args[args.index("--speculative-num-draft-tokens") + 1] == "9"  # 8 drafts + the last verified token
+    assert args[args.index("--speculative-ngram-max-bfs-breadth") + 1] == "4"
+    assert args[args.index("--attention-backend") + 1] == "seer_verify"
+    seen = PluginConfig.from_env(instance_env(drafts))
+    assert (seen.drafter, seen.draft_server, seen.budget, seen.cost_path) == (
+        "group-suffix", "tcp://127.0.0.1:9", "adaptive", None)
+    assert "adaptive budget" in drafts.describe()
+    assert "every draft verified" in RunningDrafts("group-suffix", cpu=False).describe()  # the log says so
+
+
+def test_budget_and_profile_reach_the_instances(tmp_path):
+    profile = tmp_path / "cost.json"
+    profile.write_text('{"base_s": 0.01, "per_seq_s": 0, "per_token_s": 0.001, "accept_curve": [0.5]}')
+    drafts = drafting("none", 8, 4, tmp_path, cpu=True, budget="threshold", cost_path=str(profile))
+    assert not drafts.enabled
+    seen = PluginConfig.from_env(instance_env(RunningDrafts("sam", budget="threshold", cost_path=str(profile))))
+    assert seen.drafter == "sam" and seen.budget == "threshold" and seen.cost_path == str(profile.resolve())
+    with pytest.raises(ValueError, match="--draft-budget"):
+        drafting("suffix", 8, 4, tmp_path, cpu=True, budget="greedy")
+    (tmp_path / "bad.json").write_text('{"base_s": 1}')
+    with pytest.raises(KeyError):  # a broken profile stops the launcher, not each instance
+        drafting("suffix", 8, 4, tmp_path, cpu=True, cost_path=str(tmp_path / "bad.json"))
+
+
+def test_user_flags_win_and_gpu_keeps_its_backend():
+    drafts = RunningDrafts("suffix", cpu=True, address="tcp://127.0.0.1:9")
+    assert drafts.instance_args(["--speculative-algorithm", "NGRAM"]) == []
+    assert "--attention-backend" not in drafts.instance_args(["--attention-backend=torch_native"])
+    assert "--attention-backend" not in RunningDrafts("sam", cpu=False).instance_args([])
+
+
+def test_launcher_accepts_the_plugins_own_sglang_flags(tiny_model):
+    """The launcher checks SGLang flags before starting anything; the plugin's backends and algorithm
+    pass that check, a name SGLang does not know still fails there."""
+    from seer_sglang.launch_server import validate_sglang_args
+
+    for flags in (["--attention-backend", "seer_cascade"], ["--attention-backend", "seer_verify"],
+                  ["--speculative-algorithm", "SEER"]):
+        validate_sglang_args(tiny_model, flags)
+    with pytest.raises(SystemExit):
+        validate_sglang_args(tiny_model, ["--attention-backend", "seer_nonexistent"])
+
+
+def test_none_attached_or_plain_start_nothing(tmp_path):
+    for drafts in (drafting("none", 8, 4, tmp_path, cpu=True),
+                   drafting("group-suffix", 8, 4, None, cpu=True),  # attached: --instance-urls
+                   drafting("group-suffix", 8, 4, tmp_path, cpu=True, with_plugin=False)):
+        assert not drafts.enabled and drafts.instance_args([]) == [] and drafts.plugin_settings() == {}
+        assert drafts.processes == []
+    with pytest.raises(ValueError, match="--draft"):
+        drafting("eagle", 8, 4, tmp_path, cpu=True)
+    with pytest.raises(ValueError, match="at least 1"):
+        drafting("suffix", 0, 4, tmp_path, cpu=True)
+
+
+def test_draft_server_starts_and_stops(tmp_path):
+    from seer_sglang.draft_server.client import wait_ready
+
+    drafts = drafting("group-suffix", 8, 4, tmp_path, cpu=True)
+    try:
+        assert drafts.enabled and drafts.address.startswith("tcp://127.0.0.1:")
+        wait_ready(drafts.address, timeout_s=5)
+    finally:
+        drafts.stop()
+    assert all(p.poll() is not None for p in drafts.processes)
+
+
+def test_acceptance_length_counts_the_bonus_token():
+    sample = Sample("g-0", "g", 0, [1, 2], SamplingParams(max_new_tokens=8))
+    sample.chunks = [ChunkRecord(0, 0.0, 4, draft_steps=3, accepted_tokens=2),
+                     ChunkRecord(1, 1.0, 4, draft_steps=1, accepted_tokens=2)]
+    assert spec_totals([sample]) == {"draft_steps": 4, "accepted_tokens": 4, "mean_acceptance_length": 2.0}
+    assert spec_totals([Sample("h-0", "h", 0, [1], SamplingParams(max_new_tokens=8))])["mean_acceptance_length"] is None
