@@ -27,6 +27,8 @@ DRAFTERS = ("suffix", "group-suffix", "sam")
 DRAFT_MODES = ("none", *DRAFTERS)
 BUDGETS = ("adaptive", "threshold", "full")
 
+CPU_INSTANCES = 2  # instances started on a machine without a GPU (two CPU instances share its cores)
+LOOPBACK = "127.0.0.1"  # every server seer starts binds here unless told otherwise
 CACHE_ENV = "SEER_SGLANG_CACHE"  # root of models, logs and the native build cache
 
 
@@ -51,24 +53,24 @@ def env_only(default: Any, env: str, help: str) -> Any:
 class FrontendConfig:
     model_path: Optional[str] = flag(None, "--model-path", "model folder, or a built-in name (smollm2, tiny); "
                                      "default: the embedded SmolLM2-135M-Instruct")
-    host: str = flag("127.0.0.1", "--host", "frontend bind address (default: loopback only)")
-    port: int = flag(30000, "--port", "frontend port (default: 30000)")
-    log_level: str = flag("info", "--log-level", "frontend log level (default: info)")
+    host: str = flag(LOOPBACK, "--host", "frontend bind address (default: loopback only)")
+    port: int = flag(30000, "--port", "frontend port (default: %(default)s)")
+    log_level: str = flag("info", "--log-level", "frontend log level (default: %(default)s)")
 
 
 @dataclass(frozen=True)
 class InstancesConfig:
     num_instances: Optional[int] = flag(None, "--num-instances",
-                                        "SGLang instances to start (default: one per GPU, or 2 on CPU)")
+                                        f"SGLang instances to start (default: one per GPU, or {CPU_INSTANCES} on CPU)")
     instance_urls: Optional[tuple] = flag(None, "--instance-urls", "attach to these running SGLang instances "
                                           "instead of starting any", nargs="+")
-    instance_host: str = flag("127.0.0.1", "--instance-host", "bind address of started instances")
+    instance_host: str = flag(LOOPBACK, "--instance-host", "bind address of started instances")
     log_dir: Optional[str] = flag(None, "--log-dir",
                                   "where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     startup_timeout: float = flag(900.0, "--startup-timeout", "seconds to wait for instances to be healthy")
     no_plugin: bool = flag(False, "--no-plugin", "start plain SGLang instances (without the seer plugin)",
                            action="store_true")
-    cpu_instances: int = 2  # instances started on a machine without a GPU
+    cpu_instances: int = CPU_INSTANCES
     # CPU only: SGLang's KV pool otherwise takes ~72% of free RAM and 20 s to allocate.
     cpu_max_total_tokens: int = 16384
 
@@ -78,11 +80,11 @@ class SchedulerConfig:
     name: str = flag("context", "--scheduler", "rollout policy: group = whole groups unchunked (veRL-like), "
                      "divided = chunks to the least-loaded instance, context = divided + Seer's length context "
                      "(default), oracle = benchmarks only (reads each sample's true length)", choices=SCHEDULERS)
-    chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: 8192)")
+    chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: %(default)s)")
     kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
-                              "claim, worst case (default: 0.95)")
+                              "claim, worst case (default: %(default)s)")
     starvation_bound: int = flag(256, "--starvation-bound", "dispatches a waiting sample may be passed over "
-                                 "before it goes first (default: 256)")
+                                 "before it goes first (default: %(default)s)")
     # A continuation stays on its instance unless another is less loaded by this share of capacity
     # (plus the share of the chunk's time that moving adds).
     affinity_slack: float = 0.05
@@ -101,13 +103,13 @@ class KVPoolConfig:
     directory: Optional[str] = flag(None, "--kv-pool-dir", "file pool: the shared directory (default: a fresh "
                                     "one under the log dir, removed at exit)")
     size_gb: float = flag(16.0, "--kv-pool-size-gb", "file pool: size bound; the oldest pages are evicted past "
-                          "it (default: 16)")
+                          "it (default: %(default)s)")
     mooncake_config: Optional[str] = flag(None, "--kv-pool-config", "mooncake: JSON file with the store client "
                                           "config of an existing Mooncake cluster (multi-node); without it a "
                                           "master + store are started on loopback")
     transfer_starvation_steps: int = flag(4, "--transfer-starvation-steps", "pool transfers yield to decode "
                                           "steps, but wait at most this many (weighted); 0 = never yield "
-                                          "(default: 4)")
+                                          "(default: %(default)s)")
     page_size: int = 16  # tokens per KV page when the SGLang flags give no --page-size
     prefetch_timeout_s: float = 5.0  # a slow pool falls back to recompute after this
     prefetch_timeout_per_ki_token_s: float = 0.5
@@ -123,8 +125,9 @@ class DraftConfig:
                         "losslessly by each instance: group-suffix = one suffix tree per prompt group, fed by all "
                         "siblings wherever they run (default), suffix = each request's own history only, sam = "
                         "suffix automaton, none = off", choices=DRAFT_MODES)
-    draft_tokens: int = flag(8, "--draft-tokens", "most draft tokens verified per request and step (default: 8)")
-    draft_paths: int = flag(4, "--draft-paths", "most branches of one draft tree (default: 4)")
+    draft_tokens: int = flag(8, "--draft-tokens", "most draft tokens verified per request and step "
+                             "(default: %(default)s)")
+    draft_paths: int = flag(4, "--draft-paths", "most branches of one draft tree (default: %(default)s)")
     budget: str = flag("adaptive", "--draft-budget", "drafts verified per request and step: adaptive = the "
                        "batch's best draft length from a step-cost model, shared out by acceptance odds with "
                        "long-tail requests weighted 2x, off when it does not pay (default); threshold = all "
@@ -215,6 +218,8 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
                 kwargs["type"] = _flag_type(f)
                 if meta["choices"]:
                     kwargs["choices"] = list(meta["choices"])
+                else:
+                    kwargs["metavar"] = f.name.upper()
                 if meta["nargs"]:
                     kwargs["nargs"] = meta["nargs"]
             group.add_argument(meta["flag"], **kwargs)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from ..config import INSTANCES
+from ..config import INSTANCES, LOOPBACK
 from .processes import die_with_parent, free_port, stop_processes
 
 log = logging.getLogger("seer_sglang.instances")
@@ -47,7 +47,7 @@ class InstanceSpec:
 
     model_path: str
     port: int
-    host: str = "127.0.0.1"
+    host: str = LOOPBACK
     sglang_args: list[str] = field(default_factory=list)
     cpu: bool = True
     gpu_id: int | None = None

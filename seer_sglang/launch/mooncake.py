@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from ..config import LOOPBACK
+
 
 class MooncakeUnavailable(ValueError):
     pass
@@ -70,7 +72,7 @@ def mooncake_available() -> str | None:
     return None
 
 
-def start_local_mooncake(log_dir: Path, size_gb: float, host: str = "127.0.0.1") -> tuple[dict, list[subprocess.Popen]]:
+def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) -> tuple[dict, list[subprocess.Popen]]:
     """Start master + store service bound to loopback; returns the SGLang client config and the processes."""
     from .processes import die_with_parent, free_port, stop_processes
 

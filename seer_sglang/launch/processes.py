@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from ..config import LOOPBACK
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -22,7 +24,7 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(host: str = "127.0.0.1", low: int = 30100, high: int = 32700, attempts: int = 64) -> int:
+def free_port(host: str = LOOPBACK, low: int = 30100, high: int = 32700, attempts: int = 64) -> int:
     """A free port for a server that binds it only later (an instance binds after loading its model).
 
     Picked where nothing else on the machine picks at random: below the kernel's ephemeral range
