@@ -101,9 +101,10 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
     until stopped; everything started here is stopped on the way out."""
     from .launch.drafting import start_drafting
     from .launch.instances import (InstanceSpec, InstanceStartError, cpu_threads_per_instance, cuda_device_count,
-                                   has_cuda, start_instance, stop_instances, wait_healthy)
+                                   has_cuda, seeded_sampling, start_instance, stop_instances, wait_healthy)
     from .launch.kv_pool import start_kv_pool
     from .launch.processes import free_port
+    from .launch.sglang_args import flag_value
     from .models import resolve_model_path
 
     inst = config.instances
@@ -134,6 +135,13 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
                                   cpu_threads=None if gpu else cpu_threads_per_instance(k),
                                   extra_env={**pool.process_env(), **plugin.to_env()})
                      for i in range(k)]
+            if seeded_sampling(instance_args):
+                log.info("seeded sampling on: a sample draws the same tokens however it is chunked or moved")
+            else:
+                log.warning("SEEDED SAMPLING IS OFF (--sampling-backend %s): samples are still drawn from the "
+                            "model's distribution, but a chunked or migrated sample draws other tokens than an "
+                            "unchunked run, and a request seed does not reproduce a rollout. Drop the flag to "
+                            "keep the guarantee.", flag_value(instance_args, "--sampling-backend"))
             if pool.setup.enabled:
                 log.info("KV pool: %s", pool.describe())
             if drafts.enabled:

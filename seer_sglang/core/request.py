@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..wire import sample_rid
 
@@ -46,11 +47,26 @@ class SamplingParams:
         return params
 
 
-def derive_seed(user_seed: int | None, index: int) -> int:
-    """Sibling i of a seeded request gets its own reproducible seed; unseeded samples a random one."""
+def derive_seed(user_seed: int | None, group_key: str, index: int) -> int:
+    """The seed of sibling ``index`` of the group ``group_key``.
+
+    With a request seed: a hash of (seed, group, sibling), so every sample of a rollout draws its own
+    noise (two groups never share it, even with the same prompt) and the same request with the same
+    seed draws the same samples again. Without one: fresh randomness for every sample of every rollout.
+    """
     if user_seed is None:
         return secrets.randbits(62)
-    return (user_seed * 1_000_003 + index * 7919 + 1) % (2**62)
+    digest = hashlib.blake2b(f"{user_seed}\x1f{group_key}\x1f{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2  # 62 bits, as SGLang's sampling_seed takes
+
+
+def group_seed_key(prompt_ids: Sequence[int], position: int, group_id: str | None = None) -> str:
+    """A prompt group's identity for its seeds, stable across repeats of the same request: the group id
+    the caller chose, else the prompt's position in the request and its tokens."""
+    if group_id:
+        return f"id:{group_id}"
+    tokens = hashlib.blake2b(",".join(map(str, prompt_ids)).encode(), digest_size=8).hexdigest()
+    return f"at:{position}:{tokens}"
 
 
 class SampleState(str, enum.Enum):
@@ -118,6 +134,7 @@ class Sample:
     # Fixed for the sample's life and sent with every chunk: SGLang's seeded sampler hashes
     # (seed, position), so chunking or migrating a sample does not change what it draws.
     sampling_seed: int | None = None
+    seed_key: str = ""  # the group's identity for seeds (group_seed_key); the group id when not given
     on_tokens: TokenCallback | None = None
     on_done: Callable[["Sample"], None] | None = None
     submitted_at: float = field(default_factory=time.time)
@@ -148,7 +165,7 @@ class Sample:
 
     def __post_init__(self) -> None:
         if self.sampling_seed is None:
-            self.sampling_seed = derive_seed(self.params.seed, self.index)
+            self.sampling_seed = derive_seed(self.params.seed, self.seed_key or self.group_id, self.index)
 
 
 @dataclass
@@ -167,10 +184,10 @@ class Group:
     @classmethod
     def make(cls, group_id: str, prompt_ids: list[int], n: int, params: SamplingParams,
              oracle_lengths: list[int] | None = None,
-             custom_params: list[dict[str, Any]] | None = None) -> "Group":
+             custom_params: list[dict[str, Any]] | None = None, seed_key: str = "") -> "Group":
         samples = [
             Sample(rid=sample_rid(group_id, i), group_id=group_id, index=i, prompt_ids=list(prompt_ids),
-                   params=params, is_probe=(i == 0),
+                   params=params, is_probe=(i == 0), seed_key=seed_key,
                    oracle_length=oracle_lengths[i] if oracle_lengths else None,
                    custom_params=custom_params[i] if custom_params else None)
             for i in range(n)

@@ -84,11 +84,12 @@ class Frontend:
 
     def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str,
                    oracle_lengths: list[int] | None = None,
-                   custom_params: list[dict[str, Any]] | None = None) -> Group:
+                   custom_params: list[dict[str, Any]] | None = None, seed_key: str = "") -> Group:
+        """``seed_key``: the group's identity for its seeds (``core.request.group_seed_key``)."""
         for name, values in (("oracle_lengths", oracle_lengths), ("custom_params", custom_params)):
             if values is not None and len(values) != n:
                 raise APIError(f"{name} has {len(values)} entries for n={n}", param=name)
-        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params)
+        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params, seed_key)
 
     def submit(self, groups: list[Group]) -> None:
         self.check_available()

@@ -19,6 +19,7 @@ import httpx
 
 from ..config import INSTANCES, LOOPBACK
 from .processes import die_with_parent, free_port, stop_processes
+from .sglang_args import flag_value, has_flag
 
 log = logging.getLogger("seer_sglang.instances")
 
@@ -73,11 +74,26 @@ def cpu_default_args(sglang_args: list[str]) -> list[str]:
     return args
 
 
+SEEDED_SAMPLER = "pytorch"  # the only SGLang sampling backend that draws with per-request seeds
+
+
+def gpu_default_args(sglang_args: list[str]) -> list[str]:
+    """On a GPU SGLang samples with FlashInfer by default, which ignores per-request seeds: a chunked
+    or migrated sample would then draw other tokens than an unchunked run. Seer's instances use the
+    seeded sampler unless the user chose a backend."""
+    return [] if has_flag(sglang_args, "--sampling-backend") else ["--sampling-backend", SEEDED_SAMPLER]
+
+
+def seeded_sampling(sglang_args: list[str]) -> bool:
+    """Whether instances started with these flags draw with per-sample seeds (``gpu_default_args``
+    picks the seeded sampler on a GPU; the CPU engine has only it)."""
+    return flag_value(sglang_args, "--sampling-backend") in (None, SEEDED_SAMPLER)
+
+
 def build_command(spec: InstanceSpec) -> list[str]:
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", spec.model_path,
            "--host", spec.host, "--port", str(spec.port)]
-    if spec.cpu:
-        cmd += cpu_default_args(spec.sglang_args)
+    cmd += cpu_default_args(spec.sglang_args) if spec.cpu else gpu_default_args(spec.sglang_args)
     return cmd + list(spec.sglang_args)
 
 

@@ -7,13 +7,17 @@ noise then depends only on (seed, absolute position), so a sample continued in a
 another instance, draws exactly the tokens the unchunked run would, and each draw is still an exact
 sample of the model's distribution.
 
-Only the torch sampling backend implements seeded draws; with another backend the hook does nothing.
+Only the torch sampling backend implements seeded draws; with another backend the hook does nothing
+and says so, once per process, as a warning (the launcher picks the torch backend unless told not to).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 
+logger = logging.getLogger("seer_sglang.plugin")
+_warned = False
 TARGET = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch"
 
 
@@ -29,7 +33,16 @@ def seed_every_request(result, *args, **kwargs):
     import torch
     from sglang.srt.runtime_context import get_exec
 
-    if result.sampling_seed is not None or get_exec().kernel.sampling_backend != "pytorch":
+    global _warned
+    backend = get_exec().kernel.sampling_backend
+    if backend != "pytorch":
+        if not _warned:
+            _warned = True
+            logger.warning("SEEDED SAMPLING IS OFF in this instance (sampling backend %s): chunked or migrated "
+                           "samples draw other tokens than unchunked ones; start it with --sampling-backend "
+                           "pytorch to keep them identical", backend)
+        return result
+    if result.sampling_seed is not None:
         return result
     batch = _batch_of(args, kwargs)
     if batch is None:

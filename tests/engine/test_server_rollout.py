@@ -84,3 +84,23 @@ def test_group_id_is_kept_and_duplicates_rejected(seer_url):
                                                                {"text": "b", "group_id": "dup"}], "max_tokens": 3},
                    timeout=300)
     assert r.status_code == 400 and "dup" in r.json()["error"]["message"]
+
+
+def test_seeds_are_independent_across_groups_and_reproduce_per_request(seer_url):
+    """Temperature 1, the same prompt twice in one rollout with seed 0: the two groups draw different
+    samples. The same request again: the same samples. Without a seed: different samples each time."""
+    def rollout(seed):
+        body = {"prompts": [{"input_ids": [5, 6, 7, 8, 9]}, {"input_ids": [5, 6, 7, 8, 9]}], "n": 3,
+                "max_tokens": 24, "temperature": 1.0, "ignore_eos": True, **({} if seed is None else {"seed": seed})}
+        r = httpx.post(f"{seer_url}/v1/rollout", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        by_prompt = [[], []]
+        for s in sorted(r.json()["samples"], key=lambda s: (s["prompt_index"], s["index"])):
+            by_prompt[s["prompt_index"]].append(s["output_ids"])
+        return by_prompt
+
+    first = rollout(0)
+    assert first[0] != first[1]  # same prompt, other group: other noise
+    assert all(a != b for a, b in zip(first[0], first[1]))  # not even sibling i of each
+    assert rollout(0) == first
+    assert rollout(None) != rollout(None)

@@ -18,15 +18,28 @@ def test_group_make_splits_into_samples_with_one_probe():
     assert all(s.remaining == 100 and s.context_ids == list(range(10)) for s in g.samples)
 
 
-def test_sample_seeds_differ_across_siblings_and_reproduce_with_a_user_seed():
+def test_sample_seeds_differ_across_siblings_and_groups_and_reproduce_with_a_user_seed():
     g1, g2 = group("a", seed=7), group("b", seed=7)
     seeds = [s.sampling_seed for s in g1.samples]
     assert len(set(seeds)) == 4
-    assert seeds == [s.sampling_seed for s in g2.samples]
+    assert not set(seeds) & {s.sampling_seed for s in g2.samples}  # sibling i of another group: other noise
+    assert seeds == [s.sampling_seed for s in group("a", seed=7).samples]  # same request, same seed: same draws
+    assert seeds != [s.sampling_seed for s in group("a", seed=8).samples]
     g1.samples[0].output_ids = [1, 2, 3]
     assert g1.samples[0].sampling_seed == seeds[0]  # constant across chunks
-    unseeded = [s.sampling_seed for s in group("c").samples + group("d").samples]
-    assert len(set(unseeded)) == 8 and all(0 <= x < 2**62 for x in unseeded)
+    unseeded = [s.sampling_seed for s in group("c").samples + group("c").samples]
+    assert len(set(unseeded)) == 8 and all(0 <= x < 2**62 for x in unseeded)  # no seed: fresh every time
+
+
+def test_group_seed_key_is_stable_and_tells_prompts_and_positions_apart():
+    from seer_sglang.core.request import group_seed_key
+
+    assert group_seed_key([1, 2, 3], 0) == group_seed_key([1, 2, 3], 0)
+    assert len({group_seed_key([1, 2, 3], 0), group_seed_key([1, 2, 3], 1), group_seed_key([1, 2, 4], 0),
+                group_seed_key([12, 3], 0)}) == 4
+    assert group_seed_key([1, 2, 3], 0, "q17") == group_seed_key([9], 5, "q17")  # a chosen id names the group
+    make = lambda key: Group.make("g", [1, 2], 2, SamplingParams(max_new_tokens=4, seed=0), seed_key=key)
+    assert [s.sampling_seed for s in make("at:0:x").samples] != [s.sampling_seed for s in make("at:1:x").samples]
 
 
 def test_buffer_tracks_pending_running_and_finished():

@@ -95,3 +95,15 @@ def test_acceptance_length_counts_the_bonus_token():
                      ChunkRecord(1, 1.0, 4, draft_steps=1, accepted_tokens=2)]
     assert spec_totals([sample]) == {"draft_steps": 4, "accepted_tokens": 4, "mean_acceptance_length": 2.0}
     assert spec_totals([Sample("h-0", "h", 0, [1], SamplingParams(max_new_tokens=8))])["mean_acceptance_length"] is None
+
+
+def test_gpu_instances_sample_with_seeds_unless_told_otherwise():
+    from seer_sglang.launch.instances import InstanceSpec, build_command, gpu_default_args, seeded_sampling
+
+    assert gpu_default_args([]) == ["--sampling-backend", "pytorch"]
+    assert gpu_default_args(["--sampling-backend", "flashinfer"]) == []  # the user's choice stays
+    gpu = build_command(InstanceSpec(model_path="m", port=1, cpu=False, gpu_id=0))
+    assert gpu[gpu.index("--sampling-backend") + 1] == "pytorch"
+    assert "--sampling-backend" not in build_command(InstanceSpec(model_path="m", port=1, cpu=True))
+    assert seeded_sampling([]) and seeded_sampling(["--sampling-backend=pytorch"])
+    assert not seeded_sampling(["--sampling-backend", "flashinfer"])

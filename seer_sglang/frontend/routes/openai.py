@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...core.request import Group, Sample, SamplingParams
+from ...core.request import Group, Sample, SamplingParams, group_seed_key
 from ..errors import APIError
 from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..state import Frontend
@@ -115,7 +115,7 @@ async def completions(req: CompletionRequest, request: Request):
         fe.check_prompt(ids, max_tokens)
         params = _params(req, max_tokens, req.logprobs is not None, req.logprobs or 0)
         gid = fe.new_group_id(req.group_id, f"-{i}" if len(prompts) > 1 else "")
-        groups.append(fe.make_group(ids, req.n, params, gid))
+        groups.append(fe.make_group(ids, req.n, params, gid, seed_key=group_seed_key(ids, i, req.group_id)))
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:
@@ -174,7 +174,8 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     max_tokens = req.max_completion_tokens or req.max_tokens or max(1, fe.model.context_length - len(ids))
     fe.check_prompt(ids, max_tokens, param="messages")
     params = _params(req, max_tokens, req.logprobs, req.top_logprobs or 0)
-    groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id))]
+    groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id),
+                            seed_key=group_seed_key(ids, 0, req.group_id))]
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:
