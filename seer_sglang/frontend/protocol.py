@@ -27,13 +27,51 @@ class SamplingFields(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
-class _Sampling(SamplingFields):
-    """The OpenAI endpoints: unknown fields are ignored, as OpenAI clients send extras."""
+# Fields of SGLang's OpenAI protocol that change what is sampled (or the prompt it is sampled from),
+# with the values that leave it unchanged. seer does not yet apply them identically across chunks
+# and speculative verification, so a request that sets one is refused, never served without it.
+_PENALTY = "penalties count the sample's whole output, which a continuation chunk does not yet carry"
+_NOT_HONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "frequency_penalty": ((0, 0.0, None), _PENALTY),
+    "presence_penalty": ((0, 0.0, None), _PENALTY),
+    "repetition_penalty": ((1, 1.0, None), _PENALTY),
+    "min_tokens": ((0, None), "it would have to count from the sample's start in every chunk"),
+    "min_p": ((0, 0.0, None), "the speculative verify step does not apply it yet"),
+    "logit_bias": ((None, {}), "the speculative verify step does not apply it yet"),
+    **{name: ((None,), "constrained decoding is not supported") for name in
+       ("regex", "ebnf", "json_schema", "stop_regex")},
+    "response_format": ((None, {"type": "text"}), "constrained decoding is not supported"),
+    "custom_logit_processor": ((None,), "use POST /v1/rollout, which passes it to every chunk"),
+    "custom_params": ((None,), "use POST /v1/rollout, which passes it to every chunk"),
+    "best_of": ((None, 1), "use n"),
+    "suffix": ((None, ""), "insertion is not supported"),
+    "lora_path": ((None,), "LoRA adapters are not supported"),
+    "tools": ((None, []), "tool calling is not supported"),
+    "chat_template_kwargs": ((None, {}), "the chat template takes no arguments here"),
+    "continue_final_message": ((False, None), "the prompt always ends with a new assistant turn here"),
+    "reasoning_effort": ((None,), "reasoning controls are not supported"),
+    "thinking": ((None,), "reasoning controls are not supported"),
+    "no_stop_trim": ((False, None), "stop strings are always trimmed here"),
+}
 
-    model_config = ConfigDict(extra="ignore")
+
+class _Sampling(SamplingFields):
+    """The OpenAI endpoints. OpenAI clients send extras (``user``, ``metadata``...), which are
+    accepted; a field that would change what is sampled is honoured or refused, never ignored."""
+
+    model_config = ConfigDict(extra="allow")
 
     max_tokens: Optional[int] = Field(None, ge=1)
     group_id: Optional[str] = Field(None, min_length=1, max_length=256)
+    skip_special_tokens: bool = True
+
+    def refused_field(self) -> tuple[str, str] | None:
+        """The first field set to a value seer cannot honour exactly, and why."""
+        for name, value in (self.model_extra or {}).items():
+            rule = _NOT_HONOURED.get(name)
+            if rule is not None and value not in rule[0]:
+                return name, rule[1]
+        return None
 
 
 class StreamOptions(BaseModel):

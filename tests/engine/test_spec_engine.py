@@ -211,10 +211,11 @@ def test_response_tail_equals_the_slice_of_the_whole_response():
 
 # --- real servers ---------------------------------------------------------------------------------------
 
-def _start(model: str, log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None):
+def _start(model: str, log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None,
+           with_plugin: bool = True):
     # One torch thread: the model is tiny, and OpenMP threads waiting on a busy CPU slow each step ~40x.
     return start_healthy(InstanceSpec(model_path=model, port=free_port(), sglang_args=["--dtype", "float32", *args],
-                                      log_path=log_dir / f"{name}.log",
+                                      log_path=log_dir / f"{name}.log", with_plugin=with_plugin,
                                       extra_env={"OMP_NUM_THREADS": "1", **(env or {})}))
 
 
@@ -287,17 +288,23 @@ def _target_probs(url: str, prompt: list[int]) -> dict:
 
 @pytest.fixture(scope="module")
 def plain(tiny_model, logs) -> dict:
-    """Greedy and seeded temperature-1 outputs of SGLang without speculation, and the target distributions
-    for the sampling checks (one prompt drafted with trees, one with chains)."""
+    """Greedy outputs, forced lengths and the target distributions for the sampling checks (one prompt
+    drafted with trees, one with chains) from plain SGLang without the seer plugin; seeded temperature-1
+    outputs from SGLang without speculation, with the plugin's seeded-sampling hook (on the CPU engine
+    SGLang's seeded sampler runs only through it)."""
     prompts = _prompts(tiny_model, 34)
-    inst = _start(tiny_model, logs, "plain", ["--enable-custom-logit-processor"])
+    inst = _start(tiny_model, logs, "plain", ["--enable-custom-logit-processor"], with_plugin=False)
     try:
         greedy_outs = _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True,
                                 top_logprobs_num=2)
         greedy = [o["output_ids"] for o in greedy_outs]
         forced = _forced_batch(inst.url, tiny_model, prompts, "pf")
-        seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], seeds=SEEDS, **SEEDED)
         p_t2 = {shape: _target_probs(inst.url, prompts[32 + k]) for k, shape in enumerate(("tree", "chain"))}
+    finally:
+        stop_instances([inst])
+    inst = _start(tiny_model, logs, "seeded", [])
+    try:
+        seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], seeds=SEEDS, **SEEDED)
     finally:
         stop_instances([inst])
     return {"prompts": prompts[:32], "greedy": greedy, "greedy_meta": [o["meta_info"] for o in greedy_outs], "forced": forced,

@@ -30,3 +30,16 @@ def test_sample_schema_round_trips():
     assert body["timing"] == {"submitted_at": 9.5, "first_token_s": 0.25, "latency_s": 1.5}
     assert body["chunks"][0]["tokens"] == 2 and body["chunks"][0]["kv"]["recomputed"] == 2
     assert SampleJSON.from_json(body) == sample
+
+
+def test_openai_requests_refuse_sampling_fields_they_would_drop():
+    from seer_sglang.frontend.protocol import ChatCompletionRequest, CompletionRequest
+
+    msgs = [{"role": "user", "content": "x"}]
+    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.5).refused_field()[0] == "frequency_penalty"
+    assert CompletionRequest(prompt="x", min_p=0.2).refused_field()[0] == "min_p"
+    assert CompletionRequest(prompt="x", logit_bias={"3": 1.0}).refused_field()[0] == "logit_bias"
+    # neutral values and extras that do not touch sampling pass
+    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.0, repetition_penalty=1.0, min_p=0,
+                                 logit_bias=None, user="u", metadata={"a": 1}).refused_field() is None
+    assert CompletionRequest(prompt="x", skip_special_tokens=False).skip_special_tokens is False

@@ -23,7 +23,13 @@ router = APIRouter()
 
 
 def _params(req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
+    refused = req.refused_field()
+    if refused is not None:
+        name, why = refused
+        raise APIError(f"{name} is not supported by seer_sglang ({why}); leave it unset", param=name,
+                       code="unsupported_parameter")
     return SamplingParams(
+        skip_special_tokens=req.skip_special_tokens,
         max_new_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
         stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
         seed=req.seed, logprobs=logprobs, top_logprobs=top_logprobs, ignore_eos=req.ignore_eos,
