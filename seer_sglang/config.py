@@ -95,6 +95,15 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class RolloutConfig:
+    mixed_weight_versions: bool = flag(False, "--mixed-weight-versions", "let a sample continue across a "
+                                       "weight update, as SGLang does (asynchronous RL with partial rollouts); "
+                                       "each token's weight version is reported. Default: a sample whose "
+                                       "weights change under it is generated again from its prompt on the new "
+                                       "weights, so every sample comes from one version", action="store_true")
+
+
+@dataclass(frozen=True)
 class KVPoolConfig:
     kind: Optional[str] = flag(None, "--kv-pool", "global KV pool shared by the instances, so a chunk that moves "
                                "loads its KV instead of recomputing it: file = host DRAM tier + a shared directory "
@@ -186,15 +195,17 @@ class SeerConfig:
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     instances: InstancesConfig = field(default_factory=InstancesConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     kv_pool: KVPoolConfig = field(default_factory=KVPoolConfig)
     draft: DraftConfig = field(default_factory=DraftConfig)
 
 
 SECTIONS = {"frontend": FrontendConfig, "instances": InstancesConfig, "scheduler": SchedulerConfig,
-            "kv_pool": KVPoolConfig, "draft": DraftConfig}
+            "rollout": RolloutConfig, "kv_pool": KVPoolConfig, "draft": DraftConfig}
 
 # The defaults, for pure code that takes them as keyword defaults.
 SCHEDULER = SchedulerConfig()
+ROLLOUT = RolloutConfig()
 KV_POOL = KVPoolConfig()
 DRAFT = DraftConfig()
 INSTANCES = InstancesConfig()

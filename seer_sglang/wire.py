@@ -5,6 +5,7 @@
   read the group and the sample back out of SGLang's rid.
 - **SGLang names** the plugin registers and the launcher passes on the instances' command line.
 - **Custom params** the SEER verify step adds for custom logit processors.
+- **Cache namespaces**: the plugin keys KV pages by weight version; the frontend probes the pool so.
 - **The sample schema** of ``/v1/rollout``: built by the frontend, parsed by ``seer_sglang.client``.
 
 Imports nothing from the package.
@@ -53,6 +54,13 @@ SPEC_ALGORITHM = "SEER"  # --speculative-algorithm
 VERIFY_BACKEND = "seer_verify"  # --attention-backend: torch-native + tree verify (CPU)
 CASCADE_BACKEND = "seer_cascade"  # --attention-backend: FlashInfer + cascade tree verify (GPU)
 
+# ---- KV cache namespaces -----------------------------------------------------------------------
+def weight_namespace(weight_version: str) -> str:
+    """The part of a request's cache key (SGLang's ``extra_key``) that the plugin adds: pages are
+    keyed by the weights that computed them."""
+    return f"weight_version={weight_version}"
+
+
 # ---- custom params --------------------------------------------------------------------------------
 # Added to a custom logit processor's params on each verify-tree row: the row's distance from the
 # request's last committed token (0 on the SEER worker's plain decode rows).
@@ -72,6 +80,7 @@ class ChunkJSON:
     cached_tokens: int = 0
     kv: dict[str, int] | None = None  # context tokens by source: device, host, pool, recomputed
     spec: dict[str, int] | None = None  # speculative decoding: draft_steps, accepted_tokens
+    weight_version: str | None = None  # the instance's weights when the chunk ended
 
 
 @dataclass
@@ -95,6 +104,10 @@ class SampleJSON:
     spec: dict[str, Any] | None = None  # draft_steps, accepted_tokens, mean_acceptance_length
     top_logprobs: list[list[list[float]]] | None = None  # per token: [token_id, logprob] pairs
     submitted_at: float = 0.0
+    weight_version: str | None = None  # the weights that generated the sample (the last, if several)
+    # [version, start, end) runs of output tokens; more than one only with --mixed-weight-versions
+    weight_versions: list[list[Any]] | None = None
+    regenerations: int = 0  # restarts from the prompt because the weights changed under the sample
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,7 +117,8 @@ class SampleJSON:
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "timing": {"submitted_at": self.submitted_at, "first_token_s": self.first_token_s,
                        "latency_s": self.latency_s},
-            "spec": self.spec,
+            "spec": self.spec, "weight_version": self.weight_version, "weight_versions": self.weight_versions,
+            "regenerations": self.regenerations,
             "chunks": [c.__dict__.copy() for c in self.chunks],
         }
 
@@ -118,4 +132,5 @@ class SampleJSON:
                    first_token_s=timing.get("first_token_s"),
                    chunks=[ChunkJSON(**c) for c in d.get("chunks") or []], error=d.get("error"),
                    rid=d.get("rid", ""), spec=d.get("spec"), top_logprobs=d.get("top_logprobs"),
-                   submitted_at=timing.get("submitted_at", 0.0))
+                   submitted_at=timing.get("submitted_at", 0.0), weight_version=d.get("weight_version"),
+                   weight_versions=d.get("weight_versions"), regenerations=d.get("regenerations", 0))

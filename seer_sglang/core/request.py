@@ -96,6 +96,7 @@ class ChunkRecord:
     # Speculative decoding: verify steps, and draft tokens they accepted (each step also emits one token).
     draft_steps: int = 0
     accepted_tokens: int = 0
+    weight_version: str | None = None  # the instance's weights when the chunk ended (SGLang's meta_info)
 
     @property
     def recomputed_tokens(self) -> int:
@@ -135,6 +136,10 @@ class Sample:
     # (seed, position), so chunking or migrating a sample does not change what it draws.
     sampling_seed: int | None = None
     seed_key: str = ""  # the group's identity for seeds (group_seed_key); the group id when not given
+    # The weight version of each run of output tokens: (version, start, end), end exclusive. One entry
+    # unless the sample may continue across weight updates (then one per version it ran on).
+    token_versions: list[tuple[str, int, int]] = field(default_factory=list)
+    regenerations: int = 0  # times the sample restarted from its prompt because its weights changed
     on_tokens: TokenCallback | None = None
     on_done: Callable[["Sample"], None] | None = None
     submitted_at: float = field(default_factory=time.time)
@@ -162,6 +167,35 @@ class Sample:
     @property
     def done(self) -> bool:
         return self.state in (SampleState.FINISHED, SampleState.FAILED, SampleState.ABORTED)
+
+    @property
+    def weight_version(self) -> str | None:
+        """The version the sample's tokens come from (the latest, if it ran on several)."""
+        return self.token_versions[-1][0] if self.token_versions else None
+
+    def add_versions(self, spans: list[tuple[str, int, int]]) -> bool:
+        """Record the weight versions of newly generated tokens (spans in output positions, in order);
+        returns whether the sample now holds tokens of more than one version."""
+        for version, start, end in spans:
+            if end <= start:
+                continue
+            last = self.token_versions[-1] if self.token_versions else None
+            if last is not None and last[0] == version and last[2] == start:
+                self.token_versions[-1] = (version, last[1], end)
+            else:
+                self.token_versions.append((version, start, end))
+        return len({v for v, _, _ in self.token_versions}) > 1
+
+    def restart(self) -> None:
+        """Drop every generated token: the sample is generated again from its prompt (its seed stays,
+        so on the same weights it would draw the same tokens)."""
+        self.output_ids.clear()
+        self.logprobs.clear()
+        self.top_logprobs.clear()
+        self.token_versions.clear()
+        self.finish_reason = self.matched_stop = None
+        self.pool_tokens = 0
+        self.regenerations += 1
 
     def __post_init__(self) -> None:
         if self.sampling_seed is None:

@@ -58,9 +58,15 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         model = await describe_model(clients[0], model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
         policy = make_policy(config.scheduler.name, **config.scheduler.policy_kwargs())
+        def weights_changed(version: str) -> None:
+            """Pages of earlier weights can no longer be loaded (they are keyed by version): drop them."""
+            asyncio.get_running_loop().create_task(pool.clear())
+
         hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_load=metrics.on_load,
-                            find_stop=tokenizer.find_stop, pool_probe=pool.probe())
-        engine = RolloutEngine(clients, policy, hooks=hooks)
+                            find_stop=tokenizer.find_stop, pool_probe=pool.probe(),
+                            on_weight_version=weights_changed)
+        engine = RolloutEngine(clients, policy, hooks=hooks,
+                               mixed_weight_versions=config.rollout.mixed_weight_versions)
         await engine.start()
         sweeper = None
         if pool.file_pool is not None:

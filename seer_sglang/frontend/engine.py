@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from ..config import ROLLOUT
 from ..core.buffer import RequestBuffer
 from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
 from ..core.request import ChunkRecord, Group, Sample, SampleState
@@ -37,8 +38,11 @@ class EngineHooks:
     # Finds a stop string that SGLang could not see because it spans a chunk boundary; returns
     # (tokens to keep, matched string) or None. Set by the frontend, which owns the tokenizer.
     find_stop: Callable[[Sample], tuple[int, str] | None] | None = None
-    # Tokens of a sample's context the global KV pool holds (blocking I/O: runs in a thread).
-    pool_probe: Callable[[list[int]], int] | None = None
+    # Tokens of a sample's context the global KV pool holds under the given weight version's key
+    # (blocking I/O: runs in a thread).
+    pool_probe: Callable[[list[int], str], int] | None = None
+    # A weight version no chunk reported before: the pool's pages of earlier versions are stale.
+    on_weight_version: Callable[[str], None] | None = None
     pool_probe_delay_s: float = 0.02  # pages reach the pool a few ms after the chunk returns
 
 
@@ -60,7 +64,8 @@ class LoadPoint:
 class RolloutEngine:
     def __init__(self, clients: list[InstanceClient], policy: SchedulingPolicy, *,
                  poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
-                 hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8):
+                 hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8,
+                 mixed_weight_versions: bool = ROLLOUT.mixed_weight_versions):
         self.clients = clients
         self.policy = policy
         self.buffer = RequestBuffer()
@@ -69,6 +74,9 @@ class RolloutEngine:
         self.unavailable_timeout_s = unavailable_timeout_s
         self.hooks = hooks or EngineHooks()
         self.max_chunk_failures = max_chunk_failures
+        # False: a sample whose weights change under it restarts from its prompt (one version per sample).
+        self.mixed_weight_versions = mixed_weight_versions
+        self.weight_versions_seen: list[str] = []
         self.paused = False
         self._wake = asyncio.Event()
         self._group_done: dict[str, asyncio.Event] = {}
@@ -268,18 +276,21 @@ class RolloutEngine:
         chunk = sample.chunks[-1]
         base = sample.generated
         finish: dict[str, Any] | None = None
+        last_meta: dict[str, Any] = {}
         try:
             payload = self._payload(sample, max_new)
             if sample.on_tokens is not None:
                 async for event in client.generate_stream(payload):
                     self._absorb(sample, base, event)
-                    finish = event["meta_info"].get("finish_reason") or finish
-                    self._chunk_meta(chunk, instance, event["meta_info"])
+                    last_meta = event["meta_info"]
+                    finish = last_meta.get("finish_reason") or finish
+                    self._chunk_meta(chunk, instance, last_meta)
             else:
                 event = await client.generate(payload)
                 self._absorb(sample, base, event)
-                finish = event["meta_info"].get("finish_reason")
-                self._chunk_meta(chunk, instance, event["meta_info"])
+                last_meta = event["meta_info"]
+                finish = last_meta.get("finish_reason")
+                self._chunk_meta(chunk, instance, last_meta)
         except InstanceUnavailable as e:
             self.views[instance].healthy = False
             self._settle(sample, instance, reserve, chunk)
@@ -308,7 +319,40 @@ class RolloutEngine:
             self._complete(sample, SampleState.FAILED)
             return
         self._settle(sample, instance, reserve, chunk)
+        if not self._versions_agree(sample, base, chunk, last_meta):
+            return
         self._after_chunk(sample, finish)
+
+    def _versions_agree(self, sample: Sample, base: int, chunk: ChunkRecord, meta: dict[str, Any]) -> bool:
+        """Record which weights made the chunk's tokens. A sample whose tokens now come from two
+        versions starts over from its prompt (unless mixed versions are allowed); returns False then."""
+        version = meta.get("weight_version")
+        if version is None:
+            return True  # an instance that does not report versions
+        version = str(version)
+        chunk.weight_version = version
+        for seen in [version] + [str(s["version"]) for s in meta.get("weight_versions") or []]:
+            if seen not in self.weight_versions_seen:
+                self.weight_versions_seen.append(seen)
+                if len(self.weight_versions_seen) > 1:
+                    logger.info("instance %d runs weight version %r", chunk.instance, seen)
+                    if self.hooks.on_weight_version is not None:
+                        self.hooks.on_weight_version(seen)
+        spans = [(str(s["version"]), base + int(s["start"]), base + int(s["end"]))
+                 for s in meta.get("weight_versions") or []] or [(version, base, sample.generated)]
+        if not sample.add_versions(spans) or self.mixed_weight_versions:
+            return True
+        if sample.on_tokens is not None:  # streamed tokens cannot be taken back
+            sample.error, sample.error_status, sample.finish_reason = (
+                f"the model's weights changed while this sample streamed (versions "
+                f"{sorted({v for v, _, _ in sample.token_versions})}); send it again", 409, "error")
+            self._complete(sample, SampleState.FAILED)
+            return False
+        logger.info("weights changed under %s (%s): generating it again from its prompt", sample.rid,
+                    " -> ".join(v for v, _, _ in sample.token_versions))
+        sample.restart()
+        self.buffer.requeue(sample)
+        return False
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
         chunk.cached_tokens = meta.get("cached_tokens", 0)
@@ -384,9 +428,11 @@ class RolloutEngine:
     async def _probe_pool(self, sample: Sample) -> None:
         """Learn how much of the sample's context is in the pool, for the cost of moving it."""
         await asyncio.sleep(self.hooks.pool_probe_delay_s)
-        context = sample.context_ids
+        context, version = sample.context_ids, sample.weight_version
+        if version is None:
+            return
         try:
-            sample.pool_tokens = await asyncio.to_thread(self.hooks.pool_probe, context)
+            sample.pool_tokens = await asyncio.to_thread(self.hooks.pool_probe, context, version)
         except Exception as e:  # a pool that is down only makes moves look as costly as recompute
             logger.debug("pool probe failed: %s", e)
             sample.pool_tokens = 0

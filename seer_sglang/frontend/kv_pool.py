@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..config import KV_POOL
 from ..core.migration import MigrationCost
+from ..wire import weight_namespace
 
 logger = logging.getLogger("seer_sglang.frontend")
 
@@ -38,17 +39,19 @@ class FilePool:
         self.max_bytes = int(size_gb * 2**30)
         self.evicted_files = 0
 
-    def page_hashes(self, token_ids: list[int]) -> list[str]:
-        from sglang.srt.mem_cache.utils import get_hash_str
+    def page_hashes(self, token_ids: list[int], weight_version: str) -> list[str]:
+        """The pages' names under the key the plugin gives every request: its weight version."""
+        from sglang.srt.mem_cache.utils import get_hash_str, storage_namespace_seed
 
         full = len(token_ids) - len(token_ids) % self.page_size
         if full == 0:
             return []
-        return list(get_hash_str(token_ids[:full], None, self.page_size))
+        seed = storage_namespace_seed(weight_namespace(weight_version), None)
+        return list(get_hash_str(token_ids[:full], seed, self.page_size))
 
-    def pooled_tokens(self, token_ids: list[int]) -> int:
-        """Tokens of the longest prefix of ``token_ids`` whose pages are all in the pool."""
-        hashes = self.page_hashes(token_ids)
+    def pooled_tokens(self, token_ids: list[int], weight_version: str) -> int:
+        """Tokens of the longest prefix of ``token_ids`` whose pages the pool holds for these weights."""
+        hashes = self.page_hashes(token_ids, weight_version)
         lo, hi = 0, len(hashes)  # pages are written prefix first: binary search the last present one
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -142,14 +145,14 @@ class PoolAccess:
         file_pool = FilePool(directory, served_model_name, page_size, size_gb) if kind == "file" else None
         return cls(kind, page_size, file_pool)
 
-    def probe(self) -> Callable[[list[int]], int] | None:
+    def probe(self) -> Callable[[list[int], str], int] | None:
         """How much of a context the pool holds: a file pool's page files are checked; a Mooncake store
         is not queried, its write-through is taken as done (whole pages), so moves are priced as loads."""
         if self.file_pool is not None:
             return self.file_pool.pooled_tokens
         if self.kind == "mooncake":
             whole_pages = MigrationCost(page_size=self.page_size).pooled
-            return lambda ids: whole_pages(len(ids))
+            return lambda ids, weight_version: whole_pages(len(ids))
         return None
 
     async def clear(self) -> int:

@@ -122,8 +122,11 @@ class Frontend:
             completion_tokens=sample.generated, submitted_at=sample.submitted_at,
             first_token_s=(sample.first_token_at - sample.submitted_at) if sample.first_token_at else None,
             latency_s=end - sample.submitted_at, spec=spec_totals([sample]),
+            weight_version=sample.weight_version, regenerations=sample.regenerations,
+            weight_versions=[list(span) for span in sample.token_versions] if len(sample.token_versions) > 1 else None,
             chunks=[ChunkJSON(instance=c.instance, start=c.start, end=c.end, tokens=c.new_tokens,
                               cached_tokens=c.cached_tokens, kv=chunk_sources(c),
-                              spec={"draft_steps": c.draft_steps, "accepted_tokens": c.accepted_tokens})
+                              spec={"draft_steps": c.draft_steps, "accepted_tokens": c.accepted_tokens},
+                              weight_version=c.weight_version)
                     for c in sample.chunks],
         ).to_json()

@@ -44,11 +44,12 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
-    from . import hicache_cpu, queue_order, seeded_sampling, spec_registry, transfer_gate
+    from . import hicache_cpu, queue_order, seeded_sampling, spec_registry, transfer_gate, weight_namespace
 
     seeded_sampling.register_hooks()
     queue_order.register_hooks()
     spec_registry.register_spec()
     hicache_cpu.register_hooks()
     transfer_gate.register_hooks()
+    weight_namespace.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -22,6 +22,11 @@ def _generate(url: str, ids: list[int], n: int) -> dict:
     return r.json()
 
 
+def _weight_version(url: str) -> str:
+    """The weights an instance runs; the plugin keys every pool page by them."""
+    return httpx.get(f"{url}/model_info", timeout=10).json()["weight_version"]
+
+
 @pytest.fixture(scope="module")
 def pool_info(seer_url: str) -> dict:
     info = httpx.get(f"{seer_url}/kv_pool", timeout=10).json()
@@ -36,13 +41,15 @@ def instance_urls(seer_url: str) -> list[str]:
     return urls
 
 
-def _wait_pooled(pool: FilePool, ids: list[int], want: int, timeout_s: float = 30.0) -> int:
-    """The instance's write-through reaches the pool a few ms after it answers: wait for the pages."""
+def _wait_pooled(pool: FilePool, ids: list[int], want: int, url: str, timeout_s: float = 30.0) -> int:
+    """The instance's write-through reaches the pool a few ms after it answers: wait for the pages
+    (keyed by the weight version of the instance at ``url``)."""
+    version = _weight_version(url)
     deadline = time.monotonic() + timeout_s
-    have = pool.pooled_tokens(ids)
+    have = pool.pooled_tokens(ids, version)
     while have < want and time.monotonic() < deadline:
         time.sleep(0.05)
-        have = pool.pooled_tokens(ids)
+        have = pool.pooled_tokens(ids, version)
     return have
 
 
@@ -54,7 +61,7 @@ def test_request_moved_between_instances_loads_its_kv_from_the_pool(seer_url, pl
     first = _generate(a, prompt, 64)["output_ids"]
     context = prompt + first
     pool = FilePool(pool_info["directory"], tiny_model, pool_info["page_size"], 1.0)
-    pooled = _wait_pooled(pool, context, len(context) - len(context) % PAGE)
+    pooled = _wait_pooled(pool, context, len(context) - len(context) % PAGE, a)
     assert pooled >= len(context) - PAGE, f"pool holds {pooled} of {len(context)} tokens"
 
     moved = _generate(b, context, 32)
@@ -114,7 +121,7 @@ def test_pool_down_falls_back_to_recompute(seer_url, plain_url, instance_urls, p
     prompt = list(range(300, 500))
     first = _generate(a, prompt, 32)["output_ids"]
     pool = FilePool(directory, tiny_model, pool_info["page_size"], 1.0)
-    assert _wait_pooled(pool, prompt + first, 224) >= 224
+    assert _wait_pooled(pool, prompt + first, 224, a) >= 224
 
 
 def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, tmp_path):
@@ -149,7 +156,7 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
             "input_ids": prompt, "sampling_params": {"max_new_tokens": 2000, "temperature": 0, "ignore_eos": True}},
             timeout=600)))
         worker.start()
-        assert _wait_pooled(pool, prompt, 320, timeout_s=120) == 320  # its prompt pages are written ...
+        assert _wait_pooled(pool, prompt, 320, doomed.url, timeout_s=120) == 320  # its prompt pages are written ...
         time.sleep(1.0)  # ... and it is decoding (and writing decoded pages) when it dies
         victim = psutil.Process(doomed.popen.pid)
         for p in [victim] + victim.children(recursive=True):

@@ -98,14 +98,16 @@ def test_transfer_gate_holds_a_piece_until_enough_decode_steps():
 def test_file_pool_finds_the_longest_stored_prefix_and_bounds_its_size(tmp_path):
     pool = FilePool(tmp_path, "org/model", page_size=4, size_gb=1.0)
     tokens = list(range(100, 130))  # 7 full pages + 2 tokens
-    hashes = pool.page_hashes(tokens)
+    hashes = pool.page_hashes(tokens, "v1")
     assert len(hashes) == 7 and len(set(hashes)) == 7
-    assert pool.pooled_tokens(tokens) == 0
+    assert pool.pooled_tokens(tokens, "v1") == 0
     for h in hashes[:5]:
         (tmp_path / f"{h}_org-model_0_1.bin").write_bytes(b"x" * 1000)
-    assert pool.pooled_tokens(tokens) == 20
-    assert pool.pooled_tokens(tokens[:10]) == 8
-    assert pool.pooled_tokens([1, 2] + tokens) == 0  # another context: other hashes
+    assert pool.pooled_tokens(tokens, "v1") == 20
+    assert pool.pooled_tokens(tokens[:10], "v1") == 8
+    assert pool.pooled_tokens([1, 2] + tokens, "v1") == 0  # another context: other hashes
+    assert pool.pooled_tokens(tokens, "v2") == 0  # pages of other weights are other pages
+    assert not set(pool.page_hashes(tokens, "v2")) & set(hashes)
     pool.max_bytes = 3500
     for i, h in enumerate(hashes[:5]):
         os.utime(tmp_path / f"{h}_org-model_0_1.bin", (1000 + i, 1000 + i))
@@ -121,6 +123,6 @@ def test_router_probe_per_pool_kind(tmp_path):
 
     access = PoolAccess.of("file", 16, tmp_path, "m", 1.0)
     assert access.probe() == access.file_pool.pooled_tokens
-    assert PoolAccess.of("mooncake", 16).probe()(list(range(70))) == 64
-    assert PoolAccess.of("mooncake", 32).probe()(list(range(70))) == 64
+    assert PoolAccess.of("mooncake", 16).probe()(list(range(70)), "v1") == 64
+    assert PoolAccess.of("mooncake", 32).probe()(list(range(70)), "v1") == 64
     assert PoolAccess.of("none", 16).probe() is None

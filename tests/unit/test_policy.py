@@ -228,3 +228,19 @@ def test_continuation_stays_on_its_instance_unless_much_less_loaded_elsewhere():
 
     assert pick(140) == 1  # within the slack: stay, its KV is cached there
     assert pick(300) == 0  # far more loaded: move
+
+
+def test_a_sample_tracks_the_weight_versions_of_its_tokens_and_restarts_clean():
+    sample = group("w", n=1, seed=3).samples[0]
+    seed = sample.sampling_seed
+    sample.output_ids, sample.logprobs = [1, 2, 3], [-0.1, -0.2, -0.3]
+    assert not sample.add_versions([("v1", 0, 2)]) and not sample.add_versions([("v1", 2, 3)])
+    assert sample.token_versions == [("v1", 0, 3)] and sample.weight_version == "v1"
+    sample.output_ids += [4, 5]
+    assert sample.add_versions([("v2", 3, 5)])  # now two versions
+    assert sample.token_versions == [("v1", 0, 3), ("v2", 3, 5)] and sample.weight_version == "v2"
+    sample.finish_reason = "length"
+    sample.restart()
+    assert sample.output_ids == [] and sample.logprobs == [] and sample.token_versions == []
+    assert sample.finish_reason is None and sample.regenerations == 1 and sample.weight_version is None
+    assert sample.sampling_seed == seed  # the same draws again, on the new weights

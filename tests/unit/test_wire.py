@@ -25,7 +25,8 @@ def test_sample_schema_round_trips():
                                                                   "recomputed": 2},
                                                               spec={"draft_steps": 1, "accepted_tokens": 0})],
                         rid="g-2", spec={"draft_steps": 1, "accepted_tokens": 0, "mean_acceptance_length": 1.0},
-                        top_logprobs=[[[5, -0.5]], [[6, -1.0]]], submitted_at=9.5)
+                        top_logprobs=[[[5, -0.5]], [[6, -1.0]]], submitted_at=9.5, weight_version="v2",
+                        weight_versions=[["v1", 0, 1], ["v2", 1, 2]], regenerations=1)
     body = sample.to_json()
     assert body["timing"] == {"submitted_at": 9.5, "first_token_s": 0.25, "latency_s": 1.5}
     assert body["chunks"][0]["tokens"] == 2 and body["chunks"][0]["kv"]["recomputed"] == 2

@@ -3,6 +3,7 @@ continue, cache flush, weight update. The frontend's own state (buffer, pool) ch
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -68,8 +69,11 @@ async def update_weights_from_disk(request: Request):
     body = await json_body(request)
     if not isinstance(body, dict) or not body.get("model_path"):
         raise APIError("model_path is required", param="model_path")
+    # Every update gets a version name, so samples can tell which weights made them.
+    body.setdefault("weight_version", f"update-{uuid.uuid4().hex[:12]}")
     # The pool's pages were computed by the old weights: a continuation must never load them.
     await fe.pool.clear()
     response = await fan_out(fe, "/update_weights_from_disk", body)
     await fe.pool.clear()  # and whatever an in-flight write put there meanwhile
+    response.headers["x-seer-weight-version"] = str(body["weight_version"])
     return response

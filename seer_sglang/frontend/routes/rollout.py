@@ -68,6 +68,8 @@ def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: fl
             "prompt_tokens": sum(len(s.prompt_ids) for s in samples), "elapsed_s": elapsed,
             "throughput_tok_s": tokens / elapsed if elapsed > 0 else 0.0,
             "failed": sum(1 for s in samples if s.error),
+            "weight_versions": sorted({v for s in samples for v, _, _ in s.token_versions}),
+            "regenerations": sum(s.regenerations for s in samples),
             "kv": rollout_sources(samples, fe.engine.policy.migration),
             "spec": spec_totals(samples),
             **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline_since(started)]}

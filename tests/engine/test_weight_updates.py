@@ -1,0 +1,99 @@
+"""A weight update in the middle of a rollout: every sample comes from one weight version, and its
+tokens are those of plain SGLang on that version. The second version is the tiny model with other
+weights, so a sample that mixed them, or loaded KV computed by the old ones, would show it."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+CHUNK = 16
+MAX_TOKENS = 160
+
+
+@pytest.fixture(scope="module")
+def other_weights(tiny_model, tmp_path_factory) -> str:
+    """The tiny model with every weight moved by seeded noise: same shapes and tokenizer, other outputs."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("tiny-b")
+    for item in Path(tiny_model).iterdir():
+        if item.is_file() and item.suffix != ".safetensors":
+            shutil.copy(item, out / item.name)
+    gen = torch.Generator().manual_seed(1)
+    for shard in Path(tiny_model).glob("*.safetensors"):
+        tensors = load_file(str(shard))
+        moved = {name: (t.float() + 0.5 * t.float().std() * torch.randn(t.shape, generator=gen)).to(t.dtype)
+                 for name, t in tensors.items()}
+        save_file(moved, str(out / shard.name), metadata={"format": "pt"})
+    return str(out)
+
+
+def _greedy(url: str, prompts: list[list[int]]) -> list[list[int]]:
+    with httpx.Client(timeout=600) as http:
+        return [http.post(f"{url}/generate", json={"input_ids": p, "sampling_params": {
+            "max_new_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}}).json()["output_ids"] for p in prompts]
+
+
+def _update(url: str, model_path: str, **extra) -> httpx.Response:
+    r = httpx.post(f"{url}/update_weights_from_disk", json={"model_path": model_path, **extra}, timeout=600)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_tokens(
+        seer_url, plain_url, tiny_model, other_weights):
+    prompts = [[(31 * p + 7 * i) % 1900 + 40 for i in range(24 + 3 * p)] for p in range(6)]
+    old_tokens = _greedy(plain_url, prompts)
+    _update(plain_url, other_weights, weight_version="plain-b")
+    try:
+        new_tokens = _greedy(plain_url, prompts)
+    finally:
+        _update(plain_url, tiny_model, weight_version="plain-a")
+    assert all(a != b for a, b in zip(old_tokens, new_tokens))  # the two versions really differ
+
+    before = httpx.get(f"{seer_url}/scheduler").json()
+    httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": CHUNK}, timeout=30).raise_for_status()
+    box: dict = {}
+    body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "ignore_eos": True}
+    worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{seer_url}/v1/rollout", json=body,
+                                                                     timeout=900)))
+    try:
+        worker.start()
+        deadline = time.monotonic() + 120
+        while not _chunks_in_flight(seer_url) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few chunks back: the update lands while samples are half done
+        update = _update(seer_url, other_weights)  # through the frontend: it names the version
+        worker.join(900)
+        assert not worker.is_alive()
+    finally:
+        httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
+        _update(seer_url, tiny_model, weight_version="restored")
+    new_version = update.headers["x-seer-weight-version"]
+    assert all(i["status"] == 200 for i in update.json()["instances"])
+    r = box["r"]
+    assert r.status_code == 200, r.text
+    data = r.json()
+    samples = data["samples"]
+    assert len(samples) == 12 and data["summary"]["failed"] == 0
+    assert data["summary"]["regenerations"] > 0, data["summary"]  # the update landed mid-sample
+    assert len(data["summary"]["weight_versions"]) == 2
+    for s in samples:
+        assert s["weight_versions"] is None, s["weight_versions"]  # never two versions in one sample
+        assert {c["weight_version"] for c in s["chunks"][-(MAX_TOKENS // CHUNK):]} == {s["weight_version"]}
+        want = new_tokens if s["weight_version"] == new_version else old_tokens
+        assert s["output_ids"] == want[s["prompt_index"]], (s["rid"], s["weight_version"], s["regenerations"])
+    assert any(s["weight_version"] == new_version for s in samples)
+
+
+def _chunks_in_flight(seer_url: str) -> bool:
+    instances = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]
+    return sum(i["inflight_chunks"] for i in instances) > 0
