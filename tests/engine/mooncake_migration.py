@@ -32,7 +32,7 @@ def main(log_dir: str) -> None:
         a, b = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
         prompt = [(37 * i) % 900 + 5 for i in range(300)]
         first = generate(a, prompt, 64)["output_ids"]
-        time.sleep(3.0)  # write-through reaches the store a few ms after A answers (seconds on a busy machine)
+        time.sleep(8.0)  # write-through reaches the store a few ms after A answers (seconds on a busy machine)
         moved = generate(b, prompt + first, 32)
         unmoved = generate(a, prompt, 96)["output_ids"]
         details = moved["meta_info"].get("cached_tokens_details") or {}

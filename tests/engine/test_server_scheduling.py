@@ -79,6 +79,33 @@ def test_seeded_sampling_is_identical_chunked_and_unchunked(seer_url, restore_sc
     assert len({tuple(s["output_ids"]) for s in whole}) == len(whole)  # siblings differ
 
 
+def test_logprobs_across_chunk_boundaries_equal_unchunked_runs(seer_url, plain_url, restore_scheduler):
+    """Chunks of 16 on the speculative server (float32): temperature 0 against plain SGLang run
+    unchunked, temperature 1 with a seed against the same request unchunked; tokens equal and every
+    logprob within 1e-4, also at the chunk boundaries."""
+    ids = prompts(3, seed=9)
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    greedy = rollout(seer_url, {"prompts": [{"input_ids": p} for p in ids], "n": 1, "max_tokens": 56,
+                                "temperature": 0, "ignore_eos": True, "logprobs": True})
+    with httpx.Client(timeout=600) as http:
+        for s, p in zip(greedy, ids):
+            ref = http.post(f"{plain_url}/generate", json={
+                "input_ids": p, "return_logprob": True, "logprob_start_len": -1,
+                "sampling_params": {"max_new_tokens": 56, "temperature": 0, "ignore_eos": True}}).json()
+            assert len(s["chunks"]) == 4 and s["output_ids"] == ref["output_ids"]
+            want = [lp for lp, *_ in ref["meta_info"]["output_token_logprobs"]]
+            assert max(abs(a - b) for a, b in zip(s["logprobs"], want)) < 1e-4
+    seeded = {"prompts": [{"input_ids": p} for p in ids], "n": 2, "max_tokens": 56, "temperature": 1.0,
+              "ignore_eos": True, "logprobs": True, "seed": 77}
+    chunked = rollout(seer_url, seeded)
+    set_scheduler(seer_url, "group")
+    whole = rollout(seer_url, seeded)
+    for c, w in zip(chunked, whole):
+        assert len(c["chunks"]) == 4 and len(w["chunks"]) == 1
+        assert c["output_ids"] == w["output_ids"]
+        assert max(abs(a - b) for a, b in zip(c["logprobs"], w["logprobs"])) < 1e-4
+
+
 def test_temperature_1_chunked_distribution_equals_plain_sglang(seer_url, plain_url, restore_scheduler):
     """Two-sample chi-square on the tokens right after a chunk boundary (positions 16 and 17):
     chunked seer samples (random seeds) vs plain SGLang's own sampler on the same prompt."""

