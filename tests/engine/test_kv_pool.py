@@ -101,6 +101,31 @@ def test_rollout_reports_kv_sources_and_moves_are_exact(seer_url, plain_url):
                 assert sample["output_ids"] == want
 
 
+def test_pages_of_earlier_weights_are_never_loaded(instance_urls, pool_info, tiny_model):
+    """Pages written before a weight update are keyed by the old version: after the update (straight at
+    the instances, no cache flush) a continuation finds none of them on the device, in the host tier
+    or in the pool, and the pages of the new version are found again."""
+    a, b = instance_urls
+    prompt = [(53 * i) % 1500 + 30 for i in range(260)]
+    first = _generate(a, prompt, 48)["output_ids"]
+    context = prompt + first
+    pool = FilePool(pool_info["directory"], tiny_model, pool_info["page_size"], 1.0)
+    assert _wait_pooled(pool, context, len(context) - PAGE, a) >= len(context) - PAGE
+    assert _generate(a, context, 4)["meta_info"]["cached_tokens"] >= len(context) - PAGE  # a hit, before
+    version = f"test-{random.randrange(1 << 30)}"
+    for url in (a, b):
+        r = httpx.post(f"{url}/update_weights_from_disk", timeout=300, json={
+            "model_path": tiny_model, "weight_version": version, "flush_cache": False})
+        assert r.status_code == 200, r.text
+    moved = _generate(b, context, 4)["meta_info"]  # the pool holds only pages of the old weights
+    assert moved["weight_version"] == version and moved["cached_tokens"] == 0, moved
+    assert _wait_pooled(pool, context, len(context) - PAGE, b) >= len(context) - PAGE  # B wrote new ones
+    again = _generate(a, context, 4)["meta_info"]
+    details = again.get("cached_tokens_details") or {}
+    assert details.get("device", 0) == 0, again  # A's own device pages are of the old weights
+    assert again["cached_tokens"] >= len(context) - PAGE, again  # ... and B's new pages serve it
+
+
 def test_pool_down_falls_back_to_recompute(seer_url, plain_url, instance_urls, pool_info, tiny_model):
     """With the pool's directory gone (replaced by a file), moves recompute: no error, same tokens."""
     a, b = instance_urls
