@@ -30,6 +30,8 @@ def test_completions_n4_is_one_group(client, model, seer_url):
     assert len({c.text for c in out.choices}) > 1  # siblings sample independently
     again = client.completions.create(model=model, prompt=PROMPT, n=4, max_tokens=12, temperature=1.0, seed=3)
     assert [c.text for c in again.choices] == [c.text for c in out.choices]  # seeded = reproducible
+    versions = [(r.model_extra or {})["metadata"]["weight_version"] for r in (out, again)]
+    assert versions[0] and versions[0] == versions[1]
 
 
 def test_chat_n4(client, model):
@@ -38,6 +40,8 @@ def test_chat_n4(client, model):
     assert len(out.choices) == 4
     assert all(c.message.role == "assistant" and isinstance(c.message.content, str) for c in out.choices)
     assert out.usage.prompt_tokens > 0
+    version = (out.model_extra or {})["metadata"]["weight_version"]  # SGLang's field: the sampling weights
+    assert isinstance(version, str) and version
 
 
 def test_chat_streaming_n4_matches_non_streaming_at_temperature_0(client, model):

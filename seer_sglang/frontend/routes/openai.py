@@ -52,6 +52,16 @@ def _choices(groups: list[Group]) -> list[tuple[int, Sample]]:
     return out
 
 
+def _metadata(groups: list[Group]) -> dict[str, Any]:
+    """SGLang's ``metadata`` of an OpenAI response: the weight version of the first choice (and its
+    per-token versions when it ran on several)."""
+    first = groups[0].samples[0]
+    meta: dict[str, Any] = {"weight_version": first.weight_version}
+    if len(first.token_versions) > 1:
+        meta["weight_versions"] = [{"version": v, "start": a, "end": b} for v, a, b in first.token_versions]
+    return meta
+
+
 def _finish(sample: Sample) -> str:
     return sample.finish_reason if sample.finish_reason in ("stop", "length") else (sample.finish_reason or "stop")
 
@@ -142,7 +152,7 @@ async def completions(req: CompletionRequest, request: Request):
         choices.append({"index": index, "text": text, "finish_reason": _finish(sample),
                         "logprobs": _completion_logprobs(fe, sample) if sample.params.logprobs else None})
     return JSONResponse({"id": rid, "object": "text_completion", "created": created, "model": model,
-                         "choices": choices, "usage": _usage(groups)})
+                         "choices": choices, "usage": _usage(groups), "metadata": _metadata(groups)})
 
 
 def _completion_logprobs(fe: Frontend, sample: Sample) -> dict[str, Any]:
@@ -207,7 +217,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
                         "logprobs": _chat_logprobs(fe, sample) if sample.params.logprobs else None,
                         "finish_reason": _finish(sample)})
     return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
-                         "choices": choices, "usage": _usage(groups)})
+                         "choices": choices, "usage": _usage(groups), "metadata": _metadata(groups)})
 
 
 @router.get("/v1/models")
