@@ -329,17 +329,17 @@ class RolloutEngine:
         version = meta.get("weight_version")
         if version is None:
             return True  # an instance that does not report versions
-        version = str(version)
-        chunk.weight_version = version
-        for seen in [version] + [str(s["version"]) for s in meta.get("weight_versions") or []]:
+        chunk.weight_version = str(version)
+        # SGLang gives spans only for a request that ran across an update; its last span is the version.
+        spans = [(str(s["version"]), base + int(s["start"]), base + int(s["end"]))
+                 for s in meta.get("weight_versions") or []] or [(chunk.weight_version, base, sample.generated)]
+        for seen, _, _ in spans:
             if seen not in self.weight_versions_seen:
                 self.weight_versions_seen.append(seen)
                 if len(self.weight_versions_seen) > 1:
                     logger.info("instance %d runs weight version %r", chunk.instance, seen)
                     if self.hooks.on_weight_version is not None:
                         self.hooks.on_weight_version(seen)
-        spans = [(str(s["version"]), base + int(s["start"]), base + int(s["end"]))
-                 for s in meta.get("weight_versions") or []] or [(version, base, sample.generated)]
         if not sample.add_versions(spans) or self.mixed_weight_versions:
             return True
         if sample.on_tokens is not None:  # streamed tokens cannot be taken back

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.accounting import chunk_sources, spec_totals
-from ..core.request import Group, Sample, SampleState, SamplingParams
+from ..core.request import Group, Sample, SampleState, SamplingParams, group_seed_key
 from ..wire import ChunkJSON, SampleJSON
 from .engine import NoHealthyInstance, RolloutEngine
 from .errors import APIError
@@ -82,14 +82,16 @@ class Frontend:
         except Exception as e:  # template errors are the caller's input
             raise APIError(f"cannot apply the chat template: {e}", param=param) from e
 
-    def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str,
-                   oracle_lengths: list[int] | None = None,
-                   custom_params: list[dict[str, Any]] | None = None, seed_key: str = "") -> Group:
-        """``seed_key``: the group's identity for its seeds (``core.request.group_seed_key``)."""
+    def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str, *,
+                   position: int, requested_id: str | None = None, oracle_lengths: list[int] | None = None,
+                   custom_params: list[dict[str, Any]] | None = None) -> Group:
+        """The group of the prompt at ``position`` in its request; its seeds are keyed by the group id the
+        caller asked for, else by that position and the prompt (``core.request.group_seed_key``)."""
         for name, values in (("oracle_lengths", oracle_lengths), ("custom_params", custom_params)):
             if values is not None and len(values) != n:
                 raise APIError(f"{name} has {len(values)} entries for n={n}", param=name)
-        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params, seed_key)
+        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params,
+                          group_seed_key(prompt_ids, position, requested_id))
 
     def submit(self, groups: list[Group]) -> None:
         self.check_available()

@@ -74,9 +74,8 @@ async def update_weights_from_disk(request: Request):
     # KV pages are keyed by weight version (plugin/weight_namespace.py): old ones can never be matched
     # again, and age out of the caches. SGLang's own flush fails while a rollout's chunks are queued.
     body.setdefault("flush_cache", False)
-    # The pool's pages were computed by the old weights: a continuation must never load them.
-    await fe.pool.clear()
     response = await fan_out(fe, "/update_weights_from_disk", body)
-    await fe.pool.clear()  # and whatever an in-flight write put there meanwhile
+    # The pool's pages are keyed by the old version now, so none can be loaded again: drop them.
+    await fe.pool.clear()
     response.headers["x-seer-weight-version"] = str(body["weight_version"])
     return response

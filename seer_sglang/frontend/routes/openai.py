@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...core.request import Group, Sample, SamplingParams, group_seed_key
+from ...core.request import Group, Sample, SamplingParams
 from ..errors import APIError
 from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..state import Frontend
@@ -22,12 +22,16 @@ from .common import frontend
 router = APIRouter()
 
 
-def _params(req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
+def _refuse_unhonoured(req) -> None:
+    """A sampling field seer cannot apply exactly is refused by name, before any work is done."""
     refused = req.refused_field()
     if refused is not None:
         name, why = refused
         raise APIError(f"{name} is not supported by seer_sglang ({why}); leave it unset", param=name,
                        code="unsupported_parameter")
+
+
+def _params(req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
     return SamplingParams(
         skip_special_tokens=req.skip_special_tokens,
         max_new_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
@@ -119,19 +123,20 @@ async def completions(req: CompletionRequest, request: Request):
     fe = frontend(request)
     fe.check_model(req.model)
     fe.check_available()
+    _refuse_unhonoured(req)
     prompts = req.prompt
     if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
         prompts = [prompts]
     if not prompts:
         raise APIError("prompt must not be empty", param="prompt")
     max_tokens = req.max_tokens or 16
+    params = _params(req, max_tokens, req.logprobs is not None, req.logprobs or 0)
     groups = []
     for i, prompt in enumerate(prompts):
         ids = fe.tokenizer.encode_text(prompt) if isinstance(prompt, str) else list(prompt)
         fe.check_prompt(ids, max_tokens)
-        params = _params(req, max_tokens, req.logprobs is not None, req.logprobs or 0)
         gid = fe.new_group_id(req.group_id, f"-{i}" if len(prompts) > 1 else "")
-        groups.append(fe.make_group(ids, req.n, params, gid, seed_key=group_seed_key(ids, i, req.group_id)))
+        groups.append(fe.make_group(ids, req.n, params, gid, position=i, requested_id=req.group_id))
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:
@@ -186,12 +191,13 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     fe = frontend(request)
     fe.check_model(req.model)
     fe.check_available()
+    _refuse_unhonoured(req)
     ids = fe.encode_messages(req.messages)
     max_tokens = req.max_completion_tokens or req.max_tokens or max(1, fe.model.context_length - len(ids))
     fe.check_prompt(ids, max_tokens, param="messages")
     params = _params(req, max_tokens, req.logprobs, req.top_logprobs or 0)
-    groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id),
-                            seed_key=group_seed_key(ids, 0, req.group_id))]
+    groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id), position=0,
+                            requested_id=req.group_id)]
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...core.accounting import rollout_sources, spec_totals
-from ...core.request import Group, Sample, SamplingParams, group_seed_key
+from ...core.request import Group, Sample, SamplingParams
 from ..errors import APIError
 from ..protocol import RolloutPrompt, RolloutRequest
 from ..state import Frontend
@@ -51,8 +51,8 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         gid = fe.new_group_id(prompt.group_id)
         if gid in prompt_index:
             raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")
-        groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, prompt.oracle_lengths,
-                                    prompt.custom_params, group_seed_key(ids, i, prompt.group_id)))
+        groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, position=i, requested_id=prompt.group_id,
+                                    oracle_lengths=prompt.oracle_lengths, custom_params=prompt.custom_params))
         prompt_index[gid] = i
     return groups, prompt_index
 
