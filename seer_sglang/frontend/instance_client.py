@@ -59,12 +59,20 @@ def _error_message(response: httpx.Response) -> str:
     return str(err)
 
 
+# SGLang's server closes a connection idle for SGLANG_TIMEOUT_KEEP_ALIVE (5 s). With httpx's default
+# expiry (also 5 s) a chunk sent on a connection idle that long races the server's close and fails with
+# a ReadError: the chunk is taken for lost and its instance for down. Idle connections are dropped here
+# well before the server would.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class InstanceClient:
     def __init__(self, url: str, index: int, timeout_s: float | None = None):
         self.url = url.rstrip("/")
         self.index = index
         self._http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0),
-                                       limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+                                       limits=httpx.Limits(max_connections=None, max_keepalive_connections=64,
+                                                           keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     def __repr__(self) -> str:
         return f"InstanceClient({self.index}, {self.url})"

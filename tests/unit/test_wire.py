@@ -53,3 +53,11 @@ def test_the_plugin_rekeys_a_request_to_one_weight_version():
     assert rekey("lora-7", "v1") == "lora-7|weight_version=v1"
     assert rekey("lora-7|weight_version=v1", "v2") == "lora-7|weight_version=v2"
     assert rekey(rekey("weight_version=v1", "v2"), "v2") == "weight_version=v2"
+
+
+def test_the_instance_client_drops_idle_connections_before_sglang_closes_them():
+    from sglang.srt.environ import envs
+
+    from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
+
+    assert KEEPALIVE_EXPIRY_S < envs.SGLANG_TIMEOUT_KEEP_ALIVE.get() / 2
