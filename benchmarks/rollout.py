@@ -37,7 +37,7 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
-from seer_sglang.sim.step_model import StepModel
+from seer_sglang.core.step_model import StepModel
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, save_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -151,6 +151,19 @@ class DraftConfig:
 
 
 @dataclass(frozen=True)
+class EmulationConfig:
+    profile: Optional[str] = flag(None, "--emulate", "EMULATION, not a GPU measurement: pad every forward step "
+                                  "of every instance to the time a step-time profile gives for its batch "
+                                  "(h100-70b, moe-kimi-k2, cpu-smollm2 from seer_sglang/profiles, or a JSON file)")
+    time_scale: float = flag(1.0, "--emulate-time-scale", "stretch every emulated time by this factor, so the "
+                             "real model's steps stay below the emulated ones (default: %(default)s)")
+    length_scale: float = flag(1.0, "--emulate-length-scale", "the workload's lengths relative to the "
+                               "profile's: each instance holds this share of the profile's KV tokens, and a KV "
+                               "token costs 1/this as much to read (default: %(default)s)")
+    max_overrun_share: float = 0.05  # a run with more steps slower than the model measured the host
+
+
+@dataclass(frozen=True)
 class PluginConfig:
     """What the seer plugin inside an SGLang instance reads from its environment."""
 
@@ -161,6 +174,11 @@ class PluginConfig:
     transfer_scheduler: bool = env_only(False, "SEER_TRANSFER_SCHEDULER", "pool transfers yield to decode")
     transfer_starvation_steps: int = env_only(KVPoolConfig.transfer_starvation_steps,
                                               "SEER_TRANSFER_STARVATION_STEPS", "bound on a transfer's wait")
+    emulate: Optional[str] = env_only(None, "SEER_EMULATE", "step-time profile the forward steps are padded to")
+    emulate_time_scale: float = env_only(EmulationConfig.time_scale, "SEER_EMULATE_TIME_SCALE",
+                                         "factor on every emulated time")
+    emulate_length_scale: float = env_only(EmulationConfig.length_scale, "SEER_EMULATE_LENGTH_SCALE",
+                                           "the workload's lengths relative to the profile's")
 
     def to_env(self) -> dict[str, str]:
         """The environment that gives an instance this config (unset fields stay unset)."""
@@ -185,6 +203,8 @@ class PluginConfig:
                 values[f.name] = raw == "1"
             elif isinstance(default, int):
                 values[f.name] = int(raw)
+            elif isinstance(default, float):
+                values[f.name] = float(raw)
             else:
                 values[f.name] = raw
         return cls(**values)
@@ -198,10 +218,11 @@ class SeerConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     kv_pool: KVPoolConfig = field(default_factory=KVPoolConfig)
     draft: DraftConfig = field(default_factory=DraftConfig)
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
 
 
 SECTIONS = {"frontend": FrontendConfig, "instances": InstancesConfig, "scheduler": SchedulerConfig,
-            "rollout": RolloutConfig, "kv_pool": KVPoolConfig, "draft": DraftConfig}
+            "rollout": RolloutConfig, "kv_pool": KVPoolConfig, "draft": DraftConfig, "emulation": EmulationConfig}
 
 # The defaults, for pure code that takes them as keyword defaults.
 SCHEDULER = SchedulerConfig()
@@ -209,6 +230,7 @@ ROLLOUT = RolloutConfig()
 KV_POOL = KVPoolConfig()
 DRAFT = DraftConfig()
 INSTANCES = InstancesConfig()
+EMULATION = EmulationConfig()
 
 
 def _dest(section: str, name: str) -> str:

@@ -99,6 +99,7 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
           t0: float) -> None:
     """Start (or attach to) the instances, the KV pool and the draft server, then serve the frontend
     until stopped; everything started here is stopped on the way out."""
+    from .launch import emulation
     from .launch.drafting import start_drafting
     from .launch.instances import (InstanceSpec, InstanceStartError, cpu_threads_per_instance, cuda_device_count,
                                    has_cuda, seeded_sampling, start_instance, stop_instances, wait_healthy)
@@ -127,8 +128,10 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
             pool = start_kv_pool(config.kv_pool, sglang_args, log_dir, model_path, cpu=not gpu,
                                  with_plugin=not inst.no_plugin)
             drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin)
-            plugin = PluginConfig(**{**pool.plugin_settings(), **drafts.plugin_settings()})
-            instance_args = sglang_args + pool.setup.instance_args(sglang_args) + drafts.instance_args(sglang_args)
+            plugin = PluginConfig(**{**pool.plugin_settings(), **drafts.plugin_settings(),
+                                     **emulation.plugin_settings(config.emulation)})
+            instance_args = (sglang_args + emulation.instance_args(config.emulation, sglang_args)
+                             + pool.setup.instance_args(sglang_args) + drafts.instance_args(sglang_args))
             specs = [InstanceSpec(model_path=model_path, port=free_port(inst.instance_host), host=inst.instance_host,
                                   sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,
                                   with_plugin=not inst.no_plugin, log_path=log_dir / f"instance-{i}.log",
@@ -142,6 +145,10 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
                             "model's distribution, but a chunked or migrated sample draws other tokens than an "
                             "unchunked run, and a request seed does not reproduce a rollout. Drop the flag to "
                             "keep the guarantee.", flag_value(instance_args, "--sampling-backend"))
+            emulated = emulation.emulated_model(config.emulation)
+            if emulated is not None:
+                log.warning("EMULATION: every forward step is padded to the step-time profile %s (%s); "
+                            "timings are emulated, not measured on GPUs", emulated.name, emulated.source)
             if pool.setup.enabled:
                 log.info("KV pool: %s", pool.describe())
             if drafts.enabled:

@@ -66,6 +66,9 @@ def weight_namespace(weight_version: str) -> str:
 # request's last committed token (0 on the SEER worker's plain decode rows).
 DEPTH_PARAM = "__draft_depth__"
 REQ_PARAM = "__req__"  # SGLang's own: the Req object of the row
+# On a continuation chunk of a penalized sample: how many of the input's last tokens are the sample's
+# earlier output. The plugin counts them into SGLang's penalizers, which see only the chunk's output.
+PRIOR_OUTPUT_PARAM = "__seer_prior_output__"
 
 
 # ---- the sample schema ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..wire import sample_rid
+from ..wire import PRIOR_OUTPUT_PARAM, sample_rid
 
 
 @dataclass
@@ -28,8 +28,24 @@ class SamplingParams:
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     custom_logit_processor: str | None = None  # SGLang's serialized processor (instances need the flag)
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0  # counted from the sample's start, not the chunk's
+    logit_bias: dict[str, float] | None = None  # token id (a string, as SGLang takes it) -> logit bias
 
-    def to_sglang(self, max_new_tokens: int, seed: int | None) -> dict[str, Any]:
+    @property
+    def penalized(self) -> bool:
+        """Whether earlier output changes the next token's distribution (SGLang's penalizers)."""
+        return bool(self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0)
+
+    def to_sglang(self, max_new_tokens: int, seed: int | None, generated: int = 0) -> dict[str, Any]:
+        """SGLang's sampling params for a chunk of ``max_new_tokens`` after ``generated`` tokens.
+
+        A continuation chunk's input ends with the sample's earlier output. Penalties must count it as
+        output, not prompt: ``PRIOR_OUTPUT_PARAM`` tells the plugin how many input tokens those are.
+        ``min_tokens`` becomes what is left of it, capped at the chunk (SGLang checks both bounds).
+        """
         params: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "temperature": self.temperature,
@@ -44,6 +60,15 @@ class SamplingParams:
             params["stop_token_ids"] = list(self.stop_token_ids)
         if seed is not None:
             params["sampling_seed"] = seed
+        if self.penalized:
+            params.update(frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
+                          repetition_penalty=self.repetition_penalty)
+            if generated:
+                params["custom_params"] = {PRIOR_OUTPUT_PARAM: generated}
+        if self.logit_bias:
+            params["logit_bias"] = dict(self.logit_bias)
+        if self.min_tokens > generated:
+            params["min_new_tokens"] = min(max_new_tokens, self.min_tokens - generated)
         return params
 
 

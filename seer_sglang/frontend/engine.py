@@ -256,7 +256,7 @@ class RolloutEngine:
         payload: dict[str, Any] = {
             "rid": chunk_rid(sample.rid, len(sample.chunks) - 1),  # read back by the plugin
             "input_ids": sample.context_ids,
-            "sampling_params": sample.params.to_sglang(max_new, sample.sampling_seed),
+            "sampling_params": sample.params.to_sglang(max_new, sample.sampling_seed, sample.generated),
             "return_logprob": sample.params.logprobs,
         }
         if sample.params.logprobs:
@@ -268,7 +268,8 @@ class RolloutEngine:
         if sample.params.custom_logit_processor:
             payload["custom_logit_processor"] = sample.params.custom_logit_processor
             if sample.custom_params is not None:
-                payload["sampling_params"]["custom_params"] = sample.custom_params
+                params = payload["sampling_params"]
+                params["custom_params"] = {**sample.custom_params, **params.get("custom_params", {})}
         return payload
 
     async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..core.request import SamplingParams
+from .errors import APIError
 
 
 class SamplingFields(BaseModel):
@@ -20,24 +23,56 @@ class SamplingFields(BaseModel):
     seed: Optional[int] = None
     ignore_eos: bool = False
     stream: bool = False
+    # Penalties count the sample's whole output, across chunks and instances (the plugin adds the
+    # earlier chunks' tokens to SGLang's penalizers); min_tokens counts from the sample's start.
+    # Bounds as SGLang's SamplingParams.verify; null means unset, as OpenAI clients send it.
+    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: Optional[float] = Field(None, gt=0.0, le=2.0)
+    min_tokens: Optional[int] = Field(None, ge=0)
+    # OpenAI's: token id (as a string) -> bias added to its logit before sampling, in [-100, 100].
+    logit_bias: Optional[dict[str, float]] = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_keys_are_token_ids(cls, bias: Optional[dict[str, float]]) -> Optional[dict[str, float]]:
+        for key, value in (bias or {}).items():
+            if not key.strip().isdigit():
+                raise ValueError(f"logit_bias keys are token ids, got {key!r}")
+            if not -100.0 <= value <= 100.0:
+                raise ValueError(f"logit_bias values are in [-100, 100], got {value} for token {key}")
+        return bias or None
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    def sampling_params(self, max_new_tokens: int, vocab_size: int, **kwargs: Any) -> SamplingParams:
+        """The sample's settings from these fields (``kwargs``: what differs by endpoint)."""
+        if (self.min_tokens or 0) > max_new_tokens:
+            raise APIError(f"min_tokens ({self.min_tokens}) exceeds the maximum number of new tokens "
+                           f"({max_new_tokens})", param="min_tokens")
+        bias = {str(int(k)): v for k, v in (self.logit_bias or {}).items()}
+        outside = next((k for k in bias if int(k) >= vocab_size), None)
+        if outside is not None:
+            raise APIError(f"logit_bias token id {outside} is outside the vocabulary [0, {vocab_size})",
+                           param="logit_bias")
+        return SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            stop=self.stop_list(), stop_token_ids=list(self.stop_token_ids or []), seed=self.seed,
+            ignore_eos=self.ignore_eos, frequency_penalty=self.frequency_penalty or 0.0,
+            presence_penalty=self.presence_penalty or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            min_tokens=self.min_tokens or 0, logit_bias=bias or None, **kwargs)
+
 
 # Fields of SGLang's OpenAI protocol that change what is sampled (or the prompt it is sampled from),
 # with the values that leave it unchanged. seer does not yet apply them identically across chunks
 # and speculative verification, so a request that sets one is refused, never served without it.
-_PENALTY = "penalties count the sample's whole output, which a continuation chunk does not yet carry"
 _NOT_HONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "frequency_penalty": ((0, 0.0, None), _PENALTY),
-    "presence_penalty": ((0, 0.0, None), _PENALTY),
-    "repetition_penalty": ((1, 1.0, None), _PENALTY),
-    "min_tokens": ((0, None), "it would have to count from the sample's start in every chunk"),
-    "min_p": ((0, 0.0, None), "the speculative verify step does not apply it yet"),
-    "logit_bias": ((None, {}), "the speculative verify step does not apply it yet"),
+    "min_p": ((0, 0.0, None), "SGLang's seeded sampler, which keeps chunked and migrated samples identical "
+              "to unchunked ones, does not implement min_p"),
     **{name: ((None,), "constrained decoding is not supported") for name in
        ("regex", "ebnf", "json_schema", "stop_regex")},
     "response_format": ((None, {"type": "text"}), "constrained decoding is not supported"),

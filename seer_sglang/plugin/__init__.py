@@ -2,7 +2,7 @@
 
 SGLang calls :func:`register` early in every one of its processes (launcher, tokenizer manager,
 scheduler, detokenizer). Everything in this package runs inside an SGLang process: the queue order,
-seeded sampling, the KV pool's CPU support and transfer gate, and the speculative pieces (the SEER
+seeded sampling, penalties across chunks, the KV pool's CPU support and transfer gate, and the speculative pieces (the SEER
 worker, its verify backends and sampling, the CPU kernel stand-ins).
 A plain SGLang run (the benchmark baseline) skips it with ``SGLANG_PLUGINS=none``.
 """
@@ -44,12 +44,15 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
-    from . import hicache_cpu, queue_order, seeded_sampling, spec_registry, transfer_gate, weight_namespace
+    from . import (emulation, hicache_cpu, penalties, queue_order, seeded_sampling, spec_registry, transfer_gate,
+                   weight_namespace)
 
     seeded_sampling.register_hooks()
+    penalties.register_hooks()
     queue_order.register_hooks()
     spec_registry.register_spec()
     hicache_cpu.register_hooks()
     transfer_gate.register_hooks()
     weight_namespace.register_hooks()
+    emulation.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -95,6 +95,15 @@ class _WidthViews:
         return self.buffer[:bs * w * (w if self.shape == "square" else 1)]
 
 
+def needs_own_sampler(info) -> bool:
+    """Whether the batch must decode one token per step through SGLang's sampler: penalties count
+    every earlier token (SGLang's verify counts only each step's last one) and the verify step does not
+    apply a logit bias."""
+    orchestrator = info.penalizer_orchestrator
+    return bool((orchestrator is not None and orchestrator.is_required) or info.acc_additive_penalties is not None
+                or info.acc_scaling_penalties is not None or info.logit_bias is not None)
+
+
 def response_tail(prompt: Sequence[int], offset: int, output: Sequence[int], pending: list[int],
                   start: int) -> list[int]:
     """``response[start:]`` where a request's response is ``prompt[offset:] + output + pending`` (a
@@ -334,7 +343,8 @@ class SeerSpecWorker(NGRAMWorker):
         # On CPU the verify is ragged (see _CompactVerify): the budget splits gamma* * B draft tokens
         # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
         # so all are verified.
-        gamma = self._gamma = self.budget.gamma_star(bs) if self.variable_width else full - 1
+        own = needs_own_sampler(batch.sampling_info)
+        gamma = self._gamma = 0 if own else self.budget.gamma_star(bs) if self.variable_width else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
                   for req in batch.reqs]
         orders = [draft.best_first() for draft in drafts]
@@ -346,7 +356,7 @@ class SeerSpecWorker(NGRAMWorker):
             self._verified = [min(given[req.rid], len(draft)) for req, draft in zip(batch.reqs, drafts)]
         else:
             self._verified = [len(draft) for draft in drafts]
-        width = 1 + max(self._verified, default=0) if self.variable_width else full
+        width = 1 if own else 1 + max(self._verified, default=0) if self.variable_width else full
         self.draft_token_num = width
         tokens = np.empty((bs, width), dtype=np.int64)
         masks = np.empty((bs, width, width), dtype=np.bool_)
@@ -391,15 +401,17 @@ class SeerSpecWorker(NGRAMWorker):
 
     def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, pp_proxy_tensors=None):
         """NGRAM's step at the planned width; rows come back padded to the full width, the stride the
-        scheduler and the overlap relay were sized for. On CPU a step without drafts is SGLang's plain
-        decode step (the verify machinery costs more than it), and every step feeds the online cost fit."""
+        scheduler and the overlap relay were sized for. A step without drafts is SGLang's plain decode
+        step (on CPU the verify machinery costs more than it; penalties and logit bias need it), and every
+        step feeds the online cost fit."""
         decode = batch.forward_mode.is_decode()
         bs = len(batch.reqs)
         start = time.perf_counter()
         try:
             if decode:
                 self._planned = self._plan_drafts(batch)
-            if decode and self.draft_token_num == 1 and not batch.has_grammar:  # width 1 only on CPU
+            # Width 1: on CPU when drafts do not pay, anywhere when the batch needs SGLang's own sampler.
+            if decode and self.draft_token_num == 1 and not batch.has_grammar:
                 result = self._plain_decode(batch, on_publish, pp_proxy_tensors)
             else:
                 result = super().forward_batch_generation(batch, on_publish, pp_proxy_tensors)

@@ -19,7 +19,7 @@ from ..config import SCHEDULER
 from ..core.policy import make_policy
 from .simulator import simulate
 from .spec_model import SpecModel
-from .step_model import H100_70B, StepModel
+from ..core.step_model import load_profile, profile_names
 from .workload import PRESETS, generate, load_trace
 
 POLICIES = ("group", "divided", "context", "oracle", "divided+pool", "context+pool", "context+pool+sd",
@@ -69,7 +69,8 @@ def main() -> None:
     ap.add_argument("--chunk-sweep", default="1024,2048,4096,8192,16384")
     ap.add_argument("--instance-sweep", default="4,8,16,32")
     ap.add_argument("--spread-sweep", default="0.5,1.0,1.5", help="log-sigma of group means")
-    ap.add_argument("--model", default="h100-70b", help="'h100-70b' (public figures) or a StepModel JSON file")
+    ap.add_argument("--model", default="h100-70b", help=f"step-time profile: one of {profile_names()} "
+                    "(seer_sglang/profiles) or a StepModel JSON file")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spec-own-alpha", type=float, default=SpecModel.own_alpha,
                     help="+sd modes: acceptance probability of a draft token from a request's own history")
@@ -79,7 +80,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    model = H100_70B if args.model == "h100-70b" else StepModel.load(args.model)
+    model = load_profile(args.model)
     spec = PRESETS[args.workload]
     trace = load_trace(args.trace) if args.trace else generate(spec, args.prompts, args.seed)
     report: dict = {"config": {**vars(args), "step_model": dataclasses.asdict(model),

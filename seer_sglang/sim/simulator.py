@@ -23,7 +23,7 @@ from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
 from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
 from ..speculative.budget import BudgetRequest, high_priority
 from .spec_model import SpecModel
-from .step_model import StepModel
+from ..core.step_model import StepModel
 from .workload import TraceSample, groups_of
 
 MAX_MACRO_STEPS = 32  # decode steps simulated at once while the batch does not change
@@ -190,7 +190,7 @@ class Simulation:
 
     def _admit(self, inst: SimInstance) -> float:
         """SGLang-like admission from the instance's queue; returns the prefill time it costs."""
-        prefill = 0
+        new, cached = [], []
         load_s = 0.0
         kv = inst.kv_running()
         reserved = sum(int(inst.new_token_ratio * (s.budget - s.produced)) for s in inst.running)
@@ -207,18 +207,23 @@ class Simulation:
                 load_s += self.pool.move_s(sample.pool_tokens - hit, sample.pool_tokens - hit)
                 inst.pool_tokens += sample.pool_tokens - hit
                 hit = sample.pool_tokens
-            prefill += max(0, slot.context - hit)
+            new.append(max(0, slot.context - hit))
+            cached.append(min(hit, slot.context))
             inst.remember(f"p:{sample.group_id}", len(sample.prompt_ids))
             inst.running.append(slot)
             kv += slot.context
             reserved += int(inst.new_token_ratio * slot.budget)
-        inst.prefill_tokens += prefill
-        return self.model.prefill(prefill) + load_s
+        inst.prefill_tokens += sum(new)
+        return self.model.prefill_batch(new, cached) + load_s
 
     def _retract_until_fits(self, inst: SimInstance) -> None:
-        """Like SGLang: when the next step's KV does not fit, retract requests back to the queue."""
+        """Like SGLang: when the next step's KV does not fit, retract requests back to the queue.
+
+        SGLang 0.5.23 (``ScheduleBatch._get_decode_retraction_order``) retracts the request with the
+        fewest output tokens first (a chunk's output is its own request's), the longest input among
+        equals: the least work lost."""
         while len(inst.running) > 1 and inst.kv_running() + len(inst.running) > self.model.capacity_tokens:
-            victim = max(inst.running, key=lambda s: (s.sample.generated, s.sample.rid))
+            victim = min(inst.running, key=lambda s: (s.produced, -(s.context - s.produced), s.sample.rid))
             inst.running.remove(victim)
             inst.cache.pop(f"s:{victim.sample.rid}", None)  # its KV is freed: re-prefill later
             inst.waiting.appendleft(victim)

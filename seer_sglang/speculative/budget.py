@@ -390,8 +390,11 @@ def load_cost(path: str) -> CostModel:
     if "per_token_s" in data:
         return CostModel(data["base_s"], data["per_seq_s"], data["per_token_s"], tuple(data["accept_curve"]),
                          data.get("verify_base_s", 0.0), data.get("verify_per_seq_s", 0.0))
+    # A verify step is memory-bound while its tokens' compute stays below the weight read: the
+    # linear model then starts from the base plus the weight read.
     per_token = data["prefill_per_token_s"]
-    return CostModel(data["decode_base_s"], max(0.0, data["decode_per_seq_s"] - per_token), per_token,
+    base = data["decode_base_s"] + data.get("weight_read_s", 0.0)
+    return CostModel(base, max(0.0, data["decode_per_seq_s"] - per_token), per_token,
                      CostModel.geometric_curve(data.get("accept_rate", 0.6)))
 
 

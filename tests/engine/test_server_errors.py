@@ -30,20 +30,25 @@ BAD = [
     ("/v1/rollout", {"prompts": [{"input_ids": list(range(5, 5 + CTX))}], "max_tokens": 1}, 400),
     ("/v1/rollout", {"prompts": ["a"], "unknown_field": 1}, 400),
     ("/v1/rollout", [1, 2], 400),
-    # sampling fields plain SGLang honours and seer does not yet apply exactly: refused, never dropped
-    ("/v1/completions", {"prompt": "x", "frequency_penalty": 0.5}, 400),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 1.2}, 400),
+    # sampling fields plain SGLang honours and seer does not apply exactly: refused, never dropped
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "min_p": 0.1}, 400),
-    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 10}}, 400),
     ("/v1/completions", {"prompt": "x", "regex": "[ab]+"}, 400),
+    # honoured fields out of range
+    ("/v1/completions", {"prompt": "x", "frequency_penalty": 2.5}, 400),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 0}, 400),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 4, "min_tokens": 5}, 400),
+    ("/v1/rollout", {"prompts": ["a"], "max_tokens": 4, "min_tokens": 5}, 400),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, 400),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 101}}, 400),
+    ("/v1/rollout", {"prompts": ["a"], "logit_bias": {str(10 ** 9): 1}}, 400),
 ]
 
 
 def test_a_refused_sampling_field_is_named_and_neutral_values_pass(seer_url):
     r = httpx.post(f"{seer_url}/v1/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.3, "max_tokens": 2})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "presence_penalty"
-    assert "presence_penalty" in r.json()["error"]["message"]
+        "messages": [{"role": "user", "content": "x"}], "min_p": 0.3, "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_p"
+    assert "min_p" in r.json()["error"]["message"] and "seeded" in r.json()["error"]["message"]
     r = httpx.post(f"{seer_url}/v1/chat/completions", timeout=120, json={
         "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "frequency_penalty": 0,
         "repetition_penalty": 1.0, "min_p": 0.0, "user": "trainer-7", "metadata": {"step": 3}})

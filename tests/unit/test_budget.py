@@ -191,14 +191,23 @@ def test_online_budget_explores_other_lengths_within_its_time_share():
 
 
 def test_profiles_load_from_cost_or_step_model_files(tmp_path):
-    from seer_sglang.sim.step_model import H100_70B
+    from seer_sglang.core.step_model import load_profile
     from seer_sglang.speculative.budget import load_cost, make_budget
 
     path = tmp_path / "step.json"
-    H100_70B.save(path)
+    fitted = load_profile("cpu-smollm2")  # linear in batch and KV, as fitted on a CPU
+    fitted.save(path)
     cost = load_cost(str(path))
     # a one-token verify step costs what the step model's decode step costs
-    assert cost.step_time(8, 1) == pytest.approx(H100_70B.decode_step(8, 0))
+    assert cost.step_time(8, 1) == pytest.approx(fitted.decode_step(8, 0))
+    # a memory-bound model is linearised from its weight read: within 2% at small batches, and above
+    # the roofline (drafts priced as not free) at larger ones
+    dense = load_profile("h100-70b")
+    dense.save(path)
+    cost = load_cost(str(path))
+    for batch in (1, 8):
+        assert cost.step_time(batch, 1) == pytest.approx(dense.decode_step(batch, 0), rel=0.02)
+    assert cost.step_time(64, 1) >= dense.decode_step(64, 0)
     assert cost.accept_curve == CostModel.geometric_curve(0.6)
     assert make_budget("full", 5).allocate([BudgetRequest("a", False, [0.1] * 9)], 10_000).per_request == {"a": 5}
     assert not make_budget("threshold", 5).allocate([BudgetRequest("a", False, [0.1])], 64).enabled

@@ -6,7 +6,7 @@ import pytest
 
 from seer_sglang.core.policy import POLICIES, make_policy
 from seer_sglang.sim.simulator import simulate
-from seer_sglang.sim.step_model import StepModel
+from seer_sglang.core.step_model import StepModel
 from seer_sglang.sim.workload import PRESETS, generate, load_trace, save_trace
 
 SMALL = StepModel(name="test", decode_base_s=0.01, decode_per_seq_s=1e-4, decode_per_kv_token_s=1e-7,
@@ -91,3 +91,22 @@ def test_chunk_return_overhead_delays_only_the_router(trace):
         assert slow_run.total_tokens == fast_run.total_tokens and len(slow_run.finish_times) == len(trace)
         results[name] = slow_run.completion_s - fast_run.completion_s
     assert 0 < results["group"] < results["context"]  # one chunk per sample vs many
+
+
+def test_retraction_takes_sglangs_victim_the_fewest_output_tokens_first(trace):
+    """SGLang retracts the request with the fewest output tokens, the longest input among equals."""
+    from seer_sglang.sim.simulator import Simulation, Slot
+
+    tight = dataclasses.replace(SMALL, capacity_tokens=0)
+    sim = Simulation(trace, make_policy("group"), tight, instances=1, max_tokens=4096)
+    inst = sim.instances[0]
+    samples = [s for g in sim.groups[:2] for s in g.samples[:2]]
+    produced = {samples[0].rid: 30, samples[1].rid: 5, samples[2].rid: 5, samples[3].rid: 60}
+    for s in samples:
+        s.output_ids.n = produced[s.rid]
+    inst.running = [Slot(s, budget=100, reserve=0, produced=produced[s.rid]) for s in samples]
+    longer_input = max(samples[1:3], key=lambda s: len(s.prompt_ids))
+    sim._retract_until_fits(inst)  # nothing fits: all but one leave, in SGLang's order
+    order = [slot.sample.rid for slot in reversed(inst.waiting)]
+    assert order[0] == longer_input.rid and set(order[:2]) == {samples[1].rid, samples[2].rid}
+    assert order[2] == samples[0].rid and [s.sample.rid for s in inst.running] == [samples[3].rid]

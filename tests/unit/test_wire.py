@@ -37,12 +37,11 @@ def test_openai_requests_refuse_sampling_fields_they_would_drop():
     from seer_sglang.frontend.protocol import ChatCompletionRequest, CompletionRequest
 
     msgs = [{"role": "user", "content": "x"}]
-    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.5).refused_field()[0] == "frequency_penalty"
     assert CompletionRequest(prompt="x", min_p=0.2).refused_field()[0] == "min_p"
-    assert CompletionRequest(prompt="x", logit_bias={"3": 1.0}).refused_field()[0] == "logit_bias"
-    # neutral values and extras that do not touch sampling pass
-    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.0, repetition_penalty=1.0, min_p=0,
-                                 logit_bias=None, user="u", metadata={"a": 1}).refused_field() is None
+    assert CompletionRequest(prompt="x", regex="a+").refused_field()[0] == "regex"
+    # honoured fields, neutral values and extras that do not touch sampling pass
+    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.5, repetition_penalty=1.2, min_tokens=3,
+                                 logit_bias={"3": 1.0}, min_p=0, user="u", metadata={"a": 1}).refused_field() is None
     assert CompletionRequest(prompt="x", skip_special_tokens=False).skip_special_tokens is False
 
 
@@ -61,3 +60,49 @@ def test_the_instance_client_drops_idle_connections_before_sglang_closes_them():
     from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
 
     assert KEEPALIVE_EXPIRY_S < envs.SGLANG_TIMEOUT_KEEP_ALIVE.get() / 2
+
+
+def test_penalties_and_min_tokens_span_the_whole_sample():
+    """Each chunk tells the plugin how much of its input is earlier output (penalties count it) and
+    carries what is left of min_tokens, capped at the chunk (SGLang refuses min above max)."""
+    from seer_sglang.core.request import SamplingParams
+    from seer_sglang.wire import PRIOR_OUTPUT_PARAM
+
+    params = SamplingParams(max_new_tokens=40, frequency_penalty=0.5, repetition_penalty=1.3, min_tokens=30)
+    first, second, third = params.to_sglang(16, 7, 0), params.to_sglang(16, 7, 16), params.to_sglang(8, 7, 32)
+    assert "custom_params" not in first and first["min_new_tokens"] == 16
+    assert second["custom_params"] == {PRIOR_OUTPUT_PARAM: 16} and second["min_new_tokens"] == 14
+    assert third["custom_params"] == {PRIOR_OUTPUT_PARAM: 32} and "min_new_tokens" not in third
+    assert all(p["frequency_penalty"] == 0.5 and p["repetition_penalty"] == 1.3 for p in (first, second, third))
+    plain = SamplingParams(max_new_tokens=40).to_sglang(16, 7, 16)
+    assert not {"custom_params", "frequency_penalty", "min_new_tokens", "logit_bias"} & set(plain)
+
+
+def test_earlier_output_follows_the_schedulers_count():
+    """Without overlap SGLang has counted every earlier output token when a step samples; under overlap
+    the count trails a step and covers the prompt's last token, so the seed does the same."""
+    from seer_sglang.plugin.penalties import earlier_output
+
+    prompt, output = [11, 12, 13], [21, 22, 23, 24]
+    assert earlier_output(prompt + output, 4, trailing=False) == output
+    assert earlier_output(prompt + output, 4, trailing=True) == [13, 21, 22, 23]
+    assert earlier_output(prompt, 0, trailing=False) == []
+
+
+def test_sampling_fields_check_bounds_before_any_work():
+    import pytest
+    from pydantic import ValidationError
+
+    from seer_sglang.frontend.errors import APIError
+    from seer_sglang.frontend.protocol import RolloutRequest
+
+    with pytest.raises(ValidationError):
+        RolloutRequest(prompts=["a"], logit_bias={"x": 1.0})
+    with pytest.raises(ValidationError):
+        RolloutRequest(prompts=["a"], presence_penalty=-3)
+    with pytest.raises(APIError, match="min_tokens"):
+        RolloutRequest(prompts=["a"], min_tokens=9).sampling_params(8, 100)
+    with pytest.raises(APIError, match="outside the vocabulary"):
+        RolloutRequest(prompts=["a"], logit_bias={"100": 1.0}).sampling_params(8, 100)
+    params = RolloutRequest(prompts=["a"], logit_bias={" 7": -5.0}, min_tokens=2).sampling_params(8, 100)
+    assert params.logit_bias == {"7": -5.0} and params.min_tokens == 2 and params.repetition_penalty == 1.0

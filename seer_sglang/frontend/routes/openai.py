@@ -31,13 +31,9 @@ def _refuse_unhonoured(req) -> None:
                        code="unsupported_parameter")
 
 
-def _params(req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
-    return SamplingParams(
-        skip_special_tokens=req.skip_special_tokens,
-        max_new_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-        stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
-        seed=req.seed, logprobs=logprobs, top_logprobs=top_logprobs, ignore_eos=req.ignore_eos,
-    )
+def _params(fe: Frontend, req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
+    return req.sampling_params(max_tokens, fe.tokenizer.vocab_size, skip_special_tokens=req.skip_special_tokens, logprobs=logprobs,
+                               top_logprobs=top_logprobs)
 
 
 def _usage(groups: list[Group]) -> dict[str, int]:
@@ -130,7 +126,7 @@ async def completions(req: CompletionRequest, request: Request):
     if not prompts:
         raise APIError("prompt must not be empty", param="prompt")
     max_tokens = req.max_tokens or 16
-    params = _params(req, max_tokens, req.logprobs is not None, req.logprobs or 0)
+    params = _params(fe, req, max_tokens, req.logprobs is not None, req.logprobs or 0)
     groups = []
     for i, prompt in enumerate(prompts):
         ids = fe.tokenizer.encode_text(prompt) if isinstance(prompt, str) else list(prompt)
@@ -195,7 +191,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     ids = fe.encode_messages(req.messages)
     max_tokens = req.max_completion_tokens or req.max_tokens or max(1, fe.model.context_length - len(ids))
     fe.check_prompt(ids, max_tokens, param="messages")
-    params = _params(req, max_tokens, req.logprobs, req.top_logprobs or 0)
+    params = _params(fe, req, max_tokens, req.logprobs, req.top_logprobs or 0)
     groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id), position=0,
                             requested_id=req.group_id)]
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name

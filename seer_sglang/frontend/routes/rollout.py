@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...core.accounting import rollout_sources, spec_totals
-from ...core.request import Group, Sample, SamplingParams
+from ...core.request import Group, Sample
 from ..errors import APIError
 from ..protocol import RolloutPrompt, RolloutRequest
 from ..state import Frontend
@@ -27,7 +27,6 @@ router = APIRouter()
 
 
 def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[str, int]]:
-    stop = req.stop_list()
     groups, prompt_index = [], {}
     for i, raw in enumerate(req.prompts):
         prompt = RolloutPrompt(text=raw) if isinstance(raw, str) else raw
@@ -42,12 +41,9 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         else:
             ids = list(prompt.input_ids)
         fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
-        params = SamplingParams(
-            max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-            stop=stop, stop_token_ids=list(req.stop_token_ids or []), seed=req.seed,
-            logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=req.ignore_eos,
-            skip_special_tokens=req.skip_special_tokens, custom_logit_processor=req.custom_logit_processor,
-        )
+        params = req.sampling_params(req.max_tokens, fe.tokenizer.vocab_size, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                                     skip_special_tokens=req.skip_special_tokens,
+                                     custom_logit_processor=req.custom_logit_processor)
         gid = fe.new_group_id(prompt.group_id)
         if gid in prompt_index:
             raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")

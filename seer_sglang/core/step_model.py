@@ -1,0 +1,146 @@
+"""Step-time model of one instance: how long a forward step takes for the batch it runs.
+
+One object serves the simulator (which replaces the engines with it) and the emulated instances
+(real SGLang instances whose steps are padded to its times, ``plugin/emulation.py``), so the two can
+be held against each other.
+
+A decode or verify step reads the weights and the batch's KV once, and computes every token of the
+batch: it takes the larger of the two, plus a fixed cost (launches, all-reduce, scheduling) and a cost
+per sequence (sampling, bookkeeping)::
+
+    step = base + per_seq * B + max(weight_read + kv_read * K, compute * T)
+
+with B sequences, T tokens (B for decode, B x tree width for a verify) and K KV tokens read. A
+prefill of N new tokens over C cached ones computes its tokens and their attention to everything
+before them (N * (C + N/2) query-key pairs), and reads the weights at least once::
+
+    prefill = base + max(weight_read, prefill_per_token * N + attention * pairs)
+
+A model fitted on CPU (linear in B and K, compute-shaped) has ``weight_read = compute = 0``, which
+reduces the decode step to base + per_seq * B + kv_read * K.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Sequence
+
+from ..config import KV_POOL
+from .migration import MigrationCost
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+
+
+@dataclass(frozen=True)
+class StepModel:
+    name: str
+    decode_base_s: float
+    decode_per_seq_s: float
+    decode_per_kv_token_s: float  # KV read per token per step, at the achieved bandwidth
+    prefill_per_token_s: float
+    capacity_tokens: int  # KV tokens one instance holds
+    max_running: int = 1024
+    source: str = ""
+    pool_load_s_per_token: float = 0.0  # global KV pool read, per token (0 = unknown: no pool modelled)
+    request_overhead_s: float = 0.0  # per chunk, outside model steps: HTTP, tokenizing, scheduling
+    weight_read_s: float = 0.0  # all (active) weights read once, at the achieved bandwidth
+    compute_per_token_s: float = 0.0  # matmul time per batch token at the achieved FLOP rate
+    attention_per_pair_s: float = 0.0  # prefill attention per (query, key) pair
+    kv_bytes_per_token: int = 0  # informative: what the KV read and the capacity were derived from
+
+    def decode_step(self, batch: int, kv_tokens: int, tokens: int | None = None) -> float:
+        """One decode (``tokens`` = batch) or verify (``tokens`` = every tree node) step."""
+        memory = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens
+        compute = self.compute_per_token_s * (batch if tokens is None else tokens)
+        return self.decode_base_s + self.decode_per_seq_s * batch + max(memory, compute)
+
+    def decode_steps(self, steps: int, batch: int, kv_tokens: int) -> float:
+        """Time of ``steps`` consecutive decode steps of a fixed batch whose KV grows by ``batch`` per
+        step (closed form: memory grows linearly, compute is constant, the step takes the larger)."""
+        if steps <= 0:
+            return 0.0
+        fixed = self.decode_base_s + self.decode_per_seq_s * batch
+        m0, slope = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens, self.decode_per_kv_token_s * batch
+        compute = self.compute_per_token_s * batch
+        # steps k < first are compute-bound (memory m0 + slope * k below compute), the rest memory-bound
+        if compute <= m0:
+            first = 0
+        elif slope <= 0:
+            first = steps
+        else:
+            first = min(steps, math.ceil((compute - m0) / slope))
+        memory_steps = steps - first
+        memory = memory_steps * m0 + slope * (first * memory_steps + memory_steps * (memory_steps - 1) / 2)
+        return steps * fixed + first * compute + memory
+
+    def prefill(self, tokens: int, cached: int = 0) -> float:
+        """A prefill of ``tokens`` new tokens after ``cached`` ones (one request, or a batch's sums
+        when no attention term is modelled)."""
+        return self.prefill_batch([tokens], [cached])
+
+    def prefill_batch(self, new: Sequence[int], cached: Sequence[int]) -> float:
+        """One prefill step over requests with ``new[i]`` new tokens after ``cached[i]`` ones."""
+        total = sum(new)
+        if total <= 0:
+            return 0.0
+        compute = self.prefill_per_token_s * total
+        if self.attention_per_pair_s:
+            compute += self.attention_per_pair_s * sum(n * (c + n / 2) for n, c in zip(new, cached))
+        if not self.weight_read_s:  # a CPU fit: prefill is linear in tokens, its base is in the fit
+            return compute
+        return self.decode_base_s + max(self.weight_read_s, compute)
+
+    def migration_cost(self, page_size: int = KV_POOL.page_size) -> MigrationCost:
+        """The router's move cost on this model. Without a pool no sample holds pooled tokens, so
+        the same object prices every move as a re-prefill."""
+        return MigrationCost(prefill_s_per_token=self.prefill_per_token_s, load_s_per_token=self.pool_load_s_per_token,
+                             load_fixed_s=self.decode_base_s, decode_s_per_token=self.decode_step(1, 0),
+                             page_size=page_size)
+
+    def scaled(self, length_scale: float, time_scale: float) -> "StepModel":
+        """This model for a workload whose lengths are scaled by ``length_scale`` (< 1: shorter), and
+        whose every time is stretched by ``time_scale``.
+
+        Per step, the shorter contexts must cost what the full ones would: the KV read per token and
+        the attention per pair grow by 1 / ``length_scale`` (a prefill's pairs shrink by its square, its
+        tokens and the run's steps by it alone), and an instance holds ``length_scale`` times the KV
+        tokens. Batch sizes, weights and compute per token are unchanged.
+        """
+        s, x = length_scale, time_scale
+        return replace(
+            self, name=f"{self.name}@len{s:g}" + (f"x{x:g}" if x != 1 else ""),
+            decode_base_s=self.decode_base_s * x, decode_per_seq_s=self.decode_per_seq_s * x,
+            decode_per_kv_token_s=self.decode_per_kv_token_s * x / s, prefill_per_token_s=self.prefill_per_token_s * x,
+            capacity_tokens=max(1, int(self.capacity_tokens * s)), weight_read_s=self.weight_read_s * x,
+            compute_per_token_s=self.compute_per_token_s * x, attention_per_pair_s=self.attention_per_pair_s * x / s,
+            pool_load_s_per_token=self.pool_load_s_per_token * x / s, request_overhead_s=self.request_overhead_s * x)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StepModel":
+        """A model file; keys starting with ``_`` are documentation and ignored."""
+        data = json.loads(Path(path).read_text())
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(k for k in data if k not in known and not k.startswith("_"))
+        if unknown:
+            raise ValueError(f"{path}: unknown step-model keys {unknown}")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
+
+
+def load_profile(name_or_path: str) -> StepModel:
+    """A shipped profile by name (``seer_sglang/profiles/<name>.json``), or a user's file."""
+    path = PROFILES_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        path = Path(name_or_path)
+    if not path.is_file():
+        raise ValueError(f"no step-time profile {name_or_path!r}: give a file or one of {profile_names()}")
+    return StepModel.load(path)

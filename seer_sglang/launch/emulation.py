@@ -1,0 +1,36 @@
+"""Step emulation for the instances the launcher starts (``--emulate``; see ``plugin/emulation.py``)."""
+
+from __future__ import annotations
+
+from ..config import EmulationConfig
+from ..core.step_model import StepModel, load_profile
+
+
+def emulated_model(config: EmulationConfig) -> StepModel | None:
+    """The model every instance pads its steps to (None without ``--emulate``); a bad profile fails here,
+    before any instance starts."""
+    if not config.profile:
+        return None
+    return load_profile(config.profile).scaled(config.length_scale, config.time_scale)
+
+
+def plugin_settings(config: EmulationConfig) -> dict:
+    """The plugin's part of the config (``config.PluginConfig``) that emulation sets."""
+    if not config.profile:
+        return {}
+    return {"emulate": config.profile, "emulate_time_scale": config.time_scale,
+            "emulate_length_scale": config.length_scale}
+
+
+def instance_args(config: EmulationConfig, sglang_args: list[str]) -> list[str]:
+    """An emulated instance holds the profile's KV tokens (scaled like the lengths) and runs at most
+    its batch, unless the SGLang flags say otherwise."""
+    model = emulated_model(config)
+    if model is None:
+        return []
+    args = []
+    if "--max-total-tokens" not in sglang_args:
+        args += ["--max-total-tokens", str(model.capacity_tokens)]
+    if "--max-running-requests" not in sglang_args:
+        args += ["--max-running-requests", str(model.max_running)]
+    return args

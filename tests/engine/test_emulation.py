@@ -1,0 +1,44 @@
+"""A real SGLang instance with emulated steps: each forward step lasts what the profile gives."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+
+from conftest import start_healthy
+from seer_sglang.config import PluginConfig
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
+                                            stop_instances)
+
+# A slow, simple profile: 60 ms per decode step plus 1 ms per sequence; prefill 0.1 ms per token.
+PROFILE = {"name": "slow-test", "decode_base_s": 0.06, "decode_per_seq_s": 0.001, "decode_per_kv_token_s": 0.0,
+           "prefill_per_token_s": 1e-4, "capacity_tokens": 4096, "source": "test"}
+
+
+def test_emulated_instance_pads_every_step_and_reports_it(tiny_model, tmp_path):
+    profile = tmp_path / "slow.json"
+    profile.write_text(json.dumps(PROFILE))
+    env = PluginConfig(emulate=str(profile), emulate_time_scale=2.0).to_env()
+    inst = start_healthy(InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(),
+                                      sglang_args=["--max-total-tokens", "4096"], log_path=tmp_path / "inst.log",
+                                      cpu_threads=cpu_threads_per_instance(2), extra_env=env))
+    try:
+        with httpx.Client(timeout=300) as http:
+            before = http.get(f"{inst.url}/server_info").json()["internal_states"][0]["seer_emulation"]
+            start = time.perf_counter()
+            out = http.post(f"{inst.url}/generate", json={"input_ids": [[5, 6, 7, 8]] * 4, "sampling_params": {
+                "max_new_tokens": 20, "temperature": 0, "ignore_eos": True}}).json()
+            wall = time.perf_counter() - start
+            after = http.get(f"{inst.url}/server_info").json()["internal_states"][0]["seer_emulation"]
+    finally:
+        stop_instances([inst])
+    assert all(len(o["output_ids"]) == 20 for o in out)
+    steps = after["steps"] - before["steps"]
+    modelled = after["model_s"] - before["model_s"]
+    # 4 requests x 20 tokens: a prefill and 19 decode steps at least, each 2 x (60 ms + 4 ms)
+    assert steps >= 20 and modelled >= 19 * 2 * 0.064
+    assert wall >= modelled and after["overruns"] - before["overruns"] <= 0.05 * steps
+    # the counters run from startup (whose first steps, compiling, overrun): a run takes differences
+    assert after["profile"] == "slow-test@len1x2" and after["overrun_share"] == after["overruns"] / after["steps"]

@@ -1,0 +1,119 @@
+"""The step-time model shared by the simulator and the emulated instances."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from seer_sglang.core.step_model import StepModel, load_profile, profile_names
+
+ROOF = StepModel(name="roof", decode_base_s=0.005, decode_per_seq_s=2e-5, decode_per_kv_token_s=1e-8,
+                 prefill_per_token_s=3e-5, capacity_tokens=1_000_000, weight_read_s=0.006,
+                 compute_per_token_s=3e-5, attention_per_pair_s=5e-10)
+
+
+def test_a_step_takes_the_larger_of_memory_and_compute():
+    # small batch: the weight read dominates; large batch: the tokens' compute does
+    assert ROOF.decode_step(8, 0) == pytest.approx(0.005 + 8 * 2e-5 + 0.006)
+    assert ROOF.decode_step(512, 0) == pytest.approx(0.005 + 512 * 2e-5 + 512 * 3e-5)
+    # KV read adds to the memory side only; a verify's tree tokens to the compute side only
+    assert ROOF.decode_step(8, 100_000) == pytest.approx(0.005 + 8 * 2e-5 + 0.006 + 1e-3)
+    assert ROOF.decode_step(8, 0, tokens=8 * 8) == ROOF.decode_step(8, 0)
+    assert ROOF.decode_step(64, 0, tokens=64 * 8) > ROOF.decode_step(64, 0)
+
+
+@pytest.mark.parametrize("batch,kv", [(8, 0), (190, 0), (190, 10_000), (400, 500_000), (1, 0)])
+def test_macro_steps_equal_the_sum_of_single_steps(batch, kv):
+    """The closed form crosses from compute- to memory-bound where the growing KV read overtakes."""
+    stepwise = sum(ROOF.decode_step(batch, kv + batch * k) for k in range(300))
+    assert ROOF.decode_steps(300, batch, kv) == pytest.approx(stepwise, rel=1e-9)
+    linear = dataclasses.replace(ROOF, weight_read_s=0.0, compute_per_token_s=0.0)
+    assert linear.decode_steps(300, batch, kv) == pytest.approx(
+        sum(linear.decode_step(batch, kv + batch * k) for k in range(300)), rel=1e-9)
+
+
+def test_prefill_prices_attention_to_cached_and_earlier_tokens():
+    alone = ROOF.prefill(4096)
+    after = ROOF.prefill(4096, cached=32_768)
+    assert after - alone == pytest.approx(5e-10 * 4096 * 32_768)
+    assert ROOF.prefill_batch([10, 10], [0, 0]) == pytest.approx(ROOF.decode_base_s + ROOF.weight_read_s)
+    fitted = dataclasses.replace(ROOF, weight_read_s=0.0, attention_per_pair_s=0.0)  # a CPU fit: linear
+    assert fitted.prefill(1000) == pytest.approx(1000 * 3e-5)
+
+
+def test_scaling_keeps_a_shortened_run_shaped_like_the_full_one():
+    """Lengths x 1/10: the same batch over a tenth of the KV tokens costs the same per step, the
+    instance holds a tenth of the tokens, and a prefill's time shrinks with its tokens."""
+    short = ROOF.scaled(0.1, 1.0)
+    assert short.capacity_tokens == 100_000
+    assert short.decode_step(64, 50_000) == pytest.approx(ROOF.decode_step(64, 500_000))
+    unfixed = dataclasses.replace(ROOF, decode_base_s=0.0)  # a prefill's fixed cost does not shrink
+    assert unfixed.scaled(0.1, 1.0).prefill(400, 400) == pytest.approx(unfixed.prefill(4000, 4000) * 0.1)
+    slow = ROOF.scaled(1.0, time_scale=3.0)
+    assert slow.decode_step(64, 1000) == pytest.approx(3 * ROOF.decode_step(64, 1000))
+
+
+def test_shipped_profiles_load_and_a_bad_one_is_named(tmp_path):
+    assert {"h100-70b", "moe-kimi-k2", "cpu-smollm2"} <= set(profile_names())
+    dense, moe = load_profile("h100-70b"), load_profile("moe-kimi-k2")
+    assert moe.kv_bytes_per_token < dense.kv_bytes_per_token / 4  # MLA: its own, much smaller KV
+    # memory-bound at rollout batch sizes: a full batch costs little more per step than a lone request
+    assert dense.decode_step(128, 0) < 1.5 * dense.decode_step(1, 0)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x", "decode_base_s": 0.1, "typo_s": 1}')
+    with pytest.raises(ValueError, match="typo_s"):
+        load_profile(str(bad))
+    with pytest.raises(ValueError, match="no step-time profile"):
+        load_profile("no-such-profile")
+
+
+def _batch(mode: str, seq_lens: list[int], extend=None, prefix=None, input_tokens=None):
+    forward = SimpleNamespace(is_extend=lambda: mode in ("extend", "verify"), is_target_verify=lambda: mode == "verify",
+                              is_idle=lambda: False)
+    return SimpleNamespace(forward_mode=forward, reqs=[None] * len(seq_lens), seq_lens_cpu=torch.tensor(seq_lens),
+                           seq_lens_sum=sum(seq_lens), extend_lens=extend, prefix_lens=prefix,
+                           input_ids=None if input_tokens is None else torch.zeros(input_tokens))
+
+
+def test_emulated_steps_are_priced_from_the_batch_sglang_ran():
+    from seer_sglang.plugin.emulation import batch_step_s
+
+    assert batch_step_s(ROOF, _batch("decode", [100, 300])) == pytest.approx(ROOF.decode_step(2, 400))
+    assert batch_step_s(ROOF, _batch("verify", [100, 300], input_tokens=16)) == pytest.approx(
+        ROOF.decode_step(2, 400, tokens=16))
+    assert batch_step_s(ROOF, _batch("extend", [120, 40], extend=[20, 40], prefix=[100, 0])) == pytest.approx(
+        ROOF.prefill_batch([20, 40], [100, 0]))
+
+
+def test_padded_forward_waits_for_the_model_and_counts_overruns(monkeypatch):
+    import time
+
+    from seer_sglang.plugin import emulation
+
+    monkeypatch.setattr(emulation, "_model", dataclasses.replace(ROOF, decode_base_s=0.05, weight_read_s=0.0))
+    emulation.reset()
+    start = time.perf_counter()
+    emulation.padded_forward(lambda worker, batch: "out", None, _batch("decode", [10]))
+    assert time.perf_counter() - start >= 0.05 and emulation.STATS["overruns"] == 0
+    emulation.padded_forward(lambda worker, batch: time.sleep(0.08), None, _batch("decode", [10]))
+    assert emulation.STATS["steps"] == 2 and emulation.STATS["overruns"] == 1
+    state = {}
+    emulation.report(None, None, state)
+    assert state["seer_emulation"]["overrun_share"] == 0.5
+    emulation.reset()
+
+
+def test_the_launcher_sizes_emulated_instances_from_the_profile():
+    from seer_sglang.config import EmulationConfig, PluginConfig
+    from seer_sglang.launch import emulation
+
+    config = EmulationConfig(profile="h100-70b", time_scale=4.0, length_scale=0.01)
+    assert emulation.instance_args(config, []) == ["--max-total-tokens", "13000", "--max-running-requests", "1024"]
+    assert emulation.instance_args(config, ["--max-total-tokens", "999"]) == ["--max-running-requests", "1024"]
+    assert emulation.instance_args(EmulationConfig(), []) == []
+    env = PluginConfig(**emulation.plugin_settings(config)).to_env()
+    back = PluginConfig.from_env(env)
+    assert (back.emulate, back.emulate_time_scale, back.emulate_length_scale) == ("h100-70b", 4.0, 0.01)
+    with pytest.raises(ValueError, match="no step-time profile"):
+        emulation.emulated_model(EmulationConfig(profile="h100-7b"))
