@@ -11,6 +11,11 @@
   with the global KV pool (``--kv-pool file``); plain ``<mode>`` runs with ``--kv-pool none``, so
   the pair shows what the pool saves in re-prefill.
 
+With ``--emulate PROFILE`` every instance, plain or seer, pads its forward steps to a step-time
+profile (``seer_sglang/profiles``): EMULATED GPU timings, labelled as such in the JSON, never GPU
+measurements. Lengths are the workload's scaled to ``--max-tokens``; each instance then holds the
+profile's KV scaled the same way. The baseline instances load the plugin for the emulation only.
+
 Every sample has a hidden target length from a Seer-shaped workload (long tail across groups,
 alike within a group), enforced by a custom logit processor, so no scheduler can see it; only the
 ``oracle`` mode is told the lengths. Writes JSON (config, per-mode metrics, ratios against
@@ -37,7 +42,8 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
-from seer_sglang.core.step_model import StepModel
+from seer_sglang.config import EMULATION, PluginConfig
+from seer_sglang.core.step_model import StepModel, load_profile
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, save_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +151,29 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
               for s in data["samples"]]
     return {"start": start, "finish": finish, "timeline": data["summary"]["timeline"],
             "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv"), "spec": data["summary"].get("spec")}
+
+
+# ---- emulation -------------------------------------------------------------------------------
+
+def emulation_counters(urls: list[str]) -> list[dict]:
+    """Each instance's step-emulation counters (``/server_info``), to take differences around a run."""
+    return [httpx.get(f"{u}/server_info", timeout=30).json()["internal_states"][0].get("seer_emulation", {})
+            for u in urls]
+
+
+def emulation_delta(before: list[dict], after: list[dict]) -> dict:
+    steps = sum(a.get("steps", 0) - b.get("steps", 0) for a, b in zip(after, before))
+    overruns = sum(a.get("overruns", 0) - b.get("overruns", 0) for a, b in zip(after, before))
+    return {"steps": steps, "overruns": overruns, "overrun_share": overruns / steps if steps else 0.0,
+            "max_overrun_s": max((a.get("max_overrun_s", 0.0) for a in after), default=0.0)}
+
+
+def emulation_settings(args) -> tuple[StepModel | None, float]:
+    """The emulated model of every instance, and the workload's length scale."""
+    if not args.emulate:
+        return None, 1.0
+    scale = args.max_tokens / PRESETS[args.workload].max_tokens
+    return load_profile(args.emulate).scaled(scale, args.emulate_time_scale), scale
 
 
 # ---- metrics ---------------------------------------------------------------------------------
@@ -278,8 +307,9 @@ def plot(report: dict, runs: dict, path: Path) -> None:
     ax_cdf.set_xlabel("seconds")
     ax_cdf.legend(fontsize=7)
     cfg = report["config"]
-    fig.suptitle(f"{cfg['model']} x{cfg['instances']} instances, {cfg['prompts']}x{cfg['group_size']} samples, "
-                 f"max {cfg['max_tokens']} tokens ({cfg['machine']})")
+    emulated = f"EMULATED {cfg['emulate']}, " if cfg.get("emulate") else ""
+    fig.suptitle(f"{emulated}{cfg['model']} x{cfg['instances']} instances, {cfg['prompts']}x{cfg['group_size']} "
+                 f"samples, max {cfg['max_tokens']} tokens ({cfg['machine']})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -345,8 +375,17 @@ def main() -> None:
     ap.add_argument("--warmup-prompts", type=int, default=0,
                     help="before its measured rollouts, each seer server runs one rollout of this many other prompts "
                          "(a trainer's server between iterations: the online draft-cost fit is in place)")
+    ap.add_argument("--emulate", default=None, help="EMULATION: pad every instance's steps to this step-time "
+                    "profile (h100-70b, moe-kimi-k2, cpu-smollm2, or a file); sets each instance's KV cap")
+    ap.add_argument("--emulate-time-scale", type=float, default=EMULATION.time_scale,
+                    help="stretch every emulated time (keep the real model below it)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
+    emulated, length_scale = emulation_settings(args)
+    if emulated is not None:
+        args.kv_tokens = emulated.capacity_tokens
+        print(f"EMULATION: {emulated.name}, lengths x{length_scale:g}, KV {args.kv_tokens} tokens per instance",
+              flush=True)
 
     from seer_sglang.frontend.tokenizer import PromptTokenizer
 
@@ -370,12 +409,17 @@ def main() -> None:
                    "--enable-custom-logit-processor"]
     cpu = not has_cuda()
     machine = f"{'GPU' if not cpu else 'CPU'} {platform.machine()}, {__import__('os').cpu_count()} cores"
-    runs, results = {}, {}
+    runs, results, emulation = {}, {}, {}
     calib = None
+    emulate_flags = ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
+                     "--emulate-length-scale", str(length_scale)] if emulated is not None else []
+    plain_env = PluginConfig(emulate=args.emulate, emulate_time_scale=args.emulate_time_scale,
+                             emulate_length_scale=length_scale, emulation_only=True).to_env() if emulated else {}
 
     if "baseline" in modes:
         specs = [InstanceSpec(model_path=model_path, port=free_port(), sglang_args=engine_args, cpu=cpu,
-                              gpu_id=i if not cpu else None, with_plugin=False, log_path=log_root / f"plain-{i}.log",
+                              gpu_id=i if not cpu else None, with_plugin=emulated is not None,
+                              log_path=log_root / f"plain-{i}.log", extra_env=plain_env,
                               cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
                  for i in range(args.instances)]
         procs = [start_instance(s) for s in specs]
@@ -384,7 +428,10 @@ def main() -> None:
             urls = [p.url for p in procs]
             calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
             print(f"calibration: {json.dumps({k: v for k, v in calib.items() if k != 'step_s_by_batch'})}", flush=True)
+            before = emulation_counters(urls) if emulated else []
             runs["baseline"] = asyncio.run(run_baseline(urls, prompts, trace, args, eos))
+            if emulated:
+                emulation["baseline"] = emulation_delta(before, emulation_counters(urls))
         finally:
             stop_instances(procs)
     seer_modes = [m for m in modes if m != "baseline"]
@@ -392,18 +439,21 @@ def main() -> None:
     configs = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
     for pool, draft in configs:
         group = [m for m in seer_modes if server_config(m, args.draft) == (pool, draft)]
-        extra = ["--kv-pool", pool, "--draft", draft]
+        extra = ["--kv-pool", pool, "--draft", draft, *emulate_flags]
         proc, url = seer_server(model_path, args, engine_args + extra, log_root / f"pool-{pool}-draft-{draft}")
         try:
+            urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
             if calib is None:
-                urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
                 calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
             if args.warmup_prompts:
                 print(f"warm-up rollout on {pool=} {draft=} ...", flush=True)
                 asyncio.run(run_seer(url, group[0], warm_prompts, warm_trace, args, eos, tag="warm-"))
             for mode in group:
                 print(f"running {mode} ...", flush=True)
+                before = emulation_counters(urls) if emulated else []
                 runs[mode] = asyncio.run(run_seer(url, mode, prompts, trace, args, eos))
+                if emulated:
+                    emulation[mode] = emulation_delta(before, emulation_counters(urls))
         finally:
             proc.terminate()
             proc.wait(60)
@@ -419,16 +469,28 @@ def main() -> None:
     ratios = {m: {"throughput": r["throughput_tok_s"] / base["throughput_tok_s"],
                   "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,
                   "completion": r["completion_s"] / base["completion_s"]} for m, r in results.items()}
-    step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
-                           decode_per_seq_s=calib["decode_per_seq_s"],
-                           decode_per_kv_token_s=calib["decode_per_kv_token_s"],
-                           prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
-                           request_overhead_s=calib["request_overhead_s"],
-                           source=f"measured by benchmarks.rollout on {machine}")
-    step_model.save(out.with_suffix(".step_model.json"))
+    if emulated is None:
+        step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
+                               decode_per_seq_s=calib["decode_per_seq_s"],
+                               decode_per_kv_token_s=calib["decode_per_kv_token_s"],
+                               prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
+                               request_overhead_s=calib["request_overhead_s"],
+                               source=f"measured by benchmarks.rollout on {machine}")
+        step_model.save(out.with_suffix(".step_model.json"))
+    else:  # the simulator runs the very model the instances were padded to
+        step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
     report = {"config": {**vars(args), "machine": machine, "samples": len(trace),
                          "workload_spec": spec.__dict__, "calibration": calib},
               "modes": results, "ratios": ratios, "sim_check": sim_check(trace, step_model, args, results)}
+    if emulated is not None:
+        share = max((e["overrun_share"] for e in emulation.values()), default=0.0)
+        report["emulation"] = {
+            "label": "EMULATED: real SGLang instances on a small model, every forward step padded to the "
+                     f"step-time profile {args.emulate}; not a GPU measurement",
+            "profile": args.emulate, "model": dataclasses.asdict(emulated), "length_scale": length_scale,
+            "time_scale": args.emulate_time_scale, "per_mode": emulation, "overrun_share": share,
+            "valid": share <= EMULATION.max_overrun_share}
+        print(f"EMULATION overrun share {share:.3f} (valid: {report['emulation']['valid']})", flush=True)
     out.write_text(json.dumps(report, indent=2))
     plot(report, runs, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")

@@ -179,6 +179,8 @@ class PluginConfig:
                                          "factor on every emulated time")
     emulate_length_scale: float = env_only(EmulationConfig.length_scale, "SEER_EMULATE_LENGTH_SCALE",
                                            "the workload's lengths relative to the profile's")
+    emulation_only: bool = env_only(False, "SEER_EMULATION_ONLY", "install the step emulation and no other "
+                                    "hook: plain SGLang on emulated steps (the benchmark baseline)")
 
     def to_env(self) -> dict[str, str]:
         """The environment that gives an instance this config (unset fields stay unset)."""

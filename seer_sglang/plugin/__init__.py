@@ -44,9 +44,14 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
+    from ..config import PluginConfig
     from . import (emulation, hicache_cpu, penalties, queue_order, seeded_sampling, spec_registry, transfer_gate,
                    weight_namespace)
 
+    if PluginConfig.from_env().emulation_only:  # plain SGLang on emulated steps (a benchmark baseline)
+        emulation.register_hooks()
+        logger.info("seer_sglang plugin loaded for step emulation only (pid=%d, role=%s)", os.getpid(), _caller_role())
+        return
     seeded_sampling.register_hooks()
     penalties.register_hooks()
     queue_order.register_hooks()

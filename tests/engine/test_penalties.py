@@ -1,9 +1,10 @@
 """Penalties, min_tokens and logit_bias through chunks of 16: the tokens of plain SGLang run unchunked.
 
-SGLang counts a request's output for its penalizers at a time that depends on its scheduler: before
-each step without overlap (the speculative path on CPU, which the shared seer server runs), a step late
-under the overlap scheduler (plain decoding). Each seer path is compared with plain SGLang under the
-same scheduler, without the plugin.
+SGLang counts a request's output for its penalizers before each step without overlap (the speculative
+path on CPU, which the shared seer server runs). Under the overlap scheduler its count trails, by a
+step or not depending on how prefill and decode batches follow each other, so plain SGLang is not
+consistent with itself there and only the scheduler without overlap is compared (with plain SGLang
+under ``--disable-overlap-schedule``, without the plugin).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import random
 import httpx
 import pytest
 
-from conftest import start_healthy, start_seer, stop_seer, wait_server
+from conftest import start_healthy
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             stop_instances)
 
@@ -100,17 +101,3 @@ def test_min_tokens_and_logit_bias_span_chunks(chunked, no_overlap_url, tiny_mod
                                            "logit_bias": bias})
     assert all(len(r["output_ids"]) == 38 and r["output_ids"][-1] == eos for r in ref)
     _check_equal(_rollout(chunked, prompts, max_tokens=56, min_tokens=37, logit_bias=bias), ref, chunks=3)
-
-
-def test_penalties_span_chunks_under_the_overlap_scheduler(tiny_model, plain_url, tmp_path):
-    """Seer without speculation decodes with SGLang's overlap scheduler, as the shared plain instance."""
-    server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32", "--draft", "none",
-                        "--scheduler", "context", "--chunk-size", str(CHUNK))
-    try:
-        wait_server(server)
-        prompts = _prompts(3, seed=21)  # greedy decoding repeats itself in 48 tokens: penalties bite
-        ref = _plain(plain_url, prompts, {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True, **PENALTIES})
-        _penalties_apply(plain_url, prompts, ref, 48)
-        _check_equal(_rollout(server.url, prompts, max_tokens=48, ignore_eos=True, **PENALTIES), ref, chunks=3)
-    finally:
-        stop_seer(server)
