@@ -7,11 +7,13 @@ the tokens of this chunk. The frontend marks how many input tokens are earlier o
 exactly as SGLang would have counted them had the sample run as one request.
 
 Which tokens SGLang has counted by a given step depends on its scheduler. Without overlap (CPU with
-speculation, or ``--disable-overlap-schedule``) the token sampled last is counted before the next step.
-Under the overlap scheduler the count trails by a step: the results of a step are processed after the
-next one starts, so its first decode step counts the prompt's last token instead. The seed follows the same rule, so a chunked sample
-is penalized exactly like the unchunked one under either scheduler. ``min_tokens`` needs no hook: the
-frontend sends each chunk what is left of it.
+speculation, or ``--disable-overlap-schedule``) the token sampled last is counted before the next step,
+and a chunked sample is penalized exactly like the unchunked one. Under the overlap scheduler the
+count usually trails by a step (a step's results are processed after the next one starts, so its
+first decode step counts the prompt's last token instead); the seed follows that rule. SGLang does
+not trail when it processes a result before launching the next batch (consecutive prefills), so
+under overlap plain SGLang's own penalties depend on batch timing and equality is not exact.
+``min_tokens`` needs no hook: the frontend sends each chunk what is left of it.
 """
 
 from __future__ import annotations
