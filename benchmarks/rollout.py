@@ -43,7 +43,7 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
 from seer_sglang.models import resolve_model_path
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import EMULATION, PluginConfig
-from seer_sglang.core.step_model import StepModel, load_profile
+from seer_sglang.core.step_model import StepModel, emulated_model
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, save_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ def emulation_settings(args) -> tuple[StepModel | None, float]:
     if not args.emulate:
         return None, 1.0
     scale = args.max_tokens / PRESETS[args.workload].max_tokens
-    return load_profile(args.emulate).scaled(scale, args.emulate_time_scale), scale
+    return emulated_model(args.emulate, scale, args.emulate_time_scale), scale
 
 
 # ---- metrics ---------------------------------------------------------------------------------

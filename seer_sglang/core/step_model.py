@@ -136,6 +136,13 @@ def profile_names() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
 
 
+def emulated_model(profile: str | None, length_scale: float, time_scale: float) -> StepModel | None:
+    """The model an emulated instance pads its steps to (``--emulate`` and its scales); None without one."""
+    if not profile:
+        return None
+    return load_profile(profile).scaled(length_scale, time_scale)
+
+
 def load_profile(name_or_path: str) -> StepModel:
     """A shipped profile by name (``seer_sglang/profiles/<name>.json``), or a user's file."""
     path = PROFILES_DIR / f"{name_or_path}.json"

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from ..config import EmulationConfig
-from ..core.step_model import StepModel, load_profile
+from ..core import step_model
+from ..core.step_model import StepModel
 
 
 def emulated_model(config: EmulationConfig) -> StepModel | None:
     """The model every instance pads its steps to (None without ``--emulate``); a bad profile fails here,
     before any instance starts."""
-    if not config.profile:
-        return None
-    return load_profile(config.profile).scaled(config.length_scale, config.time_scale)
+    return step_model.emulated_model(config.profile, config.length_scale, config.time_scale)
 
 
 def plugin_settings(config: EmulationConfig) -> dict:

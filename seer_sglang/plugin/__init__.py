@@ -2,7 +2,8 @@
 
 SGLang calls :func:`register` early in every one of its processes (launcher, tokenizer manager,
 scheduler, detokenizer). Everything in this package runs inside an SGLang process: the queue order,
-seeded sampling, penalties across chunks, the KV pool's CPU support and transfer gate, and the speculative pieces (the SEER
+seeded sampling, penalties across chunks, step emulation, the KV pool's CPU support and transfer
+gate, and the speculative pieces (the SEER
 worker, its verify backends and sampling, the CPU kernel stand-ins).
 A plain SGLang run (the benchmark baseline) skips it with ``SGLANG_PLUGINS=none``.
 """

@@ -18,7 +18,7 @@ import logging
 import time
 
 from ..config import PluginConfig
-from ..core.step_model import StepModel, load_profile
+from ..core.step_model import StepModel, emulated_model
 
 logger = logging.getLogger("seer_sglang.plugin")
 FORWARD = "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation"
@@ -75,11 +75,11 @@ def register_hooks() -> None:
     """Hooks only when this instance was started with ``--emulate``."""
     global _model
     config = PluginConfig.from_env()
-    if not config.emulate:
+    _model = emulated_model(config.emulate, config.emulate_length_scale, config.emulate_time_scale)
+    if _model is None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    _model = load_profile(config.emulate).scaled(config.emulate_length_scale, config.emulate_time_scale)
     STATS["profile"] = _model.name
     HookRegistry.register(FORWARD, padded_forward, HookType.AROUND)
     HookRegistry.register(STATE, report, HookType.AFTER)

@@ -44,6 +44,7 @@ class SpecModel:
     def budget(self, model: StepModel) -> DraftBudget:
         """The engine's budget over this model's costs: a one-token verify step is a decode step."""
         per_token = self.token_cost(model)
-        cost = CostModel(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token), per_token,
+        cost = CostModel(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token),
+                         per_token,
                          CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max))
         return DraftBudget(cost, self.gamma_max, self.lam)

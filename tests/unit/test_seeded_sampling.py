@@ -25,3 +25,25 @@ def test_torch_murmur_hash_matches_triton_kernel():
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "identical"
+
+
+def test_the_seeded_draw_runs_eagerly_on_cpu():
+    """SGLang's torch.compile'd seeded draw would compile inside a fresh instance's first sampled step;
+    on CPU the hook calls the function it wraps, and leaves other devices to the compiled one."""
+    import torch
+
+    from seer_sglang.plugin.seeded_sampling import eager_on_cpu
+
+    calls = []
+
+    def compiled(*args):
+        calls.append("compiled")
+
+    def eager(*args):
+        calls.append("eager")
+
+    compiled.__wrapped__ = eager
+    eager_on_cpu(compiled, torch.zeros(2, 4), torch.zeros(2), torch.zeros(2))
+    meta = torch.zeros(2, 4, device="meta")
+    eager_on_cpu(compiled, meta, torch.zeros(2), torch.zeros(2))
+    assert calls == ["eager", "compiled"]

@@ -106,25 +106,3 @@ def test_sampling_fields_check_bounds_before_any_work():
         RolloutRequest(prompts=["a"], logit_bias={"100": 1.0}).sampling_params(8, 100)
     params = RolloutRequest(prompts=["a"], logit_bias={" 7": -5.0}, min_tokens=2).sampling_params(8, 100)
     assert params.logit_bias == {"7": -5.0} and params.min_tokens == 2 and params.repetition_penalty == 1.0
-
-
-def test_the_seeded_draw_runs_eagerly_on_cpu():
-    """SGLang's torch.compile'd seeded draw would compile inside a fresh instance's first sampled step;
-    on CPU the hook calls the function it wraps, and leaves other devices to the compiled one."""
-    import torch
-
-    from seer_sglang.plugin.seeded_sampling import eager_on_cpu
-
-    calls = []
-
-    def compiled(*args):
-        calls.append("compiled")
-
-    def eager(*args):
-        calls.append("eager")
-
-    compiled.__wrapped__ = eager
-    eager_on_cpu(compiled, torch.zeros(2, 4), torch.zeros(2), torch.zeros(2))
-    meta = torch.zeros(2, 4, device="meta")
-    eager_on_cpu(compiled, meta, torch.zeros(2), torch.zeros(2))
-    assert calls == ["eager", "compiled"]

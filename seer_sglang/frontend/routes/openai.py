@@ -32,8 +32,8 @@ def _refuse_unhonoured(req) -> None:
 
 
 def _params(fe: Frontend, req, max_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
-    return req.sampling_params(max_tokens, fe.tokenizer.vocab_size, skip_special_tokens=req.skip_special_tokens, logprobs=logprobs,
-                               top_logprobs=top_logprobs)
+    return req.sampling_params(max_tokens, fe.tokenizer.vocab_size, skip_special_tokens=req.skip_special_tokens,
+                               logprobs=logprobs, top_logprobs=top_logprobs)
 
 
 def _usage(groups: list[Group]) -> dict[str, int]:

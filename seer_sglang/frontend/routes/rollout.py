@@ -41,8 +41,8 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         else:
             ids = list(prompt.input_ids)
         fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
-        params = req.sampling_params(req.max_tokens, fe.tokenizer.vocab_size, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
-                                     skip_special_tokens=req.skip_special_tokens,
+        params = req.sampling_params(req.max_tokens, fe.tokenizer.vocab_size, logprobs=req.logprobs,
+                                     top_logprobs=req.top_logprobs, skip_special_tokens=req.skip_special_tokens,
                                      custom_logit_processor=req.custom_logit_processor)
         gid = fe.new_group_id(prompt.group_id)
         if gid in prompt_index:
