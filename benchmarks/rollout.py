@@ -16,10 +16,13 @@ profile (``seer_sglang/profiles``): EMULATED GPU timings, labelled as such in th
 measurements. Lengths are the workload's scaled to ``--max-tokens``; each instance then holds the
 profile's KV scaled the same way. The baseline instances load the plugin for the emulation only.
 
-Every sample has a hidden target length from a Seer-shaped workload (long tail across groups,
-alike within a group), enforced by a custom logit processor, so no scheduler can see it; only the
-``oracle`` mode is told the lengths. Writes JSON (config, per-mode metrics, ratios against
-baseline) and a PNG next to it.
+Every sample has a hidden target length from a Seer-shaped workload (``--workload``: Seer's group
+size and length shape, scaled to ``--max-tokens``; long tail across groups, alike within a group),
+enforced by a custom logit processor, so no scheduler can see it; only the ``oracle`` mode is told
+the lengths. Each instance holds ``--kv-share`` of its part of the working set (0.5, as in Seer).
+Every server is warmed with a rollout of other prompts; ``--repeats`` runs each mode that many
+times, in a random order per repeat. Writes JSON (config, per-mode mean, spread and repeats,
+ratios against baseline, the simulator's prediction of each mode) and a PNG next to it.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
-from seer_sglang.config import EMULATION, PluginConfig
+from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
+from seer_sglang.launch.emulation import admission, instance_args, instance_env
 from seer_sglang.core.step_model import StepModel, emulated_model
-from seer_sglang.sim.workload import PRESETS, TraceSample, generate, save_trace
+from seer_sglang.sim.workload import PRESETS, TraceSample, generate, kv_cap, save_trace, working_set
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,8 +168,9 @@ def emulation_counters(urls: list[str]) -> list[dict]:
 def emulation_delta(before: list[dict], after: list[dict]) -> dict:
     steps = sum(a.get("steps", 0) - b.get("steps", 0) for a, b in zip(after, before))
     overruns = sum(a.get("overruns", 0) - b.get("overruns", 0) for a, b in zip(after, before))
+    lost = sum(a.get("lost_s", 0.0) - b.get("lost_s", 0.0) for a, b in zip(after, before))
     return {"steps": steps, "overruns": overruns, "overrun_share": overruns / steps if steps else 0.0,
-            "max_overrun_s": max((a.get("max_overrun_s", 0.0) for a in after), default=0.0)}
+            "lost_s": lost, "max_overrun_s": max((a.get("max_overrun_s", 0.0) for a in after), default=0.0)}
 
 
 def emulation_settings(args) -> tuple[StepModel | None, float]:
@@ -178,26 +183,56 @@ def emulation_settings(args) -> tuple[StepModel | None, float]:
 
 # ---- metrics ---------------------------------------------------------------------------------
 
+def idle_shares(run: dict, instances: int, completion: float) -> list[float | None]:
+    """Per instance: the share of the rollout's time it ran nothing (telemetry points with no running request)."""
+    out = []
+    for i in range(instances):
+        pts = [p for p in run["timeline"] if p["instance"] == i and 0 <= p["t"] - run["start"] <= completion]
+        out.append(sum(1 for p in pts if p["running"] == 0) / len(pts) if len(pts) > 1 else None)
+    return out
+
+
 def metrics(run: dict, instances: int, calib: dict) -> dict:
     ends = sorted(f["t"] - run["start"] for f in run["finish"])
     completion = ends[-1]
     tokens = sum(f["tokens"] for f in run["finish"])
     p90 = ends[max(0, int(0.9 * len(ends)) - 1)]
-    idle = []
-    for i in range(instances):
-        pts = [p for p in run["timeline"] if p["instance"] == i and p["t"] - run["start"] <= completion]
-        if len(pts) > 1:
-            idle_frac = sum(1 for p in pts if p["running"] == 0) / len(pts)
-            idle.append(idle_frac * completion)
+    idle = idle_shares(run, instances, completion)
+    known = [x for x in idle if x is not None]
     longest = max(f["tokens"] for f in run["finish"])
     bound = max(tokens / calib["peak_tok_s"], longest * calib["min_step_s"])
     return {"completion_s": completion, "throughput_tok_s": tokens / completion, "tail_s": completion - p90,
-            "idle_s_per_instance": statistics.mean(idle) if idle else None,
+            "idle_share": idle, "idle_s_per_instance": statistics.mean(known) * completion if known else None,
             "retractions": sum(f["retractions"] for f in run["finish"]), "samples": len(ends),
             "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
             "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
             **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
                if run.get("spec") and run["spec"]["draft_steps"] else {})}
+
+
+SUMMARISED = ("completion_s", "throughput_tok_s", "tail_s", "retractions", "idle_s_per_instance", "efficiency",
+              "mean_acceptance_length")
+
+
+def summarise(repeats: list[dict]) -> dict:
+    """A mode over its repeats: the mean of each figure, its spread (sample std, min, max), the per-instance
+    idle shares averaged, and every repeat's own figures."""
+    out: dict = {"repeats": [{k: v for k, v in r.items() if k != "finish_s"} for r in repeats],
+                 "finish_s": repeats[0]["finish_s"], "spread": {}}
+    for key in SUMMARISED:
+        values = [r[key] for r in repeats if r.get(key) is not None]
+        if not values:
+            continue
+        out[key] = statistics.mean(values)
+        out["spread"][key] = {"std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                              "min": min(values), "max": max(values)}
+    out["idle_share"] = [statistics.mean(x) if (x := [r["idle_share"][i] for r in repeats
+                                                      if r["idle_share"][i] is not None]) else None
+                         for i in range(len(repeats[0]["idle_share"]))]
+    for key in ("kv", "spec", "chunks", "samples", "output_tokens"):
+        if key in repeats[0]:
+            out[key] = repeats[0][key]
+    return out
 
 
 # ---- calibration -----------------------------------------------------------------------------
@@ -251,7 +286,8 @@ def calib_batches(args) -> tuple[int, ...]:
 
 
 def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -> dict:
-    """The simulator, calibrated on these engines, against the real runs of this benchmark."""
+    """The simulator, on the step model the instances ran (emulated) or were fitted to (CPU), against the
+    mean of the real runs: ``error`` is signed and relative (predicted / real - 1)."""
     from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
@@ -259,12 +295,14 @@ def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -
     for mode, real in results.items():
         if any(o.startswith("sd") for o in mode_options(mode)[1]):
             continue  # the simulator's acceptance odds are not calibrated on these engines
-        # The CPU step model has no pool-load term: "+pool" modes are simulated as recompute.
-        policy = make_policy("group" if mode == "baseline" else mode_options(mode)[0], chunk_size=args.chunk_size)
-        sim = simulate(trace, policy, model, args.instances, args.max_tokens)
-        out[mode] = {"real_completion_s": real["completion_s"], "sim_completion_s": sim.completion_s,
+        # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
+        policy = make_policy("round-robin" if mode == "baseline" else mode_options(mode)[0], chunk_size=args.chunk_size)
+        sim = simulate(trace, policy, model, args.instances, args.max_tokens,
+                       admission=admission(EmulationConfig(args.emulate, length_scale=args.length_scale)))
+        out[mode] = {"predicted_s": sim.completion_s, "real_s": real["completion_s"],
                      "error": sim.completion_s / real["completion_s"] - 1.0,
-                     "real_tail_s": real["tail_s"], "sim_tail_s": sim.tail_s}
+                     "predicted_tail_s": sim.tail_s, "real_tail_s": real["tail_s"],
+                     "predicted_retractions": sim.retractions, "real_retractions": real["retractions"]}
     return out
 
 
@@ -342,7 +380,7 @@ def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) ->
            *engine_args]
     proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 900
+    deadline = time.time() + 1800
     while time.time() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
@@ -356,50 +394,112 @@ def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) ->
     raise RuntimeError(f"seer server did not start; see {log_dir}")
 
 
+@dataclasses.dataclass
+class Workload:
+    """What every mode of one benchmark runs: the measured trace and a separate warm-up trace."""
+
+    prompts: list[list[int]]
+    trace: list[TraceSample]
+    warm_prompts: list[list[int]]
+    warm_trace: list[TraceSample]
+    eos: int
+
+
+def build_workload(args, tokenizer, spec) -> Workload:
+    def traced(prompts: list[list[int]], count: int, seed: int) -> list[TraceSample]:
+        return [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
+                for s in generate(spec, count, seed)]
+
+    prompts = make_prompts(tokenizer, args.prompts, args.seed)
+    warm_prompts = make_prompts(tokenizer, args.warmup_prompts, args.seed + 1)
+    return Workload(prompts, traced(prompts, args.prompts, args.seed), warm_prompts,
+                    traced(warm_prompts, args.warmup_prompts, args.seed + 1) if args.warmup_prompts else [],
+                    tokenizer.tok.eos_token_id)
+
+
+class Measured:
+    """Every repeat of every mode, with the emulation counters around each run."""
+
+    def __init__(self):
+        self.runs: dict[str, list[dict]] = {}
+        self.emulation: dict[str, list[dict]] = {}
+
+    def run(self, mode: str, urls: list[str], emulated: bool, go) -> None:
+        before = emulation_counters(urls) if emulated else []
+        run = go()
+        self.runs.setdefault(mode, []).append(run)
+        if emulated:
+            self.emulation.setdefault(mode, []).append(emulation_delta(before, emulation_counters(urls)))
+
+
+def run_modes(server: str, modes: list[str], args, rng: random.Random, measured: Measured, urls: list[str],
+              emulated: bool, run_one) -> None:
+    """Warm the server with a rollout of other prompts, then every repeat runs its modes in a fresh random
+    order (``run_one(mode, repeat)`` does one rollout)."""
+    if args.warmup_prompts:
+        print(f"[{server}] warm-up rollout ...", flush=True)
+        run_one(modes[0], None)
+    for repeat in range(args.repeats):
+        for mode in rng.sample(modes, len(modes)):
+            print(f"[{server}] repeat {repeat + 1}/{args.repeats}: {mode} ...", flush=True)
+            measured.run(mode, urls, emulated, lambda: run_one(mode, repeat))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.rollout")
     ap.add_argument("--modes", default="baseline,group,divided,context,oracle")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--group-size", type=int, default=None, help="default: the workload's (Seer's G)")
     ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--workload", default="moonlight", choices=sorted(PRESETS))
     ap.add_argument("--chunk-size", type=int, default=256)
-    ap.add_argument("--kv-tokens", type=int, default=12288, help="per-instance KV cap (--max-total-tokens)")
+    ap.add_argument("--kv-tokens", type=int, default=None,
+                    help="per-instance KV cap (--max-total-tokens); default: --kv-share of the working set")
+    ap.add_argument("--kv-share", type=float, default=None,
+                    help="each instance's KV holds this share of its part of the working set (prompts and full "
+                         "outputs); default: the workload's (Seer-like load: 0.5)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="rollouts per mode; modes run in a random order "
+                    "per repeat, and the report gives each mode's mean and spread")
     ap.add_argument("--calib-batches", default="1,4,16,64", help="batch sizes timed for the step model")
     ap.add_argument("--calib-steps", type=int, default=64)
     ap.add_argument("--draft", default="group-suffix", help="drafter of the +sd modes (+sd-<drafter> picks one)")
-    ap.add_argument("--warmup-prompts", type=int, default=0,
-                    help="before its measured rollouts, each seer server runs one rollout of this many other prompts "
-                         "(a trainer's server between iterations: the online draft-cost fit is in place)")
+    ap.add_argument("--warmup-prompts", type=int, default=None,
+                    help="before its measured rollouts, every server (plain or seer) runs one rollout of this many "
+                         "other prompts (default: one per instance)")
     ap.add_argument("--emulate", default=None, help="EMULATION: pad every instance's steps to this step-time "
-                    "profile (h100-70b, moe-kimi-k2, cpu-smollm2, or a file); sets each instance's KV cap")
+                    "profile (h100-70b, moe-kimi-k2, cpu-smollm2, or a file)")
     ap.add_argument("--emulate-time-scale", type=float, default=EMULATION.time_scale,
                     help="stretch every emulated time (keep the real model below it)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
+    preset = PRESETS[args.workload]
+    args.group_size = args.group_size or preset.group_size
+    args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share
+    if args.warmup_prompts is None:
+        args.warmup_prompts = args.instances
     emulated, length_scale = emulation_settings(args)
-    if emulated is not None:
-        args.kv_tokens = emulated.capacity_tokens
-        print(f"EMULATION: {emulated.name}, lengths x{length_scale:g}, KV {args.kv_tokens} tokens per instance",
-              flush=True)
+    args.length_scale = length_scale
 
     from seer_sglang.frontend.tokenizer import PromptTokenizer
 
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)
     tokenizer = PromptTokenizer(model_path)
-    eos = tokenizer.tok.eos_token_id
-    prompts = make_prompts(tokenizer, args.prompts, args.seed)
-    spec = dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
-    trace = [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
-             for s in generate(spec, args.prompts, args.seed)]
-    warm_prompts = make_prompts(tokenizer, args.warmup_prompts, args.seed + 1)
-    warm_trace = [TraceSample(s.group_id, s.sample_index, len(warm_prompts[s.group_id]), s.output_len)
-                  for s in generate(spec, args.warmup_prompts, args.seed + 1)] if args.warmup_prompts else []
+    spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
+    work = build_workload(args, tokenizer, spec)
+    trace = work.trace
+    if args.kv_tokens is None:
+        args.kv_tokens = kv_cap(trace, args.instances, args.kv_share)
+    working = working_set(trace)
+    print(f"workload {args.workload}: {len(trace)} samples, working set {working} tokens, "
+          f"KV {args.kv_tokens} tokens per instance x {args.instances}", flush=True)
+    if emulated is not None:
+        emulated = dataclasses.replace(emulated, capacity_tokens=args.kv_tokens)
+        print(f"EMULATION: {emulated.name}, lengths x{length_scale:g}, time x{args.emulate_time_scale:g}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_trace(trace, out.with_suffix(".trace.jsonl"))
@@ -409,60 +509,75 @@ def main() -> None:
                    "--enable-custom-logit-processor"]
     cpu = not has_cuda()
     machine = f"{'GPU' if not cpu else 'CPU'} {platform.machine()}, {__import__('os').cpu_count()} cores"
-    runs, results, emulation = {}, {}, {}
+    rng = random.Random(args.seed)
+    measured = Measured()
     calib = None
+    emulation_config = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale)
     emulate_flags = ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
                      "--emulate-length-scale", str(length_scale)] if emulated is not None else []
     plain_env = PluginConfig(emulate=args.emulate, emulate_time_scale=args.emulate_time_scale,
                              emulate_length_scale=length_scale, emulation_only=True).to_env() if emulated else {}
+    plain_env.update(instance_env(emulation_config))
 
-    if "baseline" in modes:
-        specs = [InstanceSpec(model_path=model_path, port=free_port(), sglang_args=engine_args, cpu=cpu,
-                              gpu_id=i if not cpu else None, with_plugin=emulated is not None,
-                              log_path=log_root / f"plain-{i}.log", extra_env=plain_env,
-                              cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
-                 for i in range(args.instances)]
-        procs = [start_instance(s) for s in specs]
-        try:
-            wait_healthy(procs)
-            urls = [p.url for p in procs]
-            calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
-            print(f"calibration: {json.dumps({k: v for k, v in calib.items() if k != 'step_s_by_batch'})}", flush=True)
-            before = emulation_counters(urls) if emulated else []
-            runs["baseline"] = asyncio.run(run_baseline(urls, prompts, trace, args, eos))
-            if emulated:
-                emulation["baseline"] = emulation_delta(before, emulation_counters(urls))
-        finally:
-            stop_instances(procs)
+    # One server per (kv pool, drafter) for the seer modes ("+pool": --kv-pool file, "+sd": speculation),
+    # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if m != "baseline"]
-    # One seer server per (kv pool, drafter): "+pool" runs with --kv-pool file, "+sd" with speculation.
-    configs = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
-    for pool, draft in configs:
-        group = [m for m in seer_modes if server_config(m, args.draft) == (pool, draft)]
+    servers: list[tuple[str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
+    if "baseline" in modes:
+        servers.append(None)
+    rng.shuffle(servers)
+    for server in servers:
+        if server is None:
+            plain_args = engine_args + instance_args(emulation_config, engine_args)
+            specs = [InstanceSpec(model_path=model_path, port=free_port(), sglang_args=plain_args, cpu=cpu,
+                                  gpu_id=i if not cpu else None, with_plugin=emulated is not None,
+                                  log_path=log_root / f"plain-{i}.log", extra_env=plain_env,
+                                  cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
+                     for i in range(args.instances)]
+            procs = [start_instance(s) for s in specs]
+            try:
+                wait_healthy(procs)
+                urls = [p.url for p in procs]
+                if calib is None:
+                    calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
+
+                def plain(mode: str, repeat: int | None) -> dict:
+                    if repeat is None:
+                        return asyncio.run(run_baseline(urls, work.warm_prompts, work.warm_trace, args, work.eos))
+                    return asyncio.run(run_baseline(urls, work.prompts, trace, args, work.eos))
+
+                run_modes("plain SGLang", ["baseline"], args, rng, measured, urls, emulated is not None, plain)
+            finally:
+                stop_instances(procs)
+            continue
+        pool, draft = server
+        group = [m for m in seer_modes if server_config(m, args.draft) == server]
         extra = ["--kv-pool", pool, "--draft", draft, *emulate_flags]
         proc, url = seer_server(model_path, args, engine_args + extra, log_root / f"pool-{pool}-draft-{draft}")
         try:
             urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
             if calib is None:
-                calib = calibrate(urls, prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
-            if args.warmup_prompts:
-                print(f"warm-up rollout on {pool=} {draft=} ...", flush=True)
-                asyncio.run(run_seer(url, group[0], warm_prompts, warm_trace, args, eos, tag="warm-"))
-            for mode in group:
-                print(f"running {mode} ...", flush=True)
-                before = emulation_counters(urls) if emulated else []
-                runs[mode] = asyncio.run(run_seer(url, mode, prompts, trace, args, eos))
-                if emulated:
-                    emulation[mode] = emulation_delta(before, emulation_counters(urls))
+                calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
+
+            def seer(mode: str, repeat: int | None) -> dict:
+                if repeat is None:
+                    return asyncio.run(run_seer(url, mode, work.warm_prompts, work.warm_trace, args, work.eos,
+                                                tag="warm-"))
+                return asyncio.run(run_seer(url, mode, work.prompts, trace, args, work.eos, tag=f"r{repeat}-"))
+
+            run_modes(f"seer {pool=} {draft=}", group, args, rng, measured, urls, emulated is not None, seer)
         finally:
             proc.terminate()
-            proc.wait(60)
-    for mode, run in runs.items():
-        results[mode] = metrics(run, args.instances, calib)
+            proc.wait(120)
+    print(f"calibration: {json.dumps({k: v for k, v in calib.items() if k != 'step_s_by_batch'})}", flush=True)
+    results = {}
+    for mode in modes:
+        results[mode] = summarise([metrics(run, args.instances, calib) for run in measured.runs[mode]])
         r = results[mode]
         kv = r.get("kv") or {}
-        print(f"{mode:>13}: {r['completion_s']:7.1f} s  {r['throughput_tok_s']:8.0f} tok/s  tail {r['tail_s']:6.1f} s  "
-              f"retractions {r['retractions']}  efficiency {r['efficiency']:.2f}  "
+        spread = r["spread"]["completion_s"]
+        print(f"{mode:>13}: {r['completion_s']:7.1f} s (+-{spread['std']:.1f})  {r['throughput_tok_s']:8.0f} tok/s  "
+              f"tail {r['tail_s']:6.1f} s  retractions {r['retractions']:.0f}  efficiency {r['efficiency']:.2f}  "
               f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}  "
               f"acceptance {r.get('mean_acceptance_length') or '-'}", flush=True)
     base = results.get("baseline") or results[modes[0]]
@@ -479,20 +594,23 @@ def main() -> None:
         step_model.save(out.with_suffix(".step_model.json"))
     else:  # the simulator runs the very model the instances were padded to
         step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
-    report = {"config": {**vars(args), "machine": machine, "samples": len(trace),
-                         "workload_spec": spec.__dict__, "calibration": calib},
+    report = {"config": {**vars(args), "machine": machine, "samples": len(trace), "working_set_tokens": working,
+                         "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
               "modes": results, "ratios": ratios, "sim_check": sim_check(trace, step_model, args, results)}
     if emulated is not None:
-        share = max((e["overrun_share"] for e in emulation.values()), default=0.0)
+        per_run = [e for runs in measured.emulation.values() for e in runs]
+        share = max((e["overrun_share"] for e in per_run), default=0.0)
         report["emulation"] = {
             "label": "EMULATED: real SGLang instances on a small model, every forward step padded to the "
                      f"step-time profile {args.emulate}; not a GPU measurement",
             "profile": args.emulate, "model": dataclasses.asdict(emulated), "length_scale": length_scale,
-            "time_scale": args.emulate_time_scale, "per_mode": emulation, "overrun_share": share,
-            "valid": share <= EMULATION.max_overrun_share}
+            "time_scale": args.emulate_time_scale, "per_mode": measured.emulation, "overrun_share": share,
+            "valid": share <= EMULATION.max_overrun_share,
+            "valid_modes": {m: max(e["overrun_share"] for e in runs) <= EMULATION.max_overrun_share
+                            for m, runs in measured.emulation.items()}}
         print(f"EMULATION overrun share {share:.3f} (valid: {report['emulation']['valid']})", flush=True)
     out.write_text(json.dumps(report, indent=2))
-    plot(report, runs, out.with_suffix(".png"))
+    plot(report, {m: runs[0] for m, runs in measured.runs.items()}, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
 

@@ -158,12 +158,57 @@ def sim_check_table(results: Results, stems: list[str]) -> str:
     rows = []
     for s in stems:
         for m, c in results[s].get("sim_check", {}).items():
-            rows.append([f"`{s}`", mode_name(m), fsec(c["real_completion_s"]), fsec(c["sim_completion_s"]),
+            rows.append([f"`{s}`", mode_name(m), fsec(c.get("real_s", c.get("real_completion_s"))),
+                         fsec(c.get("predicted_s", c.get("sim_completion_s"))),
                          f"{c['error'] * 100:+.0f}%"])
     caption = ("Measured on the CPU (2 cores) against the simulator's prediction from a step model calibrated on "
                "the same engines in the same run. Source: the `sim_check` part of " + source(stems) + ".")
     return "\n".join(table(["run", "mode", "measured (CPU)", "simulated", "simulated vs measured"], rows)
                      + ["", caption])
+
+
+def overruns(runs: list[dict]) -> str:
+    """The worst repeat's share of overrun steps, marked when it makes the mode's figures invalid."""
+    if not runs:
+        return "-"
+    worst = max(r["overrun_share"] for r in runs)
+    return f"{worst:.1%}" + (" INVALID" if worst > 0.05 else "")
+
+
+def emulated_table(results: Results, stem: str) -> str:
+    """A ``benchmarks.rollout --emulate`` run: each mode's mean (min–max) over its repeats, its ratios
+    against plain SGLang, and the simulator's prediction of the same run."""
+    run = results[stem]
+    cfg, emu = run["config"], run["emulation"]
+    header = ["mode", "completion", "throughput vs plain SGLang", "tail (last 10%)", "tail vs plain",
+              "idle share per instance (min–max)", "retractions", "simulator predicts", "simulator error",
+              "overrun steps (worst repeat)"]
+    rows = []
+    for m, r in run["modes"].items():
+        def mean_range(key: str, fmt: Callable[[float], str]) -> str:
+            sp = r["spread"].get(key)
+            if sp is None:
+                return "-"
+            return fmt(r[key]) if fmt(sp["min"]) == fmt(sp["max"]) else \
+                f"{fmt(r[key])} ({fmt(sp['min'])}–{fmt(sp['max'])})"
+        idle = [x for x in r["idle_share"] if x is not None]
+        check = run["sim_check"].get(m)
+        rows.append([mode_name(m), mean_range("completion_s", fsec), fratio(run["ratios"][m]["throughput"]),
+                     mean_range("tail_s", fsec), fratio(run["ratios"][m]["tail"]),
+                     f"{min(idle):.0%}–{max(idle):.0%}" if idle else "-", mean_range("retractions", fint),
+                     fsec(check["predicted_s"]) if check else "-",
+                     f"{check['error'] * 100:+.1f}%" if check else "-", overruns(emu["per_mode"].get(m, []))])
+    ws = cfg["workload_spec"]
+    caption = (f"EMULATED, not a GPU measurement: {cfg['instances']} real SGLang instances of model "
+               f"`{cfg['model']}` on {cfg['machine']}, every step padded to the `{emu['profile']}` profile "
+               f"(lengths x{emu['length_scale']:g}, times x{emu['time_scale']:g}). A mode whose worst repeat "
+               f"has more than 5% overrun steps is INVALID: the host did not keep up with the profile. "
+               f"{cfg['prompts']} prompts x {cfg['group_size']} samples, {ws['name']}-shaped lengths up to "
+               f"{cfg['max_tokens']:,} tokens (mean {fnum(ws['mean_tokens'], 0)}), chunk {cfg['chunk_size']}, "
+               f"{cfg['kv_tokens']:,} KV tokens per instance ({cfg['kv_share']:.0%} of its part of the working "
+               f"set). Mean (min–max) over {cfg['repeats']} repeats, modes in a random order per repeat. "
+               f"Source: {source([stem])}.")
+    return "\n".join(table(header, rows) + ["", caption])
 
 
 # ---------------------------------------------------------------- simulator
@@ -416,6 +461,7 @@ def replay_references_table(results: Results, stems: list[str]) -> str:
 ROLLOUT = r"cpu_(?!transfer).*"
 
 TABLES: dict[str, Callable[[Results], str]] = {
+    "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
     "rollout_cpu_smollm2": lambda r: rollout_table([r["cpu_smollm2"]], ["cpu_smollm2"],
                                                    exclude=("context+sd", "context+sd-suffix")),

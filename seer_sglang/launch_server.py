@@ -136,7 +136,8 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
                                   sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,
                                   with_plugin=not inst.no_plugin, log_path=log_dir / f"instance-{i}.log",
                                   cpu_threads=None if gpu else cpu_threads_per_instance(k),
-                                  extra_env={**pool.process_env(), **plugin.to_env()})
+                                  extra_env={**pool.process_env(), **plugin.to_env(),
+                                             **emulation.instance_env(config.emulation)})
                      for i in range(k)]
             if seeded_sampling(instance_args):
                 log.info("seeded sampling on: a sample draws the same tokens however it is chunked or moved")

@@ -89,7 +89,7 @@ class WholeGroupPolicy(SchedulingPolicy):
             by_group.setdefault(sample.group_id, []).append(sample)
         decisions = []
         for samples in by_group.values():
-            target = least_loaded(instances)
+            target = self.pick(instances)
             if target is None:
                 break
             budgets = [chunk_tokens(s, None) for s in samples]
@@ -97,6 +97,26 @@ class WholeGroupPolicy(SchedulingPolicy):
             target.inflight += len(samples)
             decisions.append(Dispatch(target.index, samples, budgets))
         return decisions
+
+    def pick(self, instances: list[InstanceView]) -> InstanceView | None:
+        return least_loaded(instances)
+
+
+class RoundRobinPolicy(WholeGroupPolicy):
+    """veRL's dispatch, the benchmark's plain-SGLang baseline: group after group, whole and unchunked,
+    to the next instance in turn, whatever its load."""
+
+    name = "round-robin"
+
+    def __init__(self):
+        self.turn = 0
+
+    def pick(self, instances: list[InstanceView]) -> InstanceView | None:
+        healthy = [v for v in instances if v.healthy]
+        if not healthy:
+            return None
+        self.turn += 1
+        return healthy[(self.turn - 1) % len(healthy)]
 
 
 class ChunkedPolicy(SchedulingPolicy):
@@ -259,7 +279,7 @@ class OraclePolicy(ContextPolicy):
 
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
-    p.name: p for p in (WholeGroupPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy)
+    p.name: p for p in (WholeGroupPolicy, RoundRobinPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy)
 }
 
 

@@ -16,6 +16,8 @@ before them (N * (C + N/2) query-key pairs), and reads the weights at least once
 
     prefill = base + max(weight_read, prefill_per_token * N + attention * pairs)
 
+(a model scaled to shorter lengths charges a share of a prefill's fixed part, see ``scaled``).
+
 A model fitted on CPU (linear in B and K, compute-shaped) has ``weight_read = compute = 0``, which
 reduces the decode step to base + per_seq * B + kv_read * K.
 """
@@ -50,6 +52,7 @@ class StepModel:
     compute_per_token_s: float = 0.0  # matmul time per batch token at the achieved FLOP rate
     attention_per_pair_s: float = 0.0  # prefill attention per (query, key) pair
     kv_bytes_per_token: int = 0  # informative: what the KV read and the capacity were derived from
+    prefill_fixed_scale: float = 1.0  # share of a prefill step's fixed cost (base, weight read) charged
 
     def decode_step(self, batch: int, kv_tokens: int, tokens: int | None = None) -> float:
         """One decode (``tokens`` = batch) or verify (``tokens`` = every tree node) step."""
@@ -91,7 +94,8 @@ class StepModel:
             compute += self.attention_per_pair_s * sum(n * (c + n / 2) for n, c in zip(new, cached))
         if not self.weight_read_s:  # a CPU fit: prefill is linear in tokens, its base is in the fit
             return compute
-        return self.decode_base_s + max(self.weight_read_s, compute)
+        f = self.prefill_fixed_scale
+        return f * self.decode_base_s + max(f * self.weight_read_s, compute)
 
     def migration_cost(self, page_size: int = KV_POOL.page_size) -> MigrationCost:
         """The router's move cost on this model. Without a pool no sample holds pooled tokens, so
@@ -108,6 +112,11 @@ class StepModel:
         the attention per pair grow by 1 / ``length_scale`` (a prefill's pairs shrink by its square, its
         tokens and the run's steps by it alone), and an instance holds ``length_scale`` times the KV
         tokens. Batch sizes, weights and compute per token are unchanged.
+
+        A shortened run has ``length_scale`` times the decode steps of the full one but as many
+        prefill steps (a sample has as many chunks, a chunk one prefill), so a prefill step's fixed
+        cost (base and weight read) shrinks by ``length_scale`` too: prefills then take the share of
+        the run they take at full length, and every part of the run scales alike.
         """
         s, x = length_scale, time_scale
         return replace(
@@ -116,7 +125,8 @@ class StepModel:
             decode_per_kv_token_s=self.decode_per_kv_token_s * x / s, prefill_per_token_s=self.prefill_per_token_s * x,
             capacity_tokens=max(1, int(self.capacity_tokens * s)), weight_read_s=self.weight_read_s * x,
             compute_per_token_s=self.compute_per_token_s * x, attention_per_pair_s=self.attention_per_pair_s * x / s,
-            pool_load_s_per_token=self.pool_load_s_per_token * x / s, request_overhead_s=self.request_overhead_s * x)
+            pool_load_s_per_token=self.pool_load_s_per_token * x / s, request_overhead_s=self.request_overhead_s * x,
+            prefill_fixed_scale=self.prefill_fixed_scale * s)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2))
@@ -130,6 +140,48 @@ class StepModel:
         if unknown:
             raise ValueError(f"{path}: unknown step-model keys {unknown}")
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Admission:
+    """SGLang's admission and retraction rule (0.5.23 defaults), which the simulator follows and an
+    emulated instance is set to.
+
+    SGLang admits a request when its prompt plus ``min(max_new_tokens, clip)`` fits beside what the
+    running requests may still write, each counted as ``ratio * min(remaining, clip)``. The ratio
+    starts at ``init_ratio``, falls linearly to ``init_ratio * min_ratio_factor`` over
+    ``decay_steps`` decode steps without a retraction, returns to ``init_ratio`` when the instance goes
+    idle, and after a retraction becomes (written + ``retract_steps`` per request) / their budgets.
+    Three of these count tokens or steps: a workload scaled to shorter lengths scales them alike, or a
+    short run would never reach the optimistic admission (and the retractions) of a long one.
+    """
+
+    init_ratio: float = 0.7
+    min_ratio_factor: float = 0.14
+    decay_steps: int = 600
+    retract_steps: int = 20
+    clip_max_new: int = 4096
+
+    @property
+    def min_ratio(self) -> float:
+        return self.init_ratio * self.min_ratio_factor
+
+    @property
+    def decay(self) -> float:
+        return (self.init_ratio - self.min_ratio) / self.decay_steps
+
+    def scaled(self, length_scale: float) -> "Admission":
+        return replace(self, decay_steps=max(1, round(self.decay_steps * length_scale)),
+                       retract_steps=max(1, round(self.retract_steps * length_scale)),
+                       clip_max_new=max(1, round(self.clip_max_new * length_scale)))
+
+    def sglang_env(self) -> dict[str, str]:
+        """The environment that sets an SGLang instance to this rule."""
+        return {"SGLANG_INIT_NEW_TOKEN_RATIO": str(self.init_ratio),
+                "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR": str(self.min_ratio_factor),
+                "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS": str(self.decay_steps),
+                "SGLANG_RETRACT_DECODE_STEPS": str(self.retract_steps),
+                "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": str(self.clip_max_new)}
 
 
 def profile_names() -> list[str]:

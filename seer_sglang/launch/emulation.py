@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import EmulationConfig
 from ..core import step_model
-from ..core.step_model import StepModel
+from ..core.step_model import Admission, StepModel
 
 
 def emulated_model(config: EmulationConfig) -> StepModel | None:
@@ -19,6 +19,17 @@ def plugin_settings(config: EmulationConfig) -> dict:
         return {}
     return {"emulate": config.profile, "emulate_time_scale": config.time_scale,
             "emulate_length_scale": config.length_scale}
+
+
+def admission(config: EmulationConfig) -> Admission:
+    """SGLang's admission rule scaled like the lengths (the simulator runs the same)."""
+    return Admission().scaled(config.length_scale)
+
+
+def instance_env(config: EmulationConfig) -> dict[str, str]:
+    """The SGLang environment of an emulated instance: its admission counts tokens and steps in the
+    workload's scale."""
+    return admission(config).sglang_env() if config.profile else {}
 
 
 def instance_args(config: EmulationConfig, sglang_args: list[str]) -> list[str]:

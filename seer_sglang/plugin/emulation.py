@@ -4,10 +4,19 @@ A CPU cannot show what seer gains on GPUs: its decode step is compute-shaped, an
 runs several times faster than a full batch. With ``--emulate PROFILE`` every forward step of a real
 instance (scheduler, radix cache, retraction, the seer plugin, a real small model) is padded to the
 time the profile (``core.step_model``, the simulator's own model) gives for the batch it ran: decode
-and verify from batch size, tokens and KV tokens read, prefill from new and cached tokens. The real
-model must be much faster than the emulated one; a step whose real time exceeded the model is an
-overrun, counted, and reported in SGLang's ``/server_info`` as ``seer_emulation`` (a run with more than
-5% overruns measured the host, not the profile).
+and verify from batch size, tokens and KV tokens read, prefill from new and cached tokens.
+
+Each instance keeps an emulated clock. A step ends at the clock's previous step end plus the
+model's time for this batch, and the scheduler waits for it. SGLang's own work between steps
+(processing results, building the next batch) therefore counts in, as on a GPU, where it runs
+under the previous step's kernels. After an idle spell (SGLang's ``on_idle``) the clock restarts.
+A step whose real work ran past its end (a short emulated prefill of a chunk continuation, whose
+real CPU forward is longer) leaves the clock behind, and the next steps catch up by waiting less.
+The run keeps the model's total time as long as the host keeps up. A step that ends more than
+one smallest decode step (base + weight read) behind the clock is an overrun: the host did not
+keep up. Overruns are counted, with the time lost to idle spells that came while the clock was
+behind. Both are reported in SGLang's ``/server_info`` as ``seer_emulation``. A run with more than
+5% overruns measured the host, not the profile.
 
 Everything this produces is emulation, not a GPU measurement, and is labelled so wherever it is shown.
 """
@@ -22,11 +31,14 @@ from ..core.step_model import StepModel, emulated_model
 
 logger = logging.getLogger("seer_sglang.plugin")
 FORWARD = "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation"
+IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 STATE = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_step_times"
 REPORT_KEY = "seer_emulation"
 
 _model: StepModel | None = None
-STATS = {"profile": "", "steps": 0, "overruns": 0, "model_s": 0.0, "real_s": 0.0, "max_overrun_s": 0.0}
+_clock: float | None = None  # the emulated end of the previous step; None after an idle spell
+_tolerance_s = 0.0  # how far the clock may fall behind before a step counts as an overrun
+STATS = {"profile": "", "steps": 0, "overruns": 0, "model_s": 0.0, "lost_s": 0.0, "max_overrun_s": 0.0}
 
 
 def batch_step_s(model: StepModel, batch) -> float:
@@ -41,22 +53,35 @@ def batch_step_s(model: StepModel, batch) -> float:
 
 
 def padded_forward(original, worker, batch=None, *args, **kwargs):
-    """AROUND hook: run the real step, then wait until the modelled time has passed."""
+    """AROUND hook: run the real step, then wait until the instance's emulated clock reaches the end
+    of this step."""
+    global _clock
     start = time.perf_counter()
     result = original(worker, batch, *args, **kwargs)
     if batch is None or _model is None or batch.forward_mode.is_idle():
         return result
-    target = batch_step_s(_model, batch)
-    real = time.perf_counter() - start
+    step = batch_step_s(_model, batch)
+    due = (start if _clock is None else _clock) + step
+    now = time.perf_counter()
     STATS["steps"] += 1
-    STATS["model_s"] += target
-    STATS["real_s"] += real
-    if real > target:
+    STATS["model_s"] += step
+    late = now - due
+    if late > _tolerance_s:
         STATS["overruns"] += 1
-        STATS["max_overrun_s"] = max(STATS["max_overrun_s"], real - target)
-    else:
-        time.sleep(target - real)
+        STATS["max_overrun_s"] = max(STATS["max_overrun_s"], late)
+    if late < 0:
+        time.sleep(-late)
+    _clock = due
     return result
+
+
+def went_idle(*args, **kwargs) -> None:
+    """BEFORE hook on the scheduler's idle housekeeping: the clock restarts with the next step, and
+    whatever it was behind is lost."""
+    global _clock
+    if _clock is not None:
+        STATS["lost_s"] += max(0.0, time.perf_counter() - _clock)
+    _clock = None
 
 
 def report(result, controller, state, *args, **kwargs):
@@ -68,20 +93,22 @@ def report(result, controller, state, *args, **kwargs):
 
 
 def reset() -> None:
-    STATS.update(steps=0, overruns=0, model_s=0.0, real_s=0.0, max_overrun_s=0.0)
+    STATS.update(steps=0, overruns=0, model_s=0.0, lost_s=0.0, max_overrun_s=0.0)
 
 
 def register_hooks() -> None:
     """Hooks only when this instance was started with ``--emulate``."""
-    global _model
+    global _model, _tolerance_s
     config = PluginConfig.from_env()
     _model = emulated_model(config.emulate, config.emulate_length_scale, config.emulate_time_scale)
     if _model is None:
         return
+    _tolerance_s = _model.decode_step(1, 0)
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     STATS["profile"] = _model.name
     HookRegistry.register(FORWARD, padded_forward, HookType.AROUND)
+    HookRegistry.register(IDLE, went_idle, HookType.BEFORE)
     HookRegistry.register(STATE, report, HookType.AFTER)
     logger.info("EMULATED STEPS: forward steps padded to profile %s (decode at batch 1 / 64: %.1f / %.1f ms)",
                 _model.name, 1e3 * _model.decode_step(1, 0), 1e3 * _model.decode_step(64, 0))

@@ -23,7 +23,7 @@ from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
 from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
 from ..speculative.budget import BudgetRequest, high_priority
 from .spec_model import SpecModel
-from ..core.step_model import StepModel
+from ..core.step_model import Admission, StepModel
 from .workload import TraceSample, groups_of
 
 MAX_MACRO_STEPS = 32  # decode steps simulated at once while the batch does not change
@@ -75,10 +75,16 @@ class SimInstance:
     pool_tokens: int = 0
     verify_steps: int = 0  # request-steps that verified drafts (speculation on)
     spec_tokens: int = 0  # tokens those steps emitted
-    new_token_ratio: float = 0.7  # SGLang-like: reservation for future decode tokens, decays
+    new_token_ratio: float = Admission.init_ratio  # SGLang's reserve for future decode tokens (Admission)
 
     def kv_running(self) -> int:
         return sum(s.context for s in self.running)
+
+    def kv_held(self) -> int:
+        """KV tokens the running requests hold: siblings share their prompt's pages (SGLang's radix
+        cache), so a prompt counts once however many of its samples run; each reads it in full."""
+        prompts = {s.sample.group_id: len(s.sample.prompt_ids) for s in self.running}
+        return sum(prompts.values()) + sum(s.sample.generated for s in self.running)
 
     def cached(self, key: str) -> int:
         if key in self.cache:
@@ -118,15 +124,17 @@ class SimResult:
 
 class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
-                 max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None):
+                 max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
+                 admission: Admission = Admission()):
         self.policy = policy
+        self.admission = admission
         self.spec = spec
         self.draft_budget = spec.budget(model) if spec is not None else None
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
         self.buffer = RequestBuffer()
         self.views = [InstanceView(i, capacity_tokens=model.capacity_tokens) for i in range(instances)]
-        self.instances = [SimInstance(i, model) for i in range(instances)]
+        self.instances = [SimInstance(i, model, new_token_ratio=admission.init_ratio) for i in range(instances)]
         self.max_tokens = max_tokens
         self.now = 0.0
         self.events: list[tuple[float, int, int]] = []  # (time, seq, instance index | -1 = a chunk return)
@@ -189,14 +197,17 @@ class Simulation:
         heapq.heappush(self.events, (t, self._seq, index))
 
     def _admit(self, inst: SimInstance) -> float:
-        """SGLang-like admission from the instance's queue; returns the prefill time it costs."""
+        """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs."""
         new, cached = [], []
         load_s = 0.0
-        kv = inst.kv_running()
-        reserved = sum(int(inst.new_token_ratio * (s.budget - s.produced)) for s in inst.running)
+        kv = inst.kv_held()
+        held = {s.sample.group_id for s in inst.running}
+        clip = self.admission.clip_max_new
+        reserved = sum(int(inst.new_token_ratio * min(s.budget - s.produced, clip)) for s in inst.running)
         while inst.waiting and len(inst.running) < self.model.max_running:
             slot = inst.waiting[0]
-            need = slot.context + int(inst.new_token_ratio * slot.budget)
+            own = slot.sample.generated if slot.sample.group_id in held else slot.context
+            need = own + min(slot.budget, clip)
             if inst.running and kv + reserved + need > self.model.capacity_tokens:
                 break
             inst.waiting.popleft()
@@ -211,8 +222,9 @@ class Simulation:
             cached.append(min(hit, slot.context))
             inst.remember(f"p:{sample.group_id}", len(sample.prompt_ids))
             inst.running.append(slot)
-            kv += slot.context
-            reserved += int(inst.new_token_ratio * slot.budget)
+            kv += own
+            held.add(sample.group_id)
+            reserved += min(slot.budget, clip)
         inst.prefill_tokens += sum(new)
         return self.model.prefill_batch(new, cached) + load_s
 
@@ -222,14 +234,20 @@ class Simulation:
         SGLang 0.5.23 (``ScheduleBatch._get_decode_retraction_order``) retracts the request with the
         fewest output tokens first (a chunk's output is its own request's), the longest input among
         equals: the least work lost."""
-        while len(inst.running) > 1 and inst.kv_running() + len(inst.running) > self.model.capacity_tokens:
+        retracted = False
+        while len(inst.running) > 1 and inst.kv_held() + len(inst.running) > self.model.capacity_tokens:
             victim = min(inst.running, key=lambda s: (s.produced, -(s.context - s.produced), s.sample.rid))
             inst.running.remove(victim)
             inst.cache.pop(f"s:{victim.sample.rid}", None)  # its KV is freed: re-prefill later
             inst.waiting.appendleft(victim)
             inst.retractions += 1
             self.views[inst.index].retractions += 1
-            inst.new_token_ratio = 0.7
+            retracted = True
+        if retracted:
+            written = sum(s.produced for s in inst.running)
+            budgets = sum(s.budget for s in inst.running)
+            inst.new_token_ratio = min(1.0, (written + self.admission.retract_steps * len(inst.running))
+                                       / (budgets + 1))
 
     def _step(self, inst: SimInstance) -> None:
         """Start the next (macro) step of an instance at ``now``."""
@@ -237,6 +255,8 @@ class Simulation:
         self._retract_until_fits(inst)
         if not inst.running:
             inst.busy_until = None
+            if not inst.waiting:  # SGLang's on_idle
+                inst.new_token_ratio = self.admission.init_ratio
             return
         batch, kv = len(inst.running), inst.kv_running()
         rates, extra_s = self._spec_rates(inst.running)
@@ -250,7 +270,7 @@ class Simulation:
             if self.spec is not None:
                 inst.verify_steps += steps
                 inst.spec_tokens += made
-        inst.new_token_ratio = max(0.1, inst.new_token_ratio - 0.0015 * steps)
+        inst.new_token_ratio = max(self.admission.min_ratio, inst.new_token_ratio - self.admission.decay * steps)
         inst.busy_time += dt
         inst.busy_until = self.now + dt
         self._push(inst.busy_until, inst.index)
@@ -343,5 +363,6 @@ class Simulation:
 
 
 def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
-             max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None) -> SimResult:
-    return Simulation(trace, policy, model, instances, max_tokens, pool, spec).run()
+             max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
+             admission: Admission = Admission()) -> SimResult:
+    return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission).run()

@@ -24,12 +24,15 @@ class WorkloadSpec:
     group_sigma: float = 1.0  # spread of group means (log scale): the long tail across groups
     within_sigma: float = 0.25  # spread inside a group (log scale): siblings are alike
     prompt_len: tuple[int, int] = (200, 1200)
+    # Each instance's KV holds this share of its part of the working set. Seer ran with a working
+    # set of about twice the KV: requests queue, dispatch order matters, SGLang retracts.
+    kv_share: float = 0.5
 
     def scaled(self, max_tokens: int, prompt_len: tuple[int, int] | None = None) -> "WorkloadSpec":
         """Same shape (mean/max ratio, spreads), fewer tokens: for small testbeds."""
         ratio = max_tokens / self.max_tokens
         return WorkloadSpec(self.name, self.group_size, max_tokens, self.mean_tokens * ratio, self.group_sigma,
-                            self.within_sigma, prompt_len or self.prompt_len)
+                            self.within_sigma, prompt_len or self.prompt_len, self.kv_share)
 
 
 # Seer v3, Table: G and max / mean output tokens.
@@ -70,6 +73,18 @@ def generate(spec: WorkloadSpec, prompts: int, seed: int = 0) -> list[TraceSampl
             length = math.exp(group_mean + rng.gauss(0.0, spec.within_sigma))
             out.append(TraceSample(g, i, prompt_len, max(1, min(spec.max_tokens, int(length)))))
     return out
+
+
+def working_set(samples: list[TraceSample]) -> int:
+    """KV tokens of a whole rollout at once: each group's prompt once (siblings share its pages in
+    SGLang's radix cache) and every sample's full output."""
+    prompts = {s.group_id: s.prompt_len for s in samples}
+    return sum(prompts.values()) + sum(s.output_len for s in samples)
+
+
+def kv_cap(samples: list[TraceSample], instances: int, share: float) -> int:
+    """Per-instance KV tokens that hold ``share`` of the working set, spread evenly over the instances."""
+    return max(1, int(share * working_set(samples) / instances))
 
 
 def save_trace(samples: list[TraceSample], path: str | Path) -> None:

@@ -30,6 +30,8 @@ BAD = [
     ("/v1/rollout", {"prompts": [{"input_ids": list(range(5, 5 + CTX))}], "max_tokens": 1}, 400),
     ("/v1/rollout", {"prompts": ["a"], "unknown_field": 1}, 400),
     ("/v1/rollout", [1, 2], 400),
+    # refused by every instance (started without --enable-custom-logit-processor): the request's error
+    ("/v1/rollout", {"prompts": ["a"], "max_tokens": 2, "custom_logit_processor": "{}"}, 400),
     # sampling fields plain SGLang honours and seer does not apply exactly: refused, never dropped
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "min_p": 0.1}, 400),
     ("/v1/completions", {"prompt": "x", "regex": "[ab]+"}, 400),

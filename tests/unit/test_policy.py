@@ -1,7 +1,7 @@
 """Unit tests of the request model, buffer and the whole-group policy (no engines)."""
 
 from seer_sglang.core.buffer import RequestBuffer
-from seer_sglang.core.policy import InstanceView, WholeGroupPolicy, make_policy
+from seer_sglang.core.policy import InstanceView, RoundRobinPolicy, WholeGroupPolicy, make_policy
 from seer_sglang.core.request import Group, SampleState, SamplingParams
 
 import pytest
@@ -71,6 +71,20 @@ def test_whole_group_goes_to_one_least_loaded_instance():
         assert len({s.group_id for s in d.samples}) == 1 and len(d.samples) == 4
         assert d.max_new_tokens == [100] * 4  # unchunked: the whole budget
     assert views[0].reserved_tokens == 2 * 4 * 110 and views[0].inflight == 8
+
+
+def test_round_robin_deals_whole_groups_in_turn_whatever_the_load():
+    """veRL's dispatch (the plain-SGLang baseline): group i to instance i mod K, even onto a loaded one."""
+    buf = RequestBuffer()
+    for gid in "abcde":
+        buf.add_group(group(gid, n=2))
+    views = [InstanceView(0, capacity_tokens=10_000, reserved_tokens=9_000), InstanceView(1, capacity_tokens=10_000)]
+    policy = RoundRobinPolicy()
+    assert [d.instance for d in policy.schedule(buf, views)] == [0, 1, 0, 1, 0]
+    later = RequestBuffer()
+    later.add_group(group("f", n=2))
+    views[0].healthy = False
+    assert [d.instance for d in policy.schedule(later, views)] == [1]
 
 
 def test_whole_group_skips_unhealthy_and_stops_without_instances():

@@ -7,7 +7,7 @@ import pytest
 from seer_sglang.core.policy import POLICIES, make_policy
 from seer_sglang.sim.simulator import simulate
 from seer_sglang.core.step_model import StepModel
-from seer_sglang.sim.workload import PRESETS, generate, load_trace, save_trace
+from seer_sglang.sim.workload import PRESETS, generate, kv_cap, load_trace, save_trace
 
 SMALL = StepModel(name="test", decode_base_s=0.01, decode_per_seq_s=1e-4, decode_per_kv_token_s=1e-7,
                   prefill_per_token_s=2e-5, capacity_tokens=20_000, max_running=256)
@@ -110,3 +110,25 @@ def test_retraction_takes_sglangs_victim_the_fewest_output_tokens_first(trace):
     order = [slot.sample.rid for slot in reversed(inst.waiting)]
     assert order[0] == longer_input.rid and set(order[:2]) == {samples[1].rid, samples[2].rid}
     assert order[2] == samples[0].rid and [s.sample.rid for s in inst.running] == [samples[3].rid]
+
+
+def test_kv_cap_holds_the_asked_share_of_each_instances_working_set(trace):
+    prompts = {s.group_id: s.prompt_len for s in trace}  # siblings share their prompt's KV
+    working = sum(prompts.values()) + sum(s.output_len for s in trace)
+    assert kv_cap(trace, 4, 0.5) == int(working / 8)
+    assert PRESETS["qwen2vl"].scaled(256).kv_share == 0.5
+
+
+def test_after_a_retraction_admission_follows_sglangs_new_ratio(trace):
+    """SGLang sets the reserve ratio to (written + retract_steps per request) / budgets of those left."""
+    from seer_sglang.core.step_model import Admission
+    from seer_sglang.sim.simulator import Simulation, Slot
+
+    rule = Admission(retract_steps=3)
+    sim = Simulation(trace, make_policy("group"), dataclasses.replace(SMALL, capacity_tokens=0), instances=1,
+                     max_tokens=4096, admission=rule)
+    inst = sim.instances[0]
+    samples = [s for s in sim.groups[0].samples[:3]]
+    inst.running = [Slot(s, budget=100, reserve=0, produced=10 * (i + 1)) for i, s in enumerate(samples)]
+    sim._retract_until_fits(inst)
+    assert len(inst.running) == 1 and inst.new_token_ratio == pytest.approx((30 + 3) / 101)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from seer_sglang.core.step_model import StepModel, load_profile, profile_names
+from seer_sglang.core.step_model import Admission, StepModel, load_profile, profile_names
 
 ROOF = StepModel(name="roof", decode_base_s=0.005, decode_per_seq_s=2e-5, decode_per_kv_token_s=1e-8,
                  prefill_per_token_s=3e-5, capacity_tokens=1_000_000, weight_read_s=0.006,
@@ -44,12 +44,13 @@ def test_prefill_prices_attention_to_cached_and_earlier_tokens():
 
 def test_scaling_keeps_a_shortened_run_shaped_like_the_full_one():
     """Lengths x 1/10: the same batch over a tenth of the KV tokens costs the same per step, the
-    instance holds a tenth of the tokens, and a prefill's time shrinks with its tokens."""
+    instance holds a tenth of the tokens, and a prefill's time shrinks by a tenth, fixed cost and
+    all (the shortened run has a tenth of the decode steps and as many prefills)."""
     short = ROOF.scaled(0.1, 1.0)
     assert short.capacity_tokens == 100_000
     assert short.decode_step(64, 50_000) == pytest.approx(ROOF.decode_step(64, 500_000))
-    unfixed = dataclasses.replace(ROOF, decode_base_s=0.0)  # a prefill's fixed cost does not shrink
-    assert unfixed.scaled(0.1, 1.0).prefill(400, 400) == pytest.approx(unfixed.prefill(4000, 4000) * 0.1)
+    assert short.prefill(400, 400) == pytest.approx(ROOF.prefill(4000, 4000) * 0.1)
+    assert short.prefill(1, 400) == pytest.approx(ROOF.prefill(10, 4000) * 0.1, rel=0.01)
     slow = ROOF.scaled(1.0, time_scale=3.0)
     assert slow.decode_step(64, 1000) == pytest.approx(3 * ROOF.decode_step(64, 1000))
 
@@ -92,16 +93,66 @@ def test_padded_forward_waits_for_the_model_and_counts_overruns(monkeypatch):
     from seer_sglang.plugin import emulation
 
     monkeypatch.setattr(emulation, "_model", dataclasses.replace(ROOF, decode_base_s=0.05, weight_read_s=0.0))
+    monkeypatch.setattr(emulation, "_tolerance_s", 0.02)
     emulation.reset()
+    emulation.went_idle()
     start = time.perf_counter()
     emulation.padded_forward(lambda worker, batch: "out", None, _batch("decode", [10]))
     assert time.perf_counter() - start >= 0.05 and emulation.STATS["overruns"] == 0
-    emulation.padded_forward(lambda worker, batch: time.sleep(0.08), None, _batch("decode", [10]))
-    assert emulation.STATS["steps"] == 2 and emulation.STATS["overruns"] == 1
+    emulation.padded_forward(lambda worker, batch: time.sleep(0.09), None, _batch("decode", [10]))
+    assert emulation.STATS["steps"] == 2 and emulation.STATS["overruns"] == 1  # 40 ms behind > 20 ms
     state = {}
     emulation.report(None, None, state)
     assert state["seer_emulation"]["overrun_share"] == 0.5
     emulation.reset()
+    emulation.went_idle()
+
+
+def test_the_clock_counts_work_between_steps_and_catches_up_after_a_late_step(monkeypatch):
+    """The emulated clock runs from the end of the previous step, as on a GPU where the scheduler's
+    work hides under the kernels: work between steps counts, a step that ran past its end is caught
+    up by the next ones, and only falling behind by more than the tolerance is an overrun. After
+    SGLang's idle housekeeping the clock restarts."""
+    import time
+
+    from seer_sglang.plugin import emulation
+
+    monkeypatch.setattr(emulation, "_model", dataclasses.replace(ROOF, decode_base_s=0.05, weight_read_s=0.0))
+    monkeypatch.setattr(emulation, "_tolerance_s", 0.05)
+    emulation.reset()
+    emulation.went_idle()
+    t0 = time.perf_counter()
+    emulation.padded_forward(lambda worker, batch: None, None, _batch("decode", [10]))
+    time.sleep(0.03)  # the scheduler's own work: inside the next step's 50 ms
+    emulation.padded_forward(lambda worker, batch: None, None, _batch("decode", [10]))
+    assert 0.095 <= time.perf_counter() - t0 < 0.13 and emulation.STATS["overruns"] == 0
+    emulation.padded_forward(lambda worker, batch: time.sleep(0.08), None, _batch("decode", [10]))  # 30 ms late
+    emulation.padded_forward(lambda worker, batch: None, None, _batch("decode", [10]))  # waits 20 ms: caught up
+    assert 0.195 <= time.perf_counter() - t0 < 0.23 and emulation.STATS["overruns"] == 0
+    emulation.went_idle()
+    time.sleep(0.06)  # idle time is not the scheduler's work
+    start = time.perf_counter()
+    emulation.padded_forward(lambda worker, batch: None, None, _batch("decode", [10]))
+    assert time.perf_counter() - start >= 0.05 and emulation.STATS["overruns"] == 0
+    assert emulation.STATS["lost_s"] < 0.005  # every late step was caught up before the idle spell
+    emulation.reset()
+    emulation.went_idle()
+
+
+def test_admission_scales_with_the_lengths_and_sets_sglangs_own_variables():
+    from pathlib import Path
+
+    import sglang.srt.managers.schedule_policy as schedule_policy
+    from sglang.srt.environ import envs
+
+    full, short = Admission(), Admission().scaled(0.01)
+    assert (short.decay_steps, short.retract_steps, short.clip_max_new) == (6, 1, 41)
+    assert short.init_ratio == full.init_ratio and short.min_ratio == pytest.approx(0.7 * 0.14)
+    assert full.decay == pytest.approx((0.7 - 0.098) / 600)
+    env = short.sglang_env()
+    for name in env:  # SGLang's names: its env registry, or read directly by its admission policy
+        assert hasattr(envs, name) or name in Path(schedule_policy.__file__).read_text()
+    assert env["SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"] == "6"
 
 
 def test_the_launcher_sizes_emulated_instances_from_the_profile():
