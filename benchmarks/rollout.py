@@ -141,8 +141,9 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
             prompt["oracle_lengths"] = [m.output_len for m in members]
         body["prompts"].append(prompt)
     async with httpx.AsyncClient(timeout=None) as http:
-        name, chunk = (mode_options(mode)[0], args.chunk_size)
-        r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": chunk})
+        name, options = mode_options(mode)
+        r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": args.chunk_size,
+                                                      "whole_tail": "tail" in options})
         r.raise_for_status()
         (await http.post(f"{url}/flush_cache")).raise_for_status()
         start = time.time()
@@ -296,7 +297,9 @@ def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -
         if any(o.startswith("sd") for o in mode_options(mode)[1]):
             continue  # the simulator's acceptance odds are not calibrated on these engines
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
-        policy = make_policy("round-robin" if mode == "baseline" else mode_options(mode)[0], chunk_size=args.chunk_size)
+        name, options = mode_options(mode)
+        policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
+                             whole_tail="tail" in options)
         sim = simulate(trace, policy, model, args.instances, args.max_tokens,
                        admission=admission(EmulationConfig(args.emulate, length_scale=args.length_scale)))
         out[mode] = {"predicted_s": sim.completion_s, "real_s": real["completion_s"],
@@ -355,7 +358,8 @@ def plot(report: dict, runs: dict, path: Path) -> None:
 # ---- main ------------------------------------------------------------------------------------
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+pool][+sd|+sd-<drafter>]`` -> (policy, options)."""
+    """``<policy>[+tail][+pool][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each sample
+    whole once the rollout is in its tail (``--whole-tail``)."""
     policy, *options = mode.split("+")
     return policy, set(options)
 

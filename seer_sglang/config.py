@@ -77,21 +77,26 @@ class InstancesConfig:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    name: str = flag("context", "--scheduler", "rollout policy: group = whole groups unchunked to the least-loaded instance, "
-                     "round-robin = whole groups in turn (veRL's dispatch), divided = chunks to the least-loaded instance, context = divided + Seer's length context "
-                     "(default), oracle = benchmarks only (reads each sample's true length)", choices=SCHEDULERS)
+    name: str = flag("context", "--scheduler", "rollout policy: group = whole groups unchunked to the "
+                     "least-loaded instance, round-robin = whole groups in turn (veRL's dispatch), divided = "
+                     "chunks to the least-loaded instance, context = divided + Seer's length context (default), "
+                     "oracle = benchmarks only (reads each sample's true length)", choices=SCHEDULERS)
     chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: %(default)s)")
     kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
                               "claim, worst case (default: %(default)s)")
     starvation_bound: int = flag(256, "--starvation-bound", "dispatches a waiting sample may be passed over "
                                  "before it goes first (default: %(default)s)")
+    whole_tail: bool = flag(False, "--whole-tail", "in the rollout's tail (every waiting sample fits with its "
+                            "whole remaining budget) send each sample for all of it instead of one more chunk",
+                            action="store_true")
     # A continuation stays on its instance unless another is less loaded by this share of capacity
     # (plus the share of the chunk's time that moving adds).
     affinity_slack: float = 0.05
 
     def policy_kwargs(self) -> dict[str, Any]:
         return {"chunk_size": self.chunk_size, "kv_headroom": self.kv_headroom,
-                "starvation_bound": self.starvation_bound, "affinity_slack": self.affinity_slack}
+                "starvation_bound": self.starvation_bound, "affinity_slack": self.affinity_slack,
+                "whole_tail": self.whole_tail}
 
 
 @dataclass(frozen=True)

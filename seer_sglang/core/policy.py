@@ -132,11 +132,15 @@ class ChunkedPolicy(SchedulingPolicy):
     name = "divided"
 
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
-                 affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None):
+                 affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
+                 whole_tail: bool = SCHEDULER.whole_tail):
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
         self.kv_headroom = kv_headroom
+        # In the tail (every waiting sample fits with its whole remaining budget) a chunk boundary
+        # only costs: a round trip to the router, a queue and a prefill, with nothing to make room for.
+        self.whole_tail = whole_tail
         # A continuation stays on its last instance (its KV is cached there) unless another
         # instance is less loaded by more than this share of capacity, plus the share of the
         # chunk's time that moving adds (a pool load, or a re-prefill without a pool).
@@ -171,11 +175,19 @@ class ChunkedPolicy(SchedulingPolicy):
             return 0.0
         return self.migration.overhead_share(sample.context_len, budget, sample.pool_tokens)
 
+    def in_tail(self, pending: list[Sample], instances: list[InstanceView]) -> bool:
+        """Whether every waiting sample fits, with its whole remaining budget, in the headroom the
+        healthy instances have left."""
+        free = sum(max(0.0, self.kv_headroom * v.capacity_tokens - v.reserved_tokens)
+                   for v in instances if v.healthy and v.capacity_tokens > 0)
+        return sum(worst_case_tokens(s, s.remaining) for s in pending) <= free
+
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_instance: dict[int, Dispatch] = {}
         ordered = self.order(buffer.pending(), buffer)
+        chunk = None if self.whole_tail and ordered and self.in_tail(ordered, instances) else self.chunk_size
         for rank, sample in enumerate(ordered):
-            budget = chunk_tokens(sample, self.chunk_size)
+            budget = chunk_tokens(sample, chunk)
             tokens = worst_case_tokens(sample, budget)
             target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None,
                                           self.move_share(sample, budget))
@@ -211,8 +223,8 @@ class ContextPolicy(ChunkedPolicy):
 
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
-                 starvation_bound: int = SCHEDULER.starvation_bound):
-        super().__init__(chunk_size, kv_headroom, affinity_slack, migration)
+                 starvation_bound: int = SCHEDULER.starvation_bound, whole_tail: bool = SCHEDULER.whole_tail):
+        super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail)
         self.starvation_bound = starvation_bound
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
         self._waiting_since: dict[str, int] = {}

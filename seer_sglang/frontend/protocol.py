@@ -184,3 +184,4 @@ class SchedulerRequest(BaseModel):
     chunk_size: Optional[int] = Field(None, ge=1)
     kv_headroom: Optional[float] = Field(None, gt=0.0, le=1.0)
     starvation_bound: Optional[int] = Field(None, ge=1)
+    whole_tail: Optional[bool] = None

@@ -138,6 +138,23 @@ def test_admission_keeps_kv_below_headroom_but_idle_instance_takes_one():
     assert ChunkedPolicy().schedule(big, [InstanceView(0, healthy=False)]) == []
 
 
+def test_whole_tail_sends_the_remainder_only_when_every_waiting_sample_fits():
+    """With ``whole_tail``, samples go for their whole remaining budget once all that waits fits in
+    the instances' headroom; before that, and without the option, one chunk at a time."""
+    def dispatch(policy, capacity):
+        buf = RequestBuffer()
+        buf.add_group(group("a", n=4, prompt_len=100, max_new=1000))
+        return policy.schedule(buf, [InstanceView(0, capacity_tokens=capacity), InstanceView(1, capacity_tokens=capacity)])
+
+    roomy = dispatch(ChunkedPolicy(chunk_size=200, kv_headroom=1.0, whole_tail=True), 2200)  # 4 x 1100 <= 2 x 2200
+    assert sorted(b for d in roomy for b in d.max_new_tokens) == [1000] * 4
+    tight = dispatch(ChunkedPolicy(chunk_size=200, kv_headroom=1.0, whole_tail=True), 2100)
+    assert sorted(b for d in tight for b in d.max_new_tokens) == [200] * 4
+    off = dispatch(ChunkedPolicy(chunk_size=200, kv_headroom=1.0), 2200)
+    assert sorted(b for d in off for b in d.max_new_tokens) == [200] * 4
+    assert make_policy("context", chunk_size=200, whole_tail=True).whole_tail
+
+
 def test_context_probes_first_smallest_generated_first():
     buf = RequestBuffer()
     for gid, gen in (("a", 30), ("b", 10), ("c", 20)):
