@@ -47,7 +47,7 @@ from seer_sglang.models import resolve_model_path
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
 from seer_sglang.launch.emulation import admission, instance_args, instance_env
-from seer_sglang.core.step_model import StepModel, emulated_model
+from seer_sglang.core.step_model import Admission, StepModel, emulated_model
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, kv_cap, save_trace, working_set
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,7 +286,7 @@ def calib_batches(args) -> tuple[int, ...]:
     return tuple(int(b) for b in args.calib_batches.split(","))
 
 
-def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -> dict:
+def sim_check(trace: list[TraceSample], model: StepModel, rule: Admission, args, results: dict) -> dict:
     """The simulator, on the step model the instances ran (emulated) or were fitted to (CPU), against the
     mean of the real runs: ``error`` is signed and relative (predicted / real - 1)."""
     from seer_sglang.core.policy import make_policy
@@ -300,8 +300,7 @@ def sim_check(trace: list[TraceSample], model: StepModel, args, results: dict) -
         name, options = mode_options(mode)
         policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
                              whole_tail="tail" in options)
-        sim = simulate(trace, policy, model, args.instances, args.max_tokens,
-                       admission=admission(EmulationConfig(args.emulate, length_scale=args.length_scale)))
+        sim = simulate(trace, policy, model, args.instances, args.max_tokens, admission=rule)
         out[mode] = {"predicted_s": sim.completion_s, "real_s": real["completion_s"],
                      "error": sim.completion_s / real["completion_s"] - 1.0,
                      "predicted_tail_s": sim.tail_s, "real_tail_s": real["tail_s"],
@@ -436,17 +435,17 @@ class Measured:
             self.emulation.setdefault(mode, []).append(emulation_delta(before, emulation_counters(urls)))
 
 
-def run_modes(server: str, modes: list[str], args, rng: random.Random, measured: Measured, urls: list[str],
-              emulated: bool, run_one) -> None:
+def run_modes(server: str, modes: list[str], args, work: Workload, rng: random.Random, measured: Measured,
+              urls: list[str], emulated: bool, run_one) -> None:
     """Warm the server with a rollout of other prompts, then every repeat runs its modes in a fresh random
-    order (``run_one(mode, repeat)`` does one rollout)."""
+    order (``run_one(mode, prompts, trace, tag)`` does one rollout; ``tag`` keeps group ids apart)."""
     if args.warmup_prompts:
         print(f"[{server}] warm-up rollout ...", flush=True)
-        run_one(modes[0], None)
+        run_one(modes[0], work.warm_prompts, work.warm_trace, "warm-")
     for repeat in range(args.repeats):
         for mode in rng.sample(modes, len(modes)):
             print(f"[{server}] repeat {repeat + 1}/{args.repeats}: {mode} ...", flush=True)
-            measured.run(mode, urls, emulated, lambda: run_one(mode, repeat))
+            measured.run(mode, urls, emulated, lambda: run_one(mode, work.prompts, work.trace, f"r{repeat}-"))
 
 
 def main() -> None:
@@ -486,7 +485,6 @@ def main() -> None:
     if args.warmup_prompts is None:
         args.warmup_prompts = args.instances
     emulated, length_scale = emulation_settings(args)
-    args.length_scale = length_scale
 
     from seer_sglang.frontend.tokenizer import PromptTokenizer
 
@@ -545,12 +543,10 @@ def main() -> None:
                 if calib is None:
                     calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
 
-                def plain(mode: str, repeat: int | None) -> dict:
-                    if repeat is None:
-                        return asyncio.run(run_baseline(urls, work.warm_prompts, work.warm_trace, args, work.eos))
-                    return asyncio.run(run_baseline(urls, work.prompts, trace, args, work.eos))
+                def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str) -> dict:
+                    return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos))
 
-                run_modes("plain SGLang", ["baseline"], args, rng, measured, urls, emulated is not None, plain)
+                run_modes("plain SGLang", ["baseline"], args, work, rng, measured, urls, emulated is not None, plain)
             finally:
                 stop_instances(procs)
             continue
@@ -563,13 +559,10 @@ def main() -> None:
             if calib is None:
                 calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
 
-            def seer(mode: str, repeat: int | None) -> dict:
-                if repeat is None:
-                    return asyncio.run(run_seer(url, mode, work.warm_prompts, work.warm_trace, args, work.eos,
-                                                tag="warm-"))
-                return asyncio.run(run_seer(url, mode, work.prompts, trace, args, work.eos, tag=f"r{repeat}-"))
+            def seer(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str) -> dict:
+                return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag))
 
-            run_modes(f"seer {pool=} {draft=}", group, args, rng, measured, urls, emulated is not None, seer)
+            run_modes(f"seer {pool=} {draft=}", group, args, work, rng, measured, urls, emulated is not None, seer)
         finally:
             proc.terminate()
             proc.wait(120)
@@ -600,7 +593,8 @@ def main() -> None:
         step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
     report = {"config": {**vars(args), "machine": machine, "samples": len(trace), "working_set_tokens": working,
                          "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
-              "modes": results, "ratios": ratios, "sim_check": sim_check(trace, step_model, args, results)}
+              "modes": results, "ratios": ratios,
+              "sim_check": sim_check(trace, step_model, admission(emulation_config), args, results)}
     if emulated is not None:
         per_run = [e for runs in measured.emulation.values() for e in runs]
         share = max((e["overrun_share"] for e in per_run), default=0.0)

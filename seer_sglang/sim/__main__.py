@@ -97,7 +97,8 @@ def main() -> None:
     _print("ablation", report["ablation"])
     if not args.quick:
         report["chunk_sweep"] = {
-            c: run_policies(trace, model, args.instances, spec.max_tokens, int(c), ("round-robin", "context"))["context"]
+            c: run_policies(trace, model, args.instances, spec.max_tokens, int(c),
+                            ("round-robin", "context"))["context"]
             for c in args.chunk_sweep.split(",")}
         report["instance_sweep"] = {
             n: run_policies(trace, model, int(n), spec.max_tokens, args.chunk_size, ("round-robin", "context"))
