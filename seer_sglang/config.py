@@ -56,6 +56,10 @@ class FrontendConfig:
     host: str = flag(LOOPBACK, "--host", "frontend bind address (default: loopback only)")
     port: int = flag(30000, "--port", "frontend port (default: %(default)s)")
     log_level: str = flag("info", "--log-level", "frontend log level (default: %(default)s)")
+    group_window_ms: float = flag(50.0, "--group-window-ms", "POST /generate: requests with the same prompt and "
+                                  "settings that arrive within this window run as one prompt group, as a "
+                                  "trainer's per-sample requests of a GRPO group do; 0 = only the samples of one "
+                                  "request (default: %(default)s)")
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ SECTIONS = {"frontend": FrontendConfig, "instances": InstancesConfig, "scheduler
             "rollout": RolloutConfig, "kv_pool": KVPoolConfig, "draft": DraftConfig, "emulation": EmulationConfig}
 
 # The defaults, for pure code that takes them as keyword defaults.
+FRONTEND = FrontendConfig()
 SCHEDULER = SchedulerConfig()
 ROLLOUT = RolloutConfig()
 KV_POOL = KVPoolConfig()

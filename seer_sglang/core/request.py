@@ -33,6 +33,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     min_tokens: int = 0  # counted from the sample's start, not the chunk's
     logit_bias: dict[str, float] | None = None  # token id (a string, as SGLang takes it) -> logit bias
+    # How the frontend turns the sample's ids into text (SGLang's detokenizer options).
+    no_stop_trim: bool = False  # keep a matched stop string / stop token in the text
+    spaces_between_special_tokens: bool = True
 
     @property
     def penalized(self) -> bool:
@@ -157,6 +160,11 @@ class Sample:
     priority: int = 0
     oracle_length: int | None = None  # benchmarks only; ignored by every non-oracle policy
     custom_params: dict[str, Any] | None = None  # for the custom logit processor; opaque to policies
+    # SGLang's logprob_start_len: -1 = logprobs of output tokens only; >= 0 = also of the prompt from
+    # there, taken from the chunk that prefills the prompt (the first, or the first after a restart).
+    input_logprob_start: int = -1
+    input_logprobs: list[tuple[float | None, int]] = field(default_factory=list)
+    input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
     # Fixed for the sample's life and sent with every chunk: SGLang's seeded sampler hashes
     # (seed, position), so chunking or migrating a sample does not change what it draws.
     sampling_seed: int | None = None

@@ -16,7 +16,7 @@ from .errors import install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
-from .routes import admin, benchmarking, observability, openai, rollout
+from .routes import admin, benchmarking, native, observability, openai, rollout
 from .state import Frontend, ModelInfo
 from .tokenizer import PromptTokenizer
 
@@ -72,7 +72,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         if pool.file_pool is not None:
             sweeper = asyncio.create_task(janitor(pool.file_pool, engine.idle, report_pool,
                                                   config.kv_pool.idle_clear_s))
-        app.state.frontend = Frontend(engine, tokenizer, model, metrics, pool)
+        app.state.frontend = Frontend(engine, tokenizer, model, metrics, pool,
+                                      group_window_s=config.frontend.group_window_ms / 1000)
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
                     len(clients), policy.name, model.served_name, model.context_length)
         try:
@@ -84,7 +85,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
     install_error_handlers(app)
-    for routes in (openai, rollout, admin, observability, benchmarking):
+    for routes in (openai, native, rollout, admin, observability, benchmarking):
         app.include_router(routes.router)
 
     @app.middleware("http")

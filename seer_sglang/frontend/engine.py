@@ -260,16 +260,17 @@ class RolloutEngine:
             "return_logprob": sample.params.logprobs,
         }
         if sample.params.logprobs:
-            payload["logprob_start_len"] = -1  # output tokens only
+            # output tokens only, except on the chunk that prefills the prompt of a sample that asked for it
+            payload["logprob_start_len"] = sample.input_logprob_start if sample.generated == 0 else -1
             if sample.params.top_logprobs:
                 payload["top_logprobs_num"] = sample.params.top_logprobs
         if sample.priority:
             payload["priority"] = sample.priority
         if sample.params.custom_logit_processor:
             payload["custom_logit_processor"] = sample.params.custom_logit_processor
-            if sample.custom_params is not None:
-                params = payload["sampling_params"]
-                params["custom_params"] = {**sample.custom_params, **params.get("custom_params", {})}
+        if sample.custom_params is not None:  # every chunk gets them, as SGLang would the whole request
+            params = payload["sampling_params"]
+            params["custom_params"] = {**sample.custom_params, **params.get("custom_params", {})}
         return payload
 
     async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:
@@ -289,6 +290,8 @@ class RolloutEngine:
             else:
                 event = await client.generate(payload)
                 self._absorb(sample, base, event)
+                if base == 0 and sample.input_logprob_start >= 0:
+                    self._absorb_input_logprobs(sample, event["meta_info"])
                 last_meta = event["meta_info"]
                 finish = last_meta.get("finish_reason")
                 self._chunk_meta(chunk, instance, last_meta)
@@ -397,6 +400,14 @@ class RolloutEngine:
             sample.first_token_at = time.time()
         if sample.on_tokens is not None:
             sample.on_tokens(sample, new_ids)
+
+    @staticmethod
+    def _absorb_input_logprobs(sample: Sample, meta: dict[str, Any]) -> None:
+        """The prompt's logprobs, from the chunk that prefilled it (SGLang's ``[logprob, id, text]``)."""
+        sample.input_logprobs = [(None if e[0] is None else float(e[0]), int(e[1]))
+                                 for e in meta.get("input_token_logprobs") or []]
+        sample.input_top_logprobs = [None if step is None else [(float(e[0]), int(e[1])) for e in step]
+                                     for step in meta.get("input_top_logprobs") or []]
 
     def _after_chunk(self, sample: Sample, finish: dict[str, Any] | None) -> None:
         kind = (finish or {}).get("type")

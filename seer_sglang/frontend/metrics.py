@@ -39,6 +39,10 @@ class Metrics:
         self.kv_pool_bytes = Gauge("seer_kv_pool_bytes", "Bytes of KV pages in the global pool", registry=r)
         self.kv_pool_evicted = Gauge("seer_kv_pool_evicted_pages", "Pages evicted by the pool's size bound",
                                      registry=r)
+        self.generate_groups = Counter("seer_generate_groups", "Prompt groups formed from POST /generate requests",
+                                       registry=r)
+        self.generate_grouped_samples = Counter("seer_generate_grouped_samples", "POST /generate samples that ran "
+                                                "in a group of more than one", registry=r)
         self.instance_retractions = Gauge("seer_instance_retractions", "SGLang retractions seen by our chunks",
                                           ["instance"], registry=r)
 

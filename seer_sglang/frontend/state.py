@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.accounting import chunk_sources, spec_totals
+from ..config import FRONTEND
 from ..core.request import Group, Sample, SampleState, SamplingParams, group_seed_key
-from ..wire import ChunkJSON, SampleJSON
+from ..wire import ChunkJSON, SampleJSON, sample_rid
 from .engine import NoHealthyInstance, RolloutEngine
 from .errors import APIError
+from .grouping import SampleGrouper
 from .kv_pool import PoolAccess
 from .metrics import Metrics
+from .native import NativeSample
 from .tokenizer import PromptTokenizer
 
 
@@ -31,13 +34,15 @@ class ModelInfo:
 
 class Frontend:
     def __init__(self, engine: RolloutEngine, tokenizer: PromptTokenizer, model: ModelInfo, metrics: Metrics,
-                 pool: PoolAccess | None = None):
+                 pool: PoolAccess | None = None, group_window_s: float = FRONTEND.group_window_ms / 1000):
         self.engine = engine
         self.tokenizer = tokenizer
         self.model = model
         self.metrics = metrics
         self.pool = pool or PoolAccess()
         self._group_counter = itertools.count()
+        self.grouper = SampleGrouper(group_window_s, self.form_group)
+        self.native_rids: dict[str, Sample] = {}  # the rids /generate callers gave their samples
 
     # ---- validation ------------------------------------------------------------------------
     def check_model(self, name: str | None) -> None:
@@ -92,6 +97,49 @@ class Frontend:
                 raise APIError(f"{name} has {len(values)} entries for n={n}", param=name)
         return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params,
                           group_seed_key(prompt_ids, position, requested_id))
+
+    def form_group(self, natives: list[NativeSample]) -> Group:
+        """One group of per-sample ``/generate`` requests with the same prompt, submitted to the engine."""
+        gid = self.new_group_id(None)
+        samples = []
+        for k, n in enumerate(natives):
+            n.sample = Sample(rid=sample_rid(gid, k), group_id=gid, index=k, prompt_ids=list(n.prompt_ids),
+                              params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,
+                              custom_params=n.custom_params, input_logprob_start=n.logprob_start,
+                              on_tokens=n.on_tokens, on_done=n.on_done)
+            n.group_size = len(natives)
+            samples.append(n.sample)
+        group = Group(group_id=gid, prompt_ids=list(natives[0].prompt_ids), samples=samples)
+        self.submit([group])
+        self.metrics.generate_groups.inc()
+        if len(samples) > 1:
+            self.metrics.generate_grouped_samples.inc(len(samples))
+        for n in natives:
+            if n.abandoned:
+                self.engine.abort_sample(n.sample)
+        return group
+
+    def name_samples(self, natives: list[NativeSample]) -> None:
+        for n in natives:
+            self.native_rids[n.rid] = n.sample
+
+    def forget_samples(self, natives: list[NativeSample]) -> None:
+        for n in natives:
+            if self.native_rids.get(n.rid) is n.sample:
+                del self.native_rids[n.rid]
+
+    def find_samples(self, rid: str) -> list[Sample]:
+        """Samples named by a group id, a sample rid, or a rid a ``/generate`` caller gave (exactly, or as
+        its prefix, as SGLang matches an abort); samples still waiting for their group are dropped."""
+        found = self.engine.find(rid)
+        if found:
+            return found
+        for n in self.grouper.waiting():
+            if n.rid.startswith(rid):
+                n.abandoned = True
+        if rid in self.native_rids:
+            return [self.native_rids[rid]]
+        return [s for r, s in self.native_rids.items() if r.startswith(rid)]
 
     def submit(self, groups: list[Group]) -> None:
         self.check_available()

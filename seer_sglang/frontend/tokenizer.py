@@ -27,21 +27,26 @@ class PromptTokenizer:
             out = out["input_ids"]
         return list(out)
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
+    def decode(self, ids: list[int], skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True) -> str:
+        return self.tok.decode(ids, skip_special_tokens=skip_special_tokens,
+                               spaces_between_special_tokens=spaces_between_special_tokens)
 
     def token_str(self, token_id: int) -> str:
         return self.tok.decode([token_id], skip_special_tokens=False)
 
     def sample_text(self, sample: Sample) -> str:
-        """The sample's text: decoded output, cut before a matched stop string (OpenAI semantics)."""
-        text = self.decode(sample.output_ids, sample.params.skip_special_tokens)
-        if isinstance(sample.matched_stop, str):
-            cut = text.find(sample.matched_stop)
+        """The sample's text as SGLang's detokenizer makes it: a matched stop token is left out and the
+        text cut before a matched stop string, unless the sample asked for ``no_stop_trim`` (then the
+        text ends with the stop string)."""
+        params, ids, matched = sample.params, sample.output_ids, sample.matched_stop
+        if isinstance(matched, int) and not params.no_stop_trim and ids and ids[-1] == matched:
+            ids = ids[:-1]
+        text = self.decode(ids, params.skip_special_tokens, params.spaces_between_special_tokens)
+        if isinstance(matched, str):
+            cut = text.find(matched)
             if cut >= 0:
-                text = text[:cut]
+                text = text[:cut + len(matched)] if params.no_stop_trim else text[:cut]
         return text
-
 
     def find_stop(self, sample: Sample) -> tuple[int, str] | None:
         """The shortest output prefix whose text holds a stop string: (its length, the string).

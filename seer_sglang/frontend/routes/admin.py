@@ -31,7 +31,7 @@ async def abort_request(req: AbortRequest, request: Request):
     else:
         if not req.rid:
             raise APIError("give rid (a group id, sample rid or SGLang rid) or abort_all=true", param="rid")
-        samples = fe.engine.find(req.rid)
+        samples = fe.find_samples(req.rid)
         for sample in samples:
             fe.engine.abort_sample(sample)
         aborted = len(samples)

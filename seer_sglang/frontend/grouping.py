@@ -1,0 +1,71 @@
+"""Prompt groups from per-sample traffic.
+
+Trainers send one ``/generate`` request per sample: slime and AReaL start one task per sample of a GRPO
+group, veRL repeats its batch n times. Seer's scheduling and group drafts need the G siblings as one
+group, so requests with the same prompt and the same settings that arrive within a short window join
+one group. A trainer that knows its groups can name them (a group key and size): such a group is
+formed as soon as its last sample arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..core.request import Group
+from .native import NativeSample
+
+
+@dataclass
+class _Bucket:
+    natives: list[NativeSample] = field(default_factory=list)
+    size: int | None = None  # the caller's group size: formed as soon as it is reached
+    formed: asyncio.Future | None = None
+    timer: asyncio.TimerHandle | None = None
+
+
+class SampleGrouper:
+    """Collects samples by group key for ``window_s`` (or until a named group is complete) and hands
+    each bucket to ``form``, which makes and submits its group."""
+
+    def __init__(self, window_s: float, form: Callable[[list[NativeSample]], Group], max_size: int = 1024):
+        self.window_s = window_s
+        self.form = form
+        self.max_size = max_size
+        self._open: dict[str, _Bucket] = {}
+
+    def waiting(self) -> list[NativeSample]:
+        return [n for b in self._open.values() for n in b.natives]
+
+    async def join(self, keyed: list[tuple[str, NativeSample]], size: int | None = None) -> None:
+        """Put each sample in its key's bucket; returns once each is in a submitted group (its
+        ``sample`` set). Raises what forming the group raised (e.g. no healthy instance)."""
+        loop = asyncio.get_running_loop()
+        waits = []
+        for key, native in keyed:
+            bucket = self._open.get(key)
+            if bucket is None:
+                bucket = self._open[key] = _Bucket(size=size, formed=loop.create_future())
+                # With no window, samples of the same call still group: the flush runs after this loop.
+                bucket.timer = (loop.call_later(self.window_s, self._flush, key) if self.window_s > 0
+                                else loop.call_soon(self._flush, key))
+            bucket.natives.append(native)
+            if bucket.formed not in waits:
+                waits.append(bucket.formed)
+            if len(bucket.natives) >= min(bucket.size or self.max_size, self.max_size):
+                self._flush(key)
+        # Shielded: a caller that goes away must not cancel a group other callers' samples are in.
+        await asyncio.gather(*(asyncio.shield(w) for w in waits))
+
+    def _flush(self, key: str) -> None:
+        bucket = self._open.pop(key, None)
+        if bucket is None:
+            return
+        bucket.timer.cancel()
+        try:
+            group = self.form(bucket.natives)
+        except Exception as e:
+            bucket.formed.set_exception(e)
+            return
+        bucket.formed.set_result(group)

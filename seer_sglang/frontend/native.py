@@ -1,0 +1,273 @@
+"""SGLang's native ``/generate`` format, translated to seer's samples and back.
+
+Trainers (slime, AReaL, veRL's HTTP adapter) send SGLang's ``GenerateReqInput`` and read SGLang's
+response. The body is parsed with SGLang's own contract check and dataclass, so what SGLang refuses is
+refused here with SGLang's message. Every field then either maps onto a seer sample, or has no effect
+on what is sampled, or is refused with a 400 that names it: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..core.request import Sample, SamplingParams, derive_seed, group_seed_key
+from .errors import APIError
+
+# Top-level fields seer applies (see ``parse_generate``).
+_APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
+            "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
+            "return_prompt_token_ids"}
+# Top-level fields that change nothing about what is sampled or returned: bookkeeping and tracing.
+_NEUTRAL = {"log_metrics", "no_logs", "custom_labels", "conversation_id", "external_trace_header",
+            "received_time", "http_worker_ipc", "routing_key", "session_id"}
+# Sampling params seer applies to every chunk of the sample, or to its text in the frontend.
+_SAMPLING_APPLIED = {"max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k",
+                     "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
+                     "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+                     "logit_bias", "sampling_seed", "custom_params", "stream_interval"}
+# Refused unless at the value that leaves sampling unchanged, and why.
+_SAMPLING_REFUSED = {
+    "min_p": ((0, 0.0, None), "SGLang's seeded sampler, which keeps chunked and migrated samples identical "
+              "to unchunked ones, does not implement min_p"),
+    **{name: ((None, ""), "constrained decoding is not supported") for name in
+       ("json_schema", "regex", "ebnf", "structural_tag", "stop_regex", "choice")},
+    "beam_width": ((None, 1), "beam search is not supported"),
+    "watermark": ((None,), "watermarking is not supported"),
+}
+
+
+@dataclass
+class NativeSample:
+    """One sample a ``/generate`` call asked for, before it joins a group."""
+
+    position: int  # in SGLang's response order (prompt-major: prompt i, sample j -> i * n + j)
+    rid: str  # the caller's rid (``meta_info.id``), or one made up as SGLang does
+    prompt_ids: list[int]
+    params: SamplingParams
+    sampling_seed: int | None
+    logprob_start: int  # SGLang's logprob_start_len: -1 = output only, >= 0 = also the prompt from there
+    custom_params: dict[str, Any] | None = None
+    # Set by the route before the sample joins a group (the engine streams chunks when on_tokens is set).
+    on_tokens: Callable[[Sample, list[int]], None] | None = None
+    on_done: Callable[[Sample], None] | None = None
+    abandoned: bool = False  # the caller went away, or aborted it, before its group formed
+    sample: Sample | None = None  # set once the sample is in a group
+    group_size: int = 0
+
+
+@dataclass
+class NativeRequest:
+    single: bool  # a dict in, a dict out (else a list, as SGLang answers a batch or n > 1)
+    stream: bool
+    samples: list[NativeSample]
+    text_in_logprobs: bool
+    return_prompt_ids: bool
+
+
+def _refuse(name: str, why: str) -> APIError:
+    return APIError(f"{name} is not supported by seer_sglang ({why}); leave it unset", param=name,
+                    code="unsupported_parameter")
+
+
+def _sglang_generate_input(body: dict[str, Any]):
+    """SGLang's parse of the body: its JSON contract, then its dataclass and batch normalisation."""
+    from pydantic import TypeAdapter, ValidationError
+    from sglang.srt.entrypoints.api_contract import generate_contract_error
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    known = {f.name for f in dataclasses.fields(GenerateReqInput)}
+    unknown = sorted(set(body) - known)
+    if unknown:  # SGLang drops these; a misspelt field here would change the result unnoticed
+        raise APIError(f"unknown field {unknown[0]!r}", param=unknown[0])
+    error = generate_contract_error(body)
+    if error is not None:
+        raise APIError(error)
+    try:
+        obj = TypeAdapter(GenerateReqInput).validate_python(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise APIError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}",
+                       param=".".join(map(str, first["loc"]))) from e
+    default = GenerateReqInput()
+    for f in dataclasses.fields(GenerateReqInput):
+        if f.name in _APPLIED or f.name in _NEUTRAL:
+            continue
+        if getattr(obj, f.name) != getattr(default, f.name):
+            raise _refuse(f.name, "seer_sglang generates text from text or input_ids only")
+    try:
+        obj.normalize_batch_and_arguments()
+    except ValueError as e:
+        raise APIError(str(e)) from e
+    return obj
+
+
+def _per_prompt(value: Any, b: int, name: str) -> list[Any]:
+    if isinstance(value, list):
+        if len(value) != b:
+            raise APIError(f"{name} has {len(value)} entries for {b} prompts", param=name)
+        return value
+    return [value] * b
+
+
+def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
+    """SGLang's own SamplingParams of one prompt, verified as SGLang verifies it."""
+    from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
+
+    for name, (neutral, why) in _SAMPLING_REFUSED.items():
+        if sp.get(name) not in neutral:
+            raise _refuse(f"{param}.{name}", why)
+    unknown = sorted(set(sp) - _SAMPLING_APPLIED - set(_SAMPLING_REFUSED))
+    if unknown:
+        raise APIError(f"unknown sampling parameter {unknown[0]!r}", param=f"{param}.{unknown[0]}")
+    try:
+        parsed = SGLangSamplingParams(**sp)
+        parsed.verify(vocab_size)
+    except (TypeError, ValueError) as e:
+        raise APIError(f"{param}: {e}", param=param) from e
+    return parsed
+
+
+def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -> NativeRequest:
+    """The samples a ``/generate`` body asks for, in SGLang's response order."""
+    if not isinstance(body, dict):
+        raise APIError("the body must be a JSON object")
+    obj = _sglang_generate_input(body)
+    if obj.text is not None:
+        prompts = [obj.text] if isinstance(obj.text, str) else list(obj.text)
+    else:
+        prompts = [obj.input_ids] if obj.input_ids and isinstance(obj.input_ids[0], int) else list(obj.input_ids)
+    b, n = obj.batch_size, obj.parallel_sample_num
+    single = isinstance(body.get("text"), str) or (body.get("input_ids") and isinstance(body["input_ids"][0], int))
+    single = bool(single) and n == 1
+    raw_params = body.get("sampling_params")
+    params_list = _per_prompt(raw_params or {}, b, "sampling_params")
+    logprob = _per_prompt(body.get("return_logprob") or False, b, "return_logprob")
+    start = _per_prompt(-1 if body.get("logprob_start_len") is None else body["logprob_start_len"], b,
+                        "logprob_start_len")
+    top = _per_prompt(body.get("top_logprobs_num") or 0, b, "top_logprobs_num")
+    processors = _per_prompt(body.get("custom_logit_processor"), b, "custom_logit_processor")
+    raw_rid = body.get("rid")
+    if isinstance(raw_rid, list) and len(raw_rid) != b:
+        raise APIError(f"rid has {len(raw_rid)} entries for {b} prompts", param="rid")
+
+    samples: list[NativeSample] = []
+    for i, prompt in enumerate(prompts[:b]):
+        param = "sampling_params" if isinstance(raw_params, dict) or raw_params is None else f"sampling_params.{i}"
+        sp = _sampling(params_list[i], vocab_size, param)
+        ids = encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise APIError("the prompt is empty", param="text" if isinstance(prompt, str) else "input_ids")
+        bad = next((t for t in ids if t < 0 or t >= vocab_size), None)
+        if bad is not None:
+            raise APIError(f"token id {bad} is outside the vocabulary [0, {vocab_size})", param="input_ids")
+        max_new = context_length - len(ids) if sp.max_new_tokens is None else sp.max_new_tokens
+        if len(ids) + max_new > context_length:
+            raise APIError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the model's "
+                           f"context length {context_length}", param=f"{param}.max_new_tokens",
+                           code="context_length_exceeded")
+        if not -1 <= start[i] <= len(ids):
+            raise APIError(f"logprob_start_len {start[i]} is outside [-1, {len(ids)}]", param="logprob_start_len")
+        if sp.min_new_tokens > max_new:
+            raise APIError(f"min_new_tokens ({sp.min_new_tokens}) exceeds max_new_tokens ({max_new})",
+                           param=f"{param}.min_new_tokens")
+        if top[i] and not logprob[i]:
+            top[i] = 0  # SGLang returns no logprobs at all without return_logprob
+        params = SamplingParams(
+            max_new_tokens=max_new, temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k,
+            stop=[sp.stop_strs] if isinstance(sp.stop_strs, str) else list(sp.stop_strs or []),
+            stop_token_ids=sorted(sp.stop_token_ids or ()), seed=None, logprobs=bool(logprob[i]),
+            top_logprobs=int(top[i]), ignore_eos=sp.ignore_eos, skip_special_tokens=sp.skip_special_tokens,
+            custom_logit_processor=processors[i], frequency_penalty=sp.frequency_penalty,
+            presence_penalty=sp.presence_penalty, repetition_penalty=sp.repetition_penalty,
+            min_tokens=sp.min_new_tokens, logit_bias={str(int(k)): float(v) for k, v in sp.logit_bias.items()}
+            if sp.logit_bias else None, no_stop_trim=sp.no_stop_trim,
+            spaces_between_special_tokens=sp.spaces_between_special_tokens)
+        for j in range(n):
+            k = i * n + j
+            if raw_rid is None:
+                rid = uuid.uuid4().hex
+            elif isinstance(raw_rid, list):
+                rid = str(raw_rid[i]) if n == 1 else f"{raw_rid[i]}_{j}"
+            else:
+                rid = str(raw_rid) if single else f"{raw_rid}_{k}"
+            # A caller's seed is hashed with the sample's identity: its rid when the caller named it,
+            # else the prompt and the sample's place in the request. Siblings never share noise, and
+            # the same request with the same seed draws the same samples again.
+            seed_key = f"rid:{rid}" if raw_rid is not None else group_seed_key(ids, i)
+            seed = None if sp.sampling_seed is None else derive_seed(sp.sampling_seed, seed_key, j)
+            samples.append(NativeSample(position=k, rid=rid, prompt_ids=ids, params=params, sampling_seed=seed,
+                                        logprob_start=int(start[i]) if logprob[i] else -1,
+                                        custom_params=sp.custom_params))
+    return NativeRequest(single=single, stream=bool(obj.stream), samples=samples,
+                         text_in_logprobs=bool(body.get("return_text_in_logprobs")),
+                         return_prompt_ids=bool(body.get("return_prompt_token_ids")))
+
+
+def group_key(native: NativeSample, explicit: str | None) -> str:
+    """Which requests may share a group: the same prompt and the same settings (a seed aside: siblings
+    draw with their own), and the same group key when the caller gives one."""
+    settings = dataclasses.asdict(native.params)
+    settings.pop("seed", None)
+    return json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params],
+                      sort_keys=True, default=str)
+
+
+# ---- the response ------------------------------------------------------------------------------
+def finish_reason(sample: Sample) -> dict[str, Any] | None:
+    """SGLang's ``meta_info.finish_reason``."""
+    if sample.finish_reason == "length":
+        return {"type": "length", "length": sample.params.max_new_tokens}
+    if sample.finish_reason == "stop":
+        return {"type": "stop", "matched": sample.matched_stop}
+    if sample.finish_reason in ("abort", "error"):
+        return {"type": "abort", "message": sample.error or "aborted"}
+    return None
+
+
+def _logprob_entries(pairs: list[tuple[float | None, int]], token_str, with_text: bool) -> list[list[Any]]:
+    return [[lp, tid, token_str(tid) if with_text else None] for lp, tid in pairs]
+
+
+def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> dict[str, Any]:
+    """One sample in SGLang's response shape; ``meta_info`` sums what the sample's chunks reported."""
+    s = native.sample
+    assert s is not None
+    chunks = s.chunks
+    meta: dict[str, Any] = {
+        "id": native.rid,
+        "finish_reason": finish_reason(s),
+        "prompt_tokens": len(s.prompt_ids),
+        "completion_tokens": s.generated,
+        "cached_tokens": sum(c.cached_tokens for c in chunks),
+        "weight_version": s.weight_version,
+        "weight_versions": [{"version": v, "start": a, "end": e} for v, a, e in s.token_versions],
+        "num_retractions": sum(c.retractions for c in chunks),
+        "e2e_latency": (s.finished_at or s.submitted_at) - s.submitted_at,
+        # seer's: the prompt group the sample ran in (per-sample requests of one prompt are grouped)
+        "group_id": s.group_id,
+        "group_size": native.group_size,
+    }
+    steps = sum(c.draft_steps for c in chunks)
+    if steps:
+        accepted = sum(c.accepted_tokens for c in chunks)
+        meta.update(spec_verify_ct=steps, spec_num_correct_drafts=accepted, spec_accept_token_num=accepted,
+                    spec_accept_length=(accepted + steps) / steps)
+    if s.params.logprobs:
+        meta["output_token_logprobs"] = _logprob_entries(list(zip(s.logprobs, s.output_ids)), tokenizer.token_str,
+                                                         req.text_in_logprobs)
+        if s.params.top_logprobs:
+            meta["output_top_logprobs"] = [
+                _logprob_entries([(lp, t) for t, lp in step], tokenizer.token_str, req.text_in_logprobs)
+                for step in s.top_logprobs]
+        meta["input_token_logprobs"] = _logprob_entries(s.input_logprobs, tokenizer.token_str, req.text_in_logprobs)
+        if s.params.top_logprobs:
+            meta["input_top_logprobs"] = [
+                None if step is None else _logprob_entries(step, tokenizer.token_str, req.text_in_logprobs)
+                for step in s.input_top_logprobs]
+    if req.return_prompt_ids:
+        meta["prompt_token_ids"] = list(s.prompt_ids)
+    return {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}

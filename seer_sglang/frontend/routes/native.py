@@ -1,0 +1,128 @@
+"""SGLang's native ``POST /generate``, as trainers call it: one request per sample (or a batch, or
+``n`` > 1), SGLang's body and SGLang's answer. Samples with the same prompt and settings that arrive
+close together run as one group (``frontend/grouping.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ...core.request import SampleState
+from ..errors import APIError
+from ..native import NativeRequest, NativeSample, group_key, parse_generate, response
+from ..state import Frontend
+from .common import frontend, json_body
+
+router = APIRouter()
+
+# A trainer that knows its groups names them: in the body (dropped before SGLang's parse) or as headers.
+GROUP_FIELD, GROUP_SIZE_FIELD = "seer_group", "seer_group_size"
+GROUP_HEADER, GROUP_SIZE_HEADER = "x-seer-group", "x-seer-group-size"
+
+
+def _group_hint(request: Request, body: Any) -> tuple[str | None, int | None]:
+    key = size = None
+    if isinstance(body, dict):
+        key, size = body.pop(GROUP_FIELD, None), body.pop(GROUP_SIZE_FIELD, None)
+    key = key if key is not None else request.headers.get(GROUP_HEADER)
+    size = size if size is not None else request.headers.get(GROUP_SIZE_HEADER)
+    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 256):
+        raise APIError("seer_group must be a string of 1 to 256 characters", param=GROUP_FIELD)
+    if size is not None:
+        try:
+            size = int(size)
+        except (TypeError, ValueError):
+            size = 0
+        if not 1 <= size <= 1024:
+            raise APIError("seer_group_size must be an integer in [1, 1024]", param=GROUP_SIZE_FIELD)
+    return key, size
+
+
+def _raise_if_failed(natives: list[NativeSample]) -> None:
+    for n in natives:
+        s = n.sample
+        if s is not None and s.state == SampleState.FAILED:
+            raise APIError(s.error or "generation failed", s.error_status if s.error_status < 600 else 500,
+                           type_="invalid_request_error" if s.error_status < 500 else "server_error")
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+@router.api_route("/generate", methods=["POST", "PUT"])
+async def generate(request: Request):
+    fe = frontend(request)
+    body = await json_body(request)
+    explicit, size = _group_hint(request, body)
+    fe.check_available()
+    req = parse_generate(body, encode=fe.tokenizer.encode_text, vocab_size=fe.tokenizer.vocab_size,
+                         context_length=fe.model.context_length)
+    if req.stream:
+        return StreamingResponse(_stream(fe, req, explicit, size), media_type="text/event-stream")
+    loop = asyncio.get_running_loop()
+    finished = [loop.create_future() for _ in req.samples]
+    for native, fut in zip(req.samples, finished):
+        native.on_done = lambda s, f=fut: f.done() or f.set_result(s)
+    try:
+        await fe.grouper.join([(group_key(n, explicit), n) for n in req.samples], size)
+        fe.name_samples(req.samples)
+        await asyncio.gather(*(asyncio.shield(f) for f in finished))
+    finally:
+        _release(fe, req)
+    _raise_if_failed(req.samples)
+    outs = [response(n, req, fe.tokenizer, fe.tokenizer.sample_text(n.sample)) for n in req.samples]
+    return JSONResponse(outs[0] if req.single else outs)
+
+
+def _release(fe: Frontend, req: NativeRequest) -> None:
+    """The call is over (answered, or its client went away): abort what still runs, forget the rids."""
+    for native in req.samples:
+        if native.sample is None:
+            native.abandoned = True
+        elif not native.sample.done:
+            fe.engine.abort_sample(native.sample)
+    fe.forget_samples(req.samples)
+
+
+async def _stream(fe: Frontend, req: NativeRequest, explicit: str | None, size: int | None) -> AsyncIterator[bytes]:
+    """SGLang's stream: cumulative text and ids per event (with ``index`` in a batch), then [DONE]."""
+    queue: asyncio.Queue = asyncio.Queue()
+    for native in req.samples:
+        native.on_tokens = lambda _s, _ids, n=native: queue.put_nowait(("tokens", n))
+        native.on_done = lambda _s, n=native: queue.put_nowait(("done", n))
+    try:
+        try:
+            await fe.grouper.join([(group_key(n, explicit), n) for n in req.samples], size)
+        except APIError as e:
+            yield _sse({"error": {"message": e.message, "type": e.type, "code": e.status_code}})
+            return
+        fe.name_samples(req.samples)
+        remaining = len(req.samples)
+        while remaining:
+            kind, native = await queue.get()
+            sample = native.sample
+            if kind == "tokens":
+                text = fe.tokenizer.decode(sample.output_ids, sample.params.skip_special_tokens,
+                                           sample.params.spaces_between_special_tokens)
+                if text.endswith("\ufffd"):  # an incomplete character: wait for the next token
+                    continue
+                out = response(native, req, fe.tokenizer, text)
+            else:
+                remaining -= 1
+                if sample.state == SampleState.FAILED:
+                    yield _sse({"error": {"message": sample.error, "type": "invalid_request_error"
+                                          if sample.error_status < 500 else "server_error",
+                                          "code": sample.error_status}})
+                    continue
+                out = response(native, req, fe.tokenizer, fe.tokenizer.sample_text(sample))
+            if not req.single:
+                out["index"] = native.position
+            yield _sse(out)
+        yield b"data: [DONE]\n\n"
+    finally:
+        _release(fe, req)

@@ -1,0 +1,237 @@
+"""SGLang's native ``POST /generate`` on seer_sglang against plain SGLang (tiny model, float32, CPU),
+with the request bodies the trainers send, taken from their source."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+
+import httpx
+import pytest
+
+PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
+
+# slime/rollout/sglang_rollout.py (THUDM/slime 624b824), GenerateState.__init__ + generate(): None values are
+# sent as null; no rid, no n, one request per sample.
+SLIME = {"input_ids": PROMPT_IDS,
+         "sampling_params": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 24, "stop": None,
+                             "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
+                             "spaces_between_special_tokens": False},
+         "return_logprob": True}
+# areal/engine/sglang_remote.py (inclusionAI/AReaL 4aef98d), SGLangBackend.build_generation_request.
+AREAL = {"input_ids": PROMPT_IDS, "image_data": None,
+         "sampling_params": {"top_p": 1.0, "top_k": 100000000, "max_new_tokens": 24, "temperature": 0.0,
+                             "stop_token_ids": [], "ignore_eos": False, "skip_special_tokens": True,
+                             "frequency_penalty": 0.0},
+         "return_logprob": True, "stream": False}
+# verl/workers/rollout/sglang_rollout/async_sglang_server.py (volcengine/verl b178a3c), SGLangHttpServer.generate:
+# the GenerateReqInput it builds (a fresh uuid rid per turn); the sampling params of agent_loop.py.
+VERL = {"rid": "<uuid>", "input_ids": PROMPT_IDS,
+        "sampling_params": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+                            "max_new_tokens": 24},
+        "return_logprob": True, "image_data": None}
+# What each trainer reads from the answer (same sources; slime's Sample._apply_meta_info in slime/utils/types.py).
+READS = {"slime": ["text", "meta_info.output_token_logprobs", "meta_info.finish_reason", "meta_info.weight_version",
+                   "meta_info.cached_tokens", "meta_info.prompt_tokens", "meta_info.completion_tokens"],
+         "areal": ["meta_info.finish_reason", "meta_info.output_token_logprobs"],
+         "verl": ["meta_info.output_token_logprobs", "output_ids"]}
+
+
+def _body(template: dict) -> dict:
+    body = json.loads(json.dumps(template))
+    if body.get("rid") == "<uuid>":
+        body["rid"] = uuid.uuid4().hex
+    return body
+
+
+def _get(d: dict, path: str):
+    for part in path.split("."):
+        assert part in d, f"answer lacks {path}"
+        d = d[part]
+    return d
+
+
+def _same_sample(seer: dict, plain: dict) -> None:
+    """Same tokens, text, finish reason and logprobs (to float32 noise) as plain SGLang."""
+    assert seer["output_ids"] == plain["output_ids"]
+    assert seer["text"] == plain["text"]
+    sm, pm = seer["meta_info"], plain["meta_info"]
+    assert sm["finish_reason"] == pm["finish_reason"]
+    for key in ("prompt_tokens", "completion_tokens"):
+        assert sm[key] == pm[key], key
+    for key in ("output_token_logprobs", "input_token_logprobs"):
+        if key in pm:
+            got, want = sm[key], pm[key]
+            assert [e[1] for e in got] == [e[1] for e in want], key
+            assert [e[2] for e in got] == [e[2] for e in want], key
+            for a, b in zip(got, want):
+                assert (a[0] is None) == (b[0] is None) and (a[0] is None or abs(a[0] - b[0]) < 1e-3), key
+
+
+@pytest.mark.parametrize("trainer,template", [("slime", SLIME), ("areal", AREAL), ("verl", VERL)])
+def test_trainer_bodies_get_what_plain_sglang_answers(trainer, template, seer_url, plain_url):
+    body = _body(template)
+    seer = httpx.post(f"{seer_url}/generate", json=body, timeout=300)
+    plain = httpx.post(f"{plain_url}/generate", json=body, timeout=300)
+    assert seer.status_code == plain.status_code == 200, seer.text
+    s, p = seer.json(), plain.json()
+    assert isinstance(s, dict) and isinstance(p, dict)
+    for path in READS[trainer]:
+        _get(s, path)
+    assert set(p) <= set(s)
+    _same_sample(s, p)
+    assert isinstance(s["meta_info"]["weight_version"], str)
+    if "rid" in body:
+        assert s["meta_info"]["id"] == body["rid"]
+
+
+def test_batch_with_n_answers_prompt_major_like_sglang(seer_url, plain_url):
+    body = {"text": ["The capital of France is", "1, 2, 3,"],
+            "sampling_params": {"temperature": 0, "max_new_tokens": 6, "n": 2},
+            "return_logprob": True, "top_logprobs_num": 2}
+    seer = httpx.post(f"{seer_url}/generate", json=body, timeout=300).json()
+    plain = httpx.post(f"{plain_url}/generate", json=body, timeout=300).json()
+    assert isinstance(seer, list) and len(seer) == len(plain) == 4
+    for s, p in zip(seer, plain):
+        _same_sample(s, p)
+        assert [[e[1] for e in step] for step in s["meta_info"]["output_top_logprobs"]] == \
+               [[e[1] for e in step] for step in p["meta_info"]["output_top_logprobs"]]
+    # the two samples of a prompt are one group; the two prompts are two
+    groups = [s["meta_info"]["group_id"] for s in seer]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+
+
+def test_stop_strings_and_stop_tokens_trim_as_sglang_does(seer_url, plain_url):
+    plain_out = httpx.post(f"{plain_url}/generate", timeout=300, json={
+        "input_ids": PROMPT_IDS, "sampling_params": {"temperature": 0, "max_new_tokens": 8}}).json()
+    ids = plain_out["output_ids"]
+    stop_token = ids[3]
+    stop_text = httpx.post(f"{plain_url}/generate", timeout=300, json={
+        "input_ids": PROMPT_IDS, "sampling_params": {"temperature": 0, "max_new_tokens": 4}}).json()["text"][-3:]
+    for sp in ({"stop_token_ids": [stop_token]}, {"stop_token_ids": [stop_token], "no_stop_trim": True},
+               {"stop": stop_text}, {"stop": stop_text, "no_stop_trim": True}):
+        body = {"input_ids": PROMPT_IDS, "sampling_params": {"temperature": 0, "max_new_tokens": 8, **sp}}
+        s = httpx.post(f"{seer_url}/generate", json=body, timeout=300).json()
+        p = httpx.post(f"{plain_url}/generate", json=body, timeout=300).json()
+        _same_sample(s, p)
+
+
+def test_stream_is_cumulative_and_ends_like_the_plain_answer(seer_url, plain_url):
+    body = {"input_ids": PROMPT_IDS, "sampling_params": {"temperature": 0, "max_new_tokens": 12},
+            "return_logprob": True, "stream": True}
+    events = []
+    with httpx.stream("POST", f"{seer_url}/generate", json=body, timeout=300) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                events.append(line[5:].strip())
+    assert events[-1] == "[DONE]"
+    outs = [json.loads(e) for e in events[:-1]]
+    lengths = [len(o["output_ids"]) for o in outs]
+    assert lengths == sorted(lengths) and lengths[-1] == 12
+    assert all(o["meta_info"]["finish_reason"] is None for o in outs[:-1])
+    plain = httpx.post(f"{plain_url}/generate", json={**body, "stream": False}, timeout=300).json()
+    _same_sample(outs[-1], plain)
+
+
+def test_prompt_scoring_without_generation(seer_url, plain_url):
+    body = {"input_ids": PROMPT_IDS, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+            "logprob_start_len": 0}
+    s = httpx.post(f"{seer_url}/generate", json=body, timeout=300)
+    p = httpx.post(f"{plain_url}/generate", json=body, timeout=300)
+    assert s.status_code == 200, s.text
+    assert len(s.json()["meta_info"]["input_token_logprobs"]) == len(PROMPT_IDS)
+    _same_sample(s.json(), p.json())
+
+
+def test_grpo_per_sample_traffic_forms_groups(seer_url):
+    """slime's and AReaL's pattern (one request per sample, no rid) and veRL's (a fresh rid per sample),
+    with the siblings of four prompts interleaved: each prompt's G samples run as one group."""
+    prompts, g = [[5, 9, 11 + p, 2] for p in range(4)], 4
+
+    async def send() -> list[tuple[list[int], dict]]:
+        bodies = [{"input_ids": ids, "sampling_params": {"temperature": 1.0, "max_new_tokens": 16},
+                   "return_logprob": True, **({"rid": uuid.uuid4().hex} if k % 2 else {})}
+                  for ids in prompts for k in range(g)]
+        random.Random(0).shuffle(bodies)
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            answers = await asyncio.gather(*(c.post("/generate", json=b) for b in bodies))
+        assert all(a.status_code == 200 for a in answers)
+        return [(b["input_ids"], a.json()) for b, a in zip(bodies, answers)]
+
+    results = asyncio.run(send())
+    by_prompt: dict[tuple, list[dict]] = {}
+    for ids, out in results:
+        by_prompt.setdefault(tuple(ids), []).append(out["meta_info"])
+    for metas in by_prompt.values():
+        assert len({m["group_id"] for m in metas}) == 1 and all(m["group_size"] == g for m in metas)
+    assert len({metas[0]["group_id"] for metas in by_prompt.values()}) == len(prompts)
+    outputs = [tuple(out["output_ids"]) for _, out in results]
+    assert len(set(outputs)) == len(outputs)  # siblings draw independently
+    metrics = httpx.get(f"{seer_url}/metrics", timeout=30).text
+    grouped = [line for line in metrics.splitlines() if line.startswith("seer_generate_grouped_samples_total")]
+    assert grouped and float(grouped[0].split()[-1]) >= len(outputs)
+
+
+def test_named_groups_form_when_complete(seer_url):
+    """A trainer that knows its groups names them; the group forms when its last sample arrives."""
+    async def send():
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            return await asyncio.gather(*(c.post(
+                "/generate", json={"input_ids": [3, 3, 3], "sampling_params": {"max_new_tokens": 4}},
+                headers={"X-Seer-Group": "prompt-7", "X-Seer-Group-Size": "3"}) for _ in range(3)))
+
+    answers = asyncio.run(send())
+    assert len({a.json()["meta_info"]["group_id"] for a in answers}) == 1
+    bad = httpx.post(f"{seer_url}/generate", json={"input_ids": [3], "seer_group_size": 0}, timeout=30)
+    assert bad.status_code == 400 and "seer_group_size" in bad.json()["error"]["message"]
+
+
+def test_seeded_requests_reproduce_and_siblings_differ(seer_url):
+    body = {"rid": "seeded-1", "input_ids": PROMPT_IDS,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 16, "sampling_seed": 7}}
+    first = httpx.post(f"{seer_url}/generate", json=body, timeout=300).json()
+    again = httpx.post(f"{seer_url}/generate", json=body, timeout=300).json()
+    assert first["output_ids"] == again["output_ids"]
+    # one sampling_seed for a whole n=4 request: SGLang would draw four identical samples; seer's differ
+    many = httpx.post(f"{seer_url}/generate", timeout=300, json={
+        "input_ids": PROMPT_IDS, "sampling_params": {"temperature": 1.0, "max_new_tokens": 16, "n": 4,
+                                                     "sampling_seed": 7}}).json()
+    assert len({tuple(m["output_ids"]) for m in many}) == 4
+
+
+def test_abort_by_the_trainers_rid(seer_url):
+    async def run():
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            long = asyncio.create_task(c.post("/generate", json={
+                "rid": "trainer-rid-1", "input_ids": PROMPT_IDS,
+                "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}))
+            await asyncio.sleep(1.0)
+            aborted = await c.post("/abort_request", json={"rid": "trainer-rid-1"})
+            return aborted, await long
+
+    aborted, answer = asyncio.run(run())
+    assert aborted.headers["x-seer-aborted-samples"] == "1"
+    assert answer.status_code == 200
+    meta = answer.json()["meta_info"]
+    assert meta["id"] == "trainer-rid-1" and meta["finish_reason"]["type"] == "abort"
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"input_ids": PROMPT_IDS, "return_logprobs": True}, "return_logprobs"),  # misspelt
+    ({"input_ids": PROMPT_IDS, "sampling_params": {"min_p": 0.1}}, "min_p"),
+    ({"input_ids": PROMPT_IDS, "sampling_params": {"regex": "a+"}}, "regex"),
+    ({"text": "hi", "image_data": "file.png"}, "image_data"),
+    ({"input_ids": PROMPT_IDS, "return_hidden_states": True}, "return_hidden_states"),
+    ({"input_ids": PROMPT_IDS, "sampling_params": {"max_new_tokens": 10 ** 6}}, "max_new_tokens"),
+    ({"input_ids": [10 ** 7]}, "input_ids"),
+    ({"input_ids": PROMPT_IDS, "sampling_params": {"temperature": -1}}, "temperature"),
+    ({"sampling_params": {}}, "text"),
+])
+def test_what_seer_cannot_honour_is_a_400_naming_it(body, field, seer_url):
+    r = httpx.post(f"{seer_url}/generate", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert field in error["message"] or field in (error["param"] or "")
