@@ -56,6 +56,10 @@ class FrontendConfig:
     host: str = flag(LOOPBACK, "--host", "frontend bind address (default: loopback only)")
     port: int = flag(30000, "--port", "frontend port (default: %(default)s)")
     log_level: str = flag("info", "--log-level", "frontend log level (default: %(default)s)")
+    # SGLang's --api-key and --admin-api-key, read from the SGLang flags (which pass them to every
+    # instance): the frontend checks them as SGLang does, and sends them to the instances.
+    api_key: Optional[str] = None
+    admin_api_key: Optional[str] = None
     group_window_ms: float = flag(50.0, "--group-window-ms", "POST /generate: requests with the same prompt and "
                                   "settings that arrive within this window run as one prompt group, as a "
                                   "trainer's per-sample requests of a GRPO group do; 0 = only the samples of one "

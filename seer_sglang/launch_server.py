@@ -7,6 +7,7 @@ Seer's own flags are listed below; every other flag is SGLang's and goes to each
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -110,6 +111,8 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
 
     inst = config.instances
     model_path = resolve_model_path(config.frontend.model_path)
+    keys = {"api_key": flag_value(sglang_args, "--api-key"), "admin_api_key": flag_value(sglang_args, "--admin-api-key")}
+    config = dataclasses.replace(config, frontend=dataclasses.replace(config.frontend, **keys))
     procs = []
     pool = drafts = None
     # SIGTERM behaves like Ctrl-C until uvicorn takes over, so `finally` always stops the instances.

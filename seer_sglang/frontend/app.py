@@ -8,6 +8,7 @@ import contextlib
 import logging
 
 from fastapi import FastAPI, Request
+from sglang.srt.utils.auth import add_api_key_middleware
 
 from ..config import SeerConfig
 from ..core.policy import make_policy
@@ -16,7 +17,7 @@ from .errors import install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
-from .routes import admin, benchmarking, native, observability, openai, rollout
+from .routes import admin, benchmarking, discovery, native, observability, openai, rollout
 from .state import Frontend, ModelInfo
 from .tokenizer import PromptTokenizer
 
@@ -54,7 +55,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        clients = [InstanceClient(url, i) for i, url in enumerate(instance_urls)]
+        keys = {"api_key": config.frontend.api_key, "admin_api_key": config.frontend.admin_api_key}
+        clients = [InstanceClient(url, i, **keys) for i, url in enumerate(instance_urls)]
         model = await describe_model(clients[0], model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
         policy = make_policy(config.scheduler.name, **config.scheduler.policy_kwargs())
@@ -85,8 +87,14 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
     install_error_handlers(app)
-    for routes in (openai, native, rollout, admin, observability, benchmarking):
-        app.include_router(routes.router)
+    for routes in (openai, native, rollout, admin, discovery, observability, benchmarking):
+        # The routes themselves, not an included router: SGLang's auth middleware finds a route's auth
+        # level on the app's own routes.
+        app.router.routes.extend(routes.router.routes)
+    if config.frontend.api_key or config.frontend.admin_api_key:
+        # SGLang's own rules: the API key for every route, the admin key (if set) for admin routes;
+        # /health and /metrics stay open for probes and scrapers.
+        add_api_key_middleware(app, api_key=config.frontend.api_key, admin_api_key=config.frontend.admin_api_key)
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next):

@@ -118,9 +118,11 @@ class RolloutEngine:
     def timeline_since(self, t: float) -> list[LoadPoint]:
         return [p for p in self.timeline if p.t >= t]
 
-    async def broadcast(self, path: str, body: dict[str, Any] | None) -> list[dict[str, Any]]:
-        """One admin call on every instance; each instance's status and answer."""
-        results = await asyncio.gather(*(c.post_admin(path, body) for c in self.clients))
+    async def broadcast(self, path: str, body: dict[str, Any] | None, *, method: str = "POST",
+                        params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One call on every instance (POST: an admin call; GET: a read); each instance's status and answer."""
+        calls = (c.post_admin(path, body) if method == "POST" else c.get(path, params) for c in self.clients)
+        results = await asyncio.gather(*calls)
         return [{"instance": c.index, "url": c.url, "status": status, "body": content}
                 for c, (status, content) in zip(self.clients, results)]
 

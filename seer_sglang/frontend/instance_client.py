@@ -66,11 +66,21 @@ def _error_message(response: httpx.Response) -> str:
 KEEPALIVE_EXPIRY_S = 2.0
 
 
+def bearer(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 class InstanceClient:
-    def __init__(self, url: str, index: int, timeout_s: float | None = None):
+    """``api_key`` goes with every call, ``admin_api_key`` (else ``api_key``) with admin calls: SGLang's
+    rules for its normal and admin-optional routes, so instances started with ``--api-key`` answer."""
+
+    def __init__(self, url: str, index: int, timeout_s: float | None = None, *, api_key: str | None = None,
+                 admin_api_key: str | None = None):
         self.url = url.rstrip("/")
         self.index = index
+        self._admin_headers = bearer(admin_api_key or api_key)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0),
+                                       headers=bearer(api_key),
                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64,
                                                            keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
@@ -136,8 +146,15 @@ class InstanceClient:
 
     async def post_admin(self, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
         """Forward an admin call (abort / pause / continue / update_weights); returns (status, body)."""
+        return await self._call("POST", path, json=body or {}, headers=self._admin_headers, timeout=None)
+
+    async def get(self, path: str, params: dict[str, Any] | None = None, timeout_s: float = 60.0) -> tuple[int, Any]:
+        """Forward a read-only call (server and model info, loads, health); returns (status, body)."""
+        return await self._call("GET", path, params=params, timeout=timeout_s)
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         try:
-            r = await self._http.post(path, json=body or {}, timeout=None)
+            r = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as e:
             return 503, {"error": f"{type(e).__name__}: {e}"}
         try:

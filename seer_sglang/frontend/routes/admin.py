@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
 from ..protocol import AbortRequest
@@ -18,16 +19,24 @@ router = APIRouter()
 
 
 async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | None) -> JSONResponse:
+    """The call on every instance: 200 if all took it; an instance's own refusal (4xx) as it is, so a
+    caller that retries on SGLang's answer retries here; 502 if an instance failed."""
     per_instance = await fe.engine.broadcast(path, body)
-    ok = all(r["status"] == 200 for r in per_instance)
-    return JSONResponse({"success": ok, "instances": per_instance}, status_code=200 if ok else 502)
+    statuses = [r["status"] for r in per_instance]
+    ok = all(s == 200 for s in statuses)
+    refused = [s for s in statuses if 400 <= s < 500]
+    status = 200 if ok else (refused[0] if refused and all(s < 500 for s in statuses) else 502)
+    return JSONResponse({"success": ok, "instances": per_instance}, status_code=status)
 
 
 @router.post("/abort_request")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def abort_request(req: AbortRequest, request: Request):
     fe = frontend(request)
     if req.abort_all:
         aborted = fe.engine.abort_all()
+        for native in fe.grouper.waiting():
+            native.abandoned = True
     else:
         if not req.rid:
             raise APIError("give rid (a group id, sample rid or SGLang rid) or abort_all=true", param="rid")
@@ -41,6 +50,7 @@ async def abort_request(req: AbortRequest, request: Request):
 
 
 @router.post("/pause_generation")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def pause_generation(request: Request):
     fe = frontend(request)
     fe.engine.set_paused(True)
@@ -48,15 +58,18 @@ async def pause_generation(request: Request):
 
 
 @router.post("/continue_generation")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def continue_generation(request: Request):
     fe = frontend(request)
     fe.engine.set_paused(False)
     return await fan_out(fe, "/continue_generation", await json_body(request))
 
 
-@router.post("/flush_cache")
+@router.api_route("/flush_cache", methods=["GET", "POST"])
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def flush_cache(request: Request):
-    """Empty every instance's radix cache and the global KV pool (between benchmark modes)."""
+    """Empty every instance's radix cache and the global KV pool. GET too, as SGLang: slime and veRL
+    call it so, and retry until it answers 200 (an instance with requests running refuses, 400)."""
     fe = frontend(request)
     response = await fan_out(fe, "/flush_cache", None)
     response.headers["x-seer-pool-pages-cleared"] = str(await fe.pool.clear())
@@ -64,6 +77,7 @@ async def flush_cache(request: Request):
 
 
 @router.post("/update_weights_from_disk")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def update_weights_from_disk(request: Request):
     fe = frontend(request)
     body = await json_body(request)

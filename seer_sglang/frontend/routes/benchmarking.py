@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, Request
+from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ...core.policy import make_policy
 from ..errors import APIError
@@ -17,6 +18,7 @@ logger = logging.getLogger("seer_sglang.frontend")
 
 
 @router.post("/scheduler")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def set_scheduler(body: SchedulerRequest, request: Request):
     """Switch the rollout policy between rollouts."""
     fe = frontend(request)

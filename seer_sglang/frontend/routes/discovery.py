@@ -1,0 +1,85 @@
+"""SGLang's discovery and health routes, answered for the whole deployment, so a trainer that checks
+the server the way it checks SGLang finds what it looks for: ``/server_info`` and ``/model_info`` (and
+their old ``/get_`` names), ``/health_generate``, ``/v1/loads`` and ``/get_weight_version``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..errors import APIError
+from .common import frontend, policy_json
+
+router = APIRouter()
+
+
+async def _first_answer(request: Request, path: str) -> dict[str, Any]:
+    """The answer of the first instance that gives one (every instance runs the same model and flags)."""
+    fe = frontend(request)
+    for client in fe.engine.clients:
+        if fe.engine.views[client.index].healthy:
+            status, body = await client.get(path)
+            if status == 200 and isinstance(body, dict):
+                return body
+    raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
+                   code="no_healthy_instance")
+
+
+@router.get("/server_info")
+@router.get("/get_server_info")
+async def server_info(request: Request):
+    """An instance's server info (its flags: tp_size, dp_size...), with seer's own section."""
+    fe = frontend(request)
+    info = await _first_answer(request, "/server_info")
+    info["seer"] = {"num_instances": len(fe.engine.clients),
+                    "instances": fe.engine.instance_status(),
+                    "scheduler": policy_json(fe.engine.policy),
+                    "group_window_ms": fe.grouper.window_s * 1000,
+                    "mixed_weight_versions": fe.engine.mixed_weight_versions}
+    return info
+
+
+@router.get("/model_info")
+@router.get("/get_model_info")
+async def model_info(request: Request):
+    return await _first_answer(request, "/model_info")
+
+
+@router.get("/get_weight_version")
+async def weight_version(request: Request):
+    """The weight version every instance runs (``null`` while they differ), and each one's."""
+    fe = frontend(request)
+    answers = await fe.engine.broadcast("/model_info", None, method="GET")
+    versions = [a["body"].get("weight_version") if a["status"] == 200 and isinstance(a["body"], dict) else None
+                for a in answers]
+    agreed = versions[0] if versions and all(v == versions[0] for v in versions) else None
+    return {"weight_version": agreed,
+            "instances": [{"instance": a["instance"], "weight_version": v} for a, v in zip(answers, versions)]}
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request):
+    """200 when at least one instance can generate a token (SGLang's own check, on each instance)."""
+    answers = await frontend(request).engine.broadcast("/health_generate", None, method="GET")
+    return Response(status_code=200 if any(a["status"] == 200 for a in answers) else 503)
+
+
+@router.get("/v1/loads")
+async def loads(request: Request):
+    """Every instance's ``/v1/loads`` entries, each with its instance, and the frontend's own queue: a
+    trainer that waits for an idle server after an abort waits for both."""
+    fe = frontend(request)
+    answers = await fe.engine.broadcast("/v1/loads", None, method="GET", params=dict(request.query_params))
+    entries = []
+    for a in answers:
+        if a["status"] != 200 or not isinstance(a["body"], dict):
+            continue
+        for entry in a["body"].get("loads") or []:
+            entries.append({**entry, "instance": a["instance"]})
+    pending = len(fe.engine.buffer.pending())
+    body = {"loads": entries, "num_instances": len(answers),
+            "seer": {"pending_samples": pending, "waiting_for_group": len(fe.grouper.waiting())}}
+    failed = [a for a in answers if a["status"] != 200]
+    return JSONResponse(body, status_code=200 if len(failed) < len(answers) else 503)

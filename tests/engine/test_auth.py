@@ -1,0 +1,56 @@
+"""``--api-key`` and ``--admin-api-key`` as in SGLang: the frontend checks them, the instances get
+them, and the frontend's own calls to the instances carry them."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from conftest import start_seer, stop_seer, wait_server
+
+API_KEY, ADMIN_KEY = "sk-rollout-test", "sk-admin-test"
+
+
+@pytest.fixture(scope="module")
+def keyed(tiny_model, tmp_path_factory):
+    server = start_seer(tiny_model, tmp_path_factory.mktemp("auth"), "--num-instances", "1", "--api-key", API_KEY,
+                        "--admin-api-key", ADMIN_KEY)
+    try:
+        wait_server(server)
+        yield server
+    finally:
+        stop_seer(server)
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_generation_needs_the_api_key(keyed):
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}}
+    assert httpx.post(f"{keyed.url}/generate", json=body, timeout=60).status_code == 401
+    assert httpx.post(f"{keyed.url}/generate", json=body, headers=_auth("wrong"), timeout=60).status_code == 401
+    ok = httpx.post(f"{keyed.url}/generate", json=body, headers=_auth(API_KEY), timeout=120)
+    assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 4
+    chat = httpx.post(f"{keyed.url}/v1/chat/completions", headers=_auth(API_KEY), timeout=120,
+                      json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    assert chat.status_code == 200
+    assert httpx.post(f"{keyed.url}/v1/rollout", json={"prompts": ["hi"], "max_tokens": 2},
+                      timeout=60).status_code == 401
+
+
+def test_admin_routes_need_the_admin_key(keyed):
+    assert httpx.get(f"{keyed.url}/flush_cache", headers=_auth(API_KEY), timeout=60).status_code == 401
+    assert httpx.post(f"{keyed.url}/pause_generation", headers=_auth(API_KEY), timeout=60).status_code == 401
+    flushed = httpx.get(f"{keyed.url}/flush_cache", headers=_auth(ADMIN_KEY), timeout=60)
+    assert flushed.status_code == 200, flushed.text  # the frontend's admin call to the instance carried the key
+
+
+def test_probes_stay_open_and_instances_are_keyed(keyed):
+    assert httpx.get(f"{keyed.url}/health", timeout=30).status_code == 200
+    assert httpx.get(f"{keyed.url}/metrics", timeout=30).status_code == 200
+    instance = httpx.get(f"{keyed.url}/instances", headers=_auth(API_KEY), timeout=30).json()["instances"][0]
+    assert instance["healthy"]  # the frontend's load polls carry the key
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+    assert httpx.post(f"{instance['url']}/generate", json=body, timeout=60).status_code == 401
+    assert httpx.post(f"{instance['url']}/generate", json=body, headers=_auth(API_KEY), timeout=60).status_code == 200

@@ -1,0 +1,45 @@
+"""SGLang's control-plane and discovery routes on seer_sglang, called the way trainers call them
+(slime's sglang_engine.py / server_control.py, veRL's ServerAdapter, AReaL's remote engine)."""
+
+from __future__ import annotations
+
+import httpx
+
+
+def test_flush_cache_answers_get_and_post(seer_url):
+    # slime and veRL: GET /flush_cache until it answers 200
+    for method in ("GET", "POST"):
+        r = httpx.request(method, f"{seer_url}/flush_cache", timeout=60)
+        assert r.status_code == 200, r.text
+        assert all(i["status"] == 200 for i in r.json()["instances"])
+
+
+def test_server_info_is_an_instances_with_seers_section(seer_url, plain_url):
+    plain = httpx.get(f"{plain_url}/server_info", timeout=60).json()
+    for path in ("/server_info", "/get_server_info"):
+        info = httpx.get(f"{seer_url}{path}", timeout=60).json()
+        # what slime reads from an external engine's server info
+        for key in ("tp_size", "pp_size", "ep_size", "disaggregation_mode", "model_path"):
+            assert key in info and type(info[key]) is type(plain[key]), key
+        assert info["seer"]["num_instances"] == 2 and len(info["seer"]["instances"]) == 2
+
+
+def test_model_info_and_weight_version(seer_url, plain_url):
+    plain = httpx.get(f"{plain_url}/model_info", timeout=60).json()
+    for path in ("/model_info", "/get_model_info"):
+        info = httpx.get(f"{seer_url}{path}", timeout=60).json()
+        assert set(plain) <= set(info) and info["is_generation"] is True
+    version = httpx.get(f"{seer_url}/get_weight_version", timeout=60).json()
+    assert version["weight_version"] == info["weight_version"]
+    assert [i["weight_version"] for i in version["instances"]] == [info["weight_version"]] * 2
+
+
+def test_health_generate_and_loads(seer_url):
+    assert httpx.get(f"{seer_url}/health_generate", timeout=120).status_code == 200
+    loads = httpx.get(f"{seer_url}/v1/loads", params={"include": "core"}, timeout=60)
+    assert loads.status_code == 200
+    body = loads.json()
+    # slime sums num_running_reqs + num_waiting_reqs over "loads" to wait for an idle server
+    assert {e["instance"] for e in body["loads"]} == {0, 1}
+    assert all("num_running_reqs" in e and "num_waiting_reqs" in e for e in body["loads"])
+    assert body["seer"]["pending_samples"] == 0
