@@ -56,7 +56,7 @@ def test_user_flags_win_and_gpu_keeps_its_backend():
 def test_launcher_accepts_the_plugins_own_sglang_flags(tiny_model):
     """The launcher checks SGLang flags before starting anything; the plugin's backends and algorithm
     pass that check, a name SGLang does not know still fails there."""
-    from seer_sglang.launch_server import validate_sglang_args
+    from seer_sglang.launch.deployment import validate_sglang_args
 
     for flags in (["--attention-backend", "seer_cascade"], ["--attention-backend", "seer_verify"],
                   ["--speculative-algorithm", "SEER"]):
