@@ -41,8 +41,8 @@ from pathlib import Path
 
 import httpx
 
-from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
-                                            start_instance, stop_instances, wait_healthy)
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
+                                            start_instance, stop_instances, visible_gpus, wait_healthy)
 from seer_sglang.models import resolve_model_path
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
@@ -531,8 +531,9 @@ def main() -> None:
     for server in servers:
         if server is None:
             plain_args = engine_args + instance_args(emulation_config, engine_args)
+            gpu_sets = [None] * args.instances if cpu else plan_gpus(visible_gpus(), 1, args.instances)
             specs = [InstanceSpec(model_path=model_path, port=free_port(), sglang_args=plain_args, cpu=cpu,
-                                  gpu_id=i if not cpu else None, with_plugin=emulated is not None,
+                                  gpus=gpu_sets[i], with_plugin=emulated is not None,
                                   log_path=log_root / f"plain-{i}.log", extra_env=plain_env,
                                   cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
                      for i in range(args.instances)]

@@ -27,7 +27,7 @@ import httpx
 from benchmarks.draft_replay import replay
 from benchmarks.rollout import make_prompts
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
-                                            start_instance, stop_instances, wait_healthy)
+                                            start_instance, stop_instances, visible_gpus, wait_healthy)
 from seer_sglang.models import resolve_model_path
 from seer_sglang.config import DRAFTERS, PluginConfig
 from seer_sglang.launch.drafting import RunningDrafts
@@ -109,7 +109,7 @@ def main() -> None:
     reference = None
     for drafter in ["none", *filter(None, args.drafters.split(","))]:
         extra, env = instance_args(drafter, cpu, args.budget, args.draft_cost)
-        spec = InstanceSpec(model_path=model_path, port=free_port(), cpu=cpu, gpu_id=0 if not cpu else None,
+        spec = InstanceSpec(model_path=model_path, port=free_port(), cpu=cpu, gpus=None if cpu else visible_gpus()[0],
                             sglang_args=["--dtype", args.dtype, *extra], log_path=log_root / f"{drafter}.log",
                             cpu_threads=cpu_threads_per_instance(1) if cpu else None, extra_env=env)
         inst = start_instance(spec)

@@ -74,8 +74,8 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
     started instance is healthy. On failure everything started so far is stopped again."""
     from . import emulation
     from .drafting import start_drafting
-    from .instances import (InstanceSpec, cpu_threads_per_instance, cuda_device_count, has_cuda, seeded_sampling,
-                            start_instance, wait_healthy)
+    from .instances import (InstanceSpec, cpu_threads_per_instance, has_cuda, plan_gpus, seeded_sampling,
+                            start_instance, tp_size, visible_gpus, wait_healthy)
     from .kv_pool import start_kv_pool
     from .processes import free_port
     from .sglang_args import flag_value
@@ -94,7 +94,9 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
             return dep
         validate_sglang_args(model_path, sglang_args)
         gpu = has_cuda()
-        k = inst.num_instances or (cuda_device_count() if gpu else INSTANCES.cpu_instances)
+        gpu_sets: list[str | None] = (plan_gpus(visible_gpus(), tp_size(sglang_args), inst.num_instances) if gpu
+                                      else [None] * (inst.num_instances or INSTANCES.cpu_instances))
+        k = len(gpu_sets)
         log_dir = Path(inst.log_dir) if inst.log_dir else default_log_dir()
         log_dir.mkdir(parents=True, exist_ok=True)
         dep.pool = start_kv_pool(config.kv_pool, sglang_args, log_dir, model_path, cpu=not gpu,
@@ -105,7 +107,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         instance_args = (sglang_args + emulation.instance_args(config.emulation, sglang_args)
                          + dep.pool.setup.instance_args(sglang_args) + dep.drafts.instance_args(sglang_args))
         specs = [InstanceSpec(model_path=model_path, port=free_port(inst.instance_host), host=inst.instance_host,
-                              sglang_args=instance_args, cpu=not gpu, gpu_id=i if gpu else None,
+                              sglang_args=instance_args, cpu=not gpu, gpus=gpu_sets[i],
                               with_plugin=not inst.no_plugin, log_path=log_dir / f"instance-{i}.log",
                               cpu_threads=None if gpu else cpu_threads_per_instance(k),
                               extra_env={**dep.pool.process_env(), **plugin.to_env(),
@@ -126,8 +128,8 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
             log.info("KV pool: %s", dep.pool.describe())
         if dep.drafts.enabled:
             log.info("speculative decoding: %s", dep.drafts.describe())
-        log.info("starting %d SGLang instance(s) on %s with %s; logs in %s", k, "GPU" if gpu else "CPU",
-                 model_path, log_dir)
+        log.info("starting %d SGLang instance(s) on %s with %s; logs in %s", k,
+                 f"GPUs {' | '.join(gpu_sets)}" if gpu else "CPU", model_path, log_dir)
         for spec in specs:
             dep.procs.append(start_instance(spec))
             log.info("  instance %d: %s (pid %d)", len(dep.procs) - 1, spec.url, dep.procs[-1].pid)

@@ -25,6 +25,8 @@ log = logging.getLogger("seer_sglang.instances")
 
 
 def has_cuda() -> bool:
+    if "CUDA_VISIBLE_DEVICES" in os.environ and not visible_gpus():
+        return False  # started under an empty mask: no GPU is ours
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
@@ -35,6 +37,37 @@ def has_cuda() -> bool:
 def cuda_device_count() -> int:
     out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU"))
+
+
+def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
+    """The GPUs this process may use, named as a child's ``CUDA_VISIBLE_DEVICES`` must name them: the
+    entries of the mask the launcher was started under (Ray and Slurm always set one), else every GPU
+    ``nvidia-smi`` lists. CUDA stops at the first invalid entry, so does this."""
+    mask = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if mask is None:
+        return [str(i) for i in range(cuda_device_count())]
+    gpus = []
+    for entry in (e.strip() for e in mask.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        gpus.append(entry)
+    return gpus
+
+
+def plan_gpus(visible: list[str], tp_size: int = 1, instances: int | None = None) -> list[str]:
+    """Each instance's ``CUDA_VISIBLE_DEVICES``: ``tp_size`` GPUs of its own, in the order visible; by
+    default as many instances as fit. Nothing outside ``visible`` is ever handed out."""
+    if tp_size < 1:
+        raise ValueError(f"--tp-size must be at least 1, got {tp_size}")
+    k = instances or len(visible) // tp_size
+    if k < 1 or k * tp_size > len(visible):
+        raise ValueError(f"{instances or 1} instance(s) with --tp-size {tp_size} need {max(k, 1) * tp_size} "
+                         f"GPU(s); {len(visible)} visible ({','.join(visible) or 'none'})")
+    return [",".join(visible[i * tp_size:(i + 1) * tp_size]) for i in range(k)]
+
+
+def tp_size(sglang_args: list[str]) -> int:
+    return int(flag_value(sglang_args, "--tp-size") or flag_value(sglang_args, "--tp") or 1)
 
 
 def cpu_threads_per_instance(instances: int) -> int:
@@ -51,7 +84,7 @@ class InstanceSpec:
     host: str = LOOPBACK
     sglang_args: list[str] = field(default_factory=list)
     cpu: bool = True
-    gpu_id: int | None = None
+    gpus: str | None = None  # the instance's CUDA_VISIBLE_DEVICES (plan_gpus): its GPUs, TP ranks in order
     with_plugin: bool = True  # False = plain SGLang (the benchmark baseline)
     log_path: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -103,8 +136,8 @@ def build_env(spec: InstanceSpec) -> dict[str, str]:
         env["SGLANG_USE_CPU_ENGINE"] = "1"
         if spec.cpu_threads and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
-    if spec.gpu_id is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_id)
+    if spec.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = spec.gpus
     if not spec.with_plugin:
         env["SGLANG_PLUGINS"] = "none"  # a whitelist that matches no plugin: plain SGLang
     env.update(spec.extra_env)

@@ -232,7 +232,7 @@ def test_seer_cascade_keeps_the_tokens_of_flashinfers_verify_on_gpu(tmp_path):
     import httpx
 
     from conftest import start_healthy
-    from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances
+    from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances, visible_gpus
     from seer_sglang.models import prepare
 
     model = str(prepare("smollm2"))
@@ -247,7 +247,7 @@ def test_seer_cascade_keeps_the_tokens_of_flashinfers_verify_on_gpu(tmp_path):
     for backend in ("flashinfer", "seer_cascade"):
         log = tmp_path / f"{backend}.log"
         inst = start_healthy(InstanceSpec(
-            model_path=model, port=free_port(), cpu=False, gpu_id=0, log_path=log,
+            model_path=model, port=free_port(), cpu=False, gpus=visible_gpus()[0], log_path=log,
             sglang_args=["--dtype", "float16", "--disable-cuda-graph", "--mem-fraction-static", "0.3",
                          "--speculative-algorithm", "SEER", "--attention-backend", backend,
                          "--speculative-num-draft-tokens", "8", "--speculative-ngram-max-bfs-breadth", "4"],

@@ -102,7 +102,7 @@ def test_gpu_instances_sample_with_seeds_unless_told_otherwise():
 
     assert gpu_default_args([]) == ["--sampling-backend", "pytorch"]
     assert gpu_default_args(["--sampling-backend", "flashinfer"]) == []  # the user's choice stays
-    gpu = build_command(InstanceSpec(model_path="m", port=1, cpu=False, gpu_id=0))
+    gpu = build_command(InstanceSpec(model_path="m", port=1, cpu=False, gpus="0"))
     assert gpu[gpu.index("--sampling-backend") + 1] == "pytorch"
     assert "--sampling-backend" not in build_command(InstanceSpec(model_path="m", port=1, cpu=True))
     assert seeded_sampling([]) and seeded_sampling(["--sampling-backend=pytorch"])
