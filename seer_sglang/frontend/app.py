@@ -17,7 +17,7 @@ from .errors import install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
-from .routes import admin, benchmarking, discovery, native, observability, openai, rollout
+from .routes import admin, benchmarking, discovery, native, observability, openai, rollout, weights
 from .state import Frontend, ModelInfo
 from .tokenizer import PromptTokenizer
 
@@ -39,7 +39,8 @@ async def describe_model(client: InstanceClient, model_path: str | None) -> Mode
 
         config = AutoConfig.from_pretrained(path)
         context = getattr(config, "max_position_embeddings", None) or 4096
-    return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context))
+    return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context),
+                     tp_size=int(info.get("tp_size") or 1))
 
 
 def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,
@@ -87,7 +88,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
     install_error_handlers(app)
-    for routes in (openai, native, rollout, admin, discovery, observability, benchmarking):
+    for routes in (openai, native, rollout, admin, weights, discovery, observability, benchmarking):
         # The routes themselves, not an included router: SGLang's auth middleware finds a route's auth
         # level on the app's own routes.
         app.router.routes.extend(routes.router.routes)

@@ -78,6 +78,7 @@ class RolloutEngine:
         self.mixed_weight_versions = mixed_weight_versions
         self.weight_versions_seen: list[str] = []
         self.paused = False
+        self.memory_released = False  # the instances gave their KV memory back (sleep mode): no dispatch
         self._wake = asyncio.Event()
         self._group_done: dict[str, asyncio.Event] = {}
         self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
@@ -118,10 +119,13 @@ class RolloutEngine:
     def timeline_since(self, t: float) -> list[LoadPoint]:
         return [p for p in self.timeline if p.t >= t]
 
-    async def broadcast(self, path: str, body: dict[str, Any] | None, *, method: str = "POST",
-                        params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One call on every instance (POST: an admin call; GET: a read); each instance's status and answer."""
-        calls = (c.post_admin(path, body) if method == "POST" else c.get(path, params) for c in self.clients)
+    async def broadcast(self, path: str, body: dict[str, Any] | list[dict[str, Any]] | None, *,
+                        method: str = "POST", params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One call on every instance (POST: an admin call, with one body for all or one per instance;
+        GET: a read); each instance's status and answer."""
+        bodies = body if isinstance(body, list) else [body] * len(self.clients)
+        calls = (c.post_admin(path, b) if method == "POST" else c.get(path, params)
+                 for c, b in zip(self.clients, bodies))
         results = await asyncio.gather(*calls)
         return [{"instance": c.index, "url": c.url, "status": status, "body": content}
                 for c, (status, content) in zip(self.clients, results)]
@@ -185,6 +189,10 @@ class RolloutEngine:
         self.paused = paused
         self._wake.set()
 
+    def set_memory_released(self, released: bool) -> None:
+        self.memory_released = released
+        self._wake.set()
+
     # ---- telemetry -------------------------------------------------------------------------
     async def poll_loads(self) -> None:
         results = await asyncio.gather(*(c.load() for c in self.clients), return_exceptions=True)
@@ -221,7 +229,7 @@ class RolloutEngine:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.paused or not self.buffer.has_pending():
+            if self.paused or self.memory_released or not self.buffer.has_pending():
                 continue
             self._fail_if_no_instance()
             snapshot = [dataclasses.replace(v) for v in self.views]

@@ -27,6 +27,7 @@ class ModelInfo:
     served_name: str
     model_path: str
     context_length: int
+    tp_size: int = 1  # GPUs (TP ranks) per instance: a weight update addresses K x tp_size ranks
 
     def aliases(self) -> set[str]:
         return {self.served_name, self.model_path, os.path.basename(self.model_path.rstrip("/"))}
@@ -43,6 +44,7 @@ class Frontend:
         self._group_counter = itertools.count()
         self.grouper = SampleGrouper(group_window_s, self.form_group)
         self.native_rids: dict[str, Sample] = {}  # the rids /generate callers gave their samples
+        self.weight_session_open = False  # a trainer's /begin_weight_update without its /end_weight_update yet
 
     # ---- validation ------------------------------------------------------------------------
     def check_model(self, name: str | None) -> None:

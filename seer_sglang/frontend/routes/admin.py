@@ -1,9 +1,9 @@
 """Admin calls a trainer makes between rollouts, fanned out to every instance: abort, pause and
-continue, cache flush, weight update. The frontend's own state (buffer, pool) changes first."""
+continue, cache flush. The frontend's own state (buffer, pool) changes first. Weight updates and
+memory release are in ``weights.py``."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -18,9 +18,10 @@ from .common import frontend, json_body
 router = APIRouter()
 
 
-async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | None) -> JSONResponse:
-    """The call on every instance: 200 if all took it; an instance's own refusal (4xx) as it is, so a
-    caller that retries on SGLang's answer retries here; 502 if an instance failed."""
+async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str, Any]] | None) -> JSONResponse:
+    """The call on every instance (``body``: one for all, or one per instance): 200 if all took it; an
+    instance's own refusal (4xx) as it is, so a caller that retries on SGLang's answer retries here;
+    502 if an instance failed."""
     per_instance = await fe.engine.broadcast(path, body)
     statuses = [r["status"] for r in per_instance]
     ok = all(s == 200 for s in statuses)
@@ -73,23 +74,4 @@ async def flush_cache(request: Request):
     fe = frontend(request)
     response = await fan_out(fe, "/flush_cache", None)
     response.headers["x-seer-pool-pages-cleared"] = str(await fe.pool.clear())
-    return response
-
-
-@router.post("/update_weights_from_disk")
-@auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def update_weights_from_disk(request: Request):
-    fe = frontend(request)
-    body = await json_body(request)
-    if not isinstance(body, dict) or not body.get("model_path"):
-        raise APIError("model_path is required", param="model_path")
-    # Every update gets a version name, so samples can tell which weights made them.
-    body.setdefault("weight_version", f"update-{uuid.uuid4().hex[:12]}")
-    # KV pages are keyed by weight version (plugin/weight_namespace.py): old ones can never be matched
-    # again, and age out of the caches. SGLang's own flush fails while a rollout's chunks are queued.
-    body.setdefault("flush_cache", False)
-    response = await fan_out(fe, "/update_weights_from_disk", body)
-    # The pool's pages are keyed by the old version now, so none can be loaded again: drop them.
-    await fe.pool.clear()
-    response.headers["x-seer-weight-version"] = str(body["weight_version"])
     return response

@@ -34,6 +34,9 @@ async def server_info(request: Request):
     fe = frontend(request)
     info = await _first_answer(request, "/server_info")
     info["seer"] = {"num_instances": len(fe.engine.clients),
+                    # ranks a weight update addresses (routes/weights.py): K instances x TP each
+                    "weight_update_ranks": len(fe.engine.clients) * fe.model.tp_size,
+                    "memory_released": fe.engine.memory_released,
                     "instances": fe.engine.instance_status(),
                     "scheduler": policy_json(fe.engine.policy),
                     "group_window_ms": fe.grouper.window_s * 1000,
