@@ -152,6 +152,14 @@ class InstanceClient:
         """Forward a read-only call (server and model info, loads, health); returns (status, body)."""
         return await self._call("GET", path, params=params, timeout=timeout_s)
 
+    async def metrics(self) -> str | None:
+        """The instance's Prometheus text (SGLang's ``/metrics``, with ``--enable-metrics``), or None."""
+        try:
+            r = await self._http.get("/metrics", timeout=10.0)
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
+
     async def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         try:
             r = await self._http.request(method, path, **kwargs)

@@ -78,7 +78,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
                             start_instance, tp_size, visible_gpus, wait_healthy)
     from .kv_pool import start_kv_pool
     from .processes import free_port
-    from .sglang_args import flag_value
+    from .sglang_args import flag_value, has_flag
     from ..models import resolve_model_path
 
     inst = config.instances
@@ -104,7 +104,9 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         dep.drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin)
         plugin = PluginConfig(**{**dep.pool.plugin_settings(), **dep.drafts.plugin_settings(),
                                  **emulation.plugin_settings(config.emulation)})
-        instance_args = (sglang_args + emulation.instance_args(config.emulation, sglang_args)
+        # SGLang's own metrics on every instance: the frontend re-exports them (sglang:*, per instance)
+        metrics_args = [] if has_flag(sglang_args, "--enable-metrics") else ["--enable-metrics"]
+        instance_args = (sglang_args + metrics_args + emulation.instance_args(config.emulation, sglang_args)
                          + dep.pool.setup.instance_args(sglang_args) + dep.drafts.instance_args(sglang_args))
         specs = [InstanceSpec(model_path=model_path, port=free_port(inst.instance_host), host=inst.instance_host,
                               sglang_args=instance_args, cpu=not gpu, gpus=gpu_sets[i],

@@ -43,3 +43,14 @@ def test_health_generate_and_loads(seer_url):
     assert {e["instance"] for e in body["loads"]} == {0, 1}
     assert all("num_running_reqs" in e and "num_waiting_reqs" in e for e in body["loads"])
     assert body["seer"]["pending_samples"] == 0
+
+
+def test_metrics_reexport_the_instances_sglang_metrics(seer_url):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    httpx.post(f"{seer_url}/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}},
+               timeout=120)
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{seer_url}/metrics", timeout=30).text)}
+    assert "seer_samples" in families
+    running = families["sglang:num_running_reqs"]
+    assert {s.labels["instance"] for s in running.samples} == {"0", "1"}

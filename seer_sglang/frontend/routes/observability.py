@@ -3,11 +3,13 @@ pool, the rollout policy in use, and the per-instance telemetry over time."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from .. import instance_metrics
 from .common import frontend, policy_json
 
 router = APIRouter()
@@ -24,7 +26,11 @@ async def health(request: Request):
 
 @router.get("/metrics")
 async def prometheus_metrics(request: Request):
-    return Response(frontend(request).metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    """seer's own ``seer_*`` metrics, then every instance's ``sglang:*`` ones with an ``instance`` label."""
+    fe = frontend(request)
+    texts = await asyncio.gather(*(c.metrics() for c in fe.engine.clients))
+    merged = instance_metrics.merge([(i, t) for i, t in enumerate(texts) if t])
+    return Response(fe.metrics.render() + merged.encode(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @router.get("/instances")
