@@ -60,10 +60,10 @@ class FrontendConfig:
     # instance): the frontend checks them as SGLang does, and sends them to the instances.
     api_key: Optional[str] = None
     admin_api_key: Optional[str] = None
-    group_window_ms: float = flag(50.0, "--group-window-ms", "POST /generate: requests with the same prompt and "
-                                  "settings that arrive within this window run as one prompt group, as a "
-                                  "trainer's per-sample requests of a GRPO group do; 0 = only the samples of one "
-                                  "request (default: %(default)s)")
+    group_window_ms: float = flag(100.0, "--group-window-ms", "POST /generate: requests with the same prompt "
+                                  "and settings that arrive less than this apart (at most 5 windows after the "
+                                  "first) run as one prompt group, as a trainer's per-sample requests of a GRPO "
+                                  "group do; 0 = only the samples of one request (default: %(default)s)")
 
 
 @dataclass(frozen=True)

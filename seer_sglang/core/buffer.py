@@ -17,6 +17,12 @@ class RequestBuffer:
         for sample in group.samples:
             self._pending[sample.rid] = sample
 
+    def add_samples(self, group: Group, samples: list[Sample]) -> None:
+        """Late siblings join a group that is still live (per-sample requests of one prompt)."""
+        group.samples.extend(samples)
+        for sample in samples:
+            self._pending[sample.rid] = sample
+
     def pending(self) -> list[Sample]:
         return list(self._pending.values())
 

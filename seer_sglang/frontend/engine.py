@@ -138,6 +138,16 @@ class RolloutEngine:
         self._group_done[group.group_id] = asyncio.Event()
         self._wake.set()
 
+    def add_samples(self, group: Group, samples: list[Sample]) -> bool:
+        """Late siblings join ``group`` if it is still in the buffer; False if it has left (done)."""
+        if self.buffer.groups.get(group.group_id) is not group:
+            return False
+        if self.healthy_count() == 0:
+            raise NoHealthyInstance("no healthy SGLang instance")
+        self.buffer.add_samples(group, samples)
+        self._wake.set()
+        return True
+
     async def wait_group(self, group: Group) -> Group:
         event = self._group_done.get(group.group_id)  # gone once the group is done
         try:

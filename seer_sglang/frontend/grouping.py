@@ -4,7 +4,8 @@ Trainers send one ``/generate`` request per sample: slime and AReaL start one ta
 group, veRL repeats its batch n times. Seer's scheduling and group drafts need the G siblings as one
 group, so requests with the same prompt and the same settings that arrive within a short window join
 one group. A trainer that knows its groups can name them (a group key and size): such a group is
-formed as soon as its last sample arrives.
+formed as soon as its last sample arrives. A sibling that comes later still joins its group while the
+group runs (``Frontend.form_group``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .native import NativeSample
 
 @dataclass
 class _Bucket:
+    opened_at: float
     natives: list[NativeSample] = field(default_factory=list)
     size: int | None = None  # the caller's group size: formed as soon as it is reached
     formed: asyncio.Future | None = None
@@ -26,13 +28,16 @@ class _Bucket:
 
 
 class SampleGrouper:
-    """Collects samples by group key for ``window_s`` (or until a named group is complete) and hands
-    each bucket to ``form``, which makes and submits its group."""
+    """Collects samples by group key and hands each bucket to ``form``, which makes and submits its
+    group: ``window_s`` after the last sibling arrived (a burst that keeps coming keeps the group open,
+    up to ``max_wait`` windows after the first), or as soon as a named group is complete."""
 
-    def __init__(self, window_s: float, form: Callable[[list[NativeSample]], Group], max_size: int = 1024):
+    def __init__(self, window_s: float, form: Callable[[str, list[NativeSample]], Group], max_size: int = 1024,
+                 max_wait: float = 5.0):
         self.window_s = window_s
         self.form = form
         self.max_size = max_size
+        self.max_wait = max_wait
         self._open: dict[str, _Bucket] = {}
 
     def waiting(self) -> list[NativeSample]:
@@ -43,13 +48,17 @@ class SampleGrouper:
         ``sample`` set). Raises what forming the group raised (e.g. no healthy instance)."""
         loop = asyncio.get_running_loop()
         waits = []
+        now = loop.time()
         for key, native in keyed:
             bucket = self._open.get(key)
             if bucket is None:
-                bucket = self._open[key] = _Bucket(size=size, formed=loop.create_future())
-                # With no window, samples of the same call still group: the flush runs after this loop.
-                bucket.timer = (loop.call_later(self.window_s, self._flush, key) if self.window_s > 0
-                                else loop.call_soon(self._flush, key))
+                bucket = self._open[key] = _Bucket(opened_at=now, size=size, formed=loop.create_future())
+            if bucket.timer is not None:
+                bucket.timer.cancel()
+            # With no window, samples of the same call still group: the flush runs after this loop.
+            due = min(bucket.opened_at + self.max_wait * self.window_s, now + self.window_s)
+            bucket.timer = (loop.call_at(due, self._flush, key) if self.window_s > 0
+                            else loop.call_soon(self._flush, key))
             bucket.natives.append(native)
             if bucket.formed not in waits:
                 waits.append(bucket.formed)
@@ -64,7 +73,7 @@ class SampleGrouper:
             return
         bucket.timer.cancel()
         try:
-            group = self.form(bucket.natives)
+            group = self.form(key, bucket.natives)
         except Exception as e:
             bucket.formed.set_exception(e)
             return

@@ -9,6 +9,7 @@ on what is sampled, or is refused with a 400 that names it: nothing is dropped s
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ class NativeSample:
     on_done: Callable[[Sample], None] | None = None
     abandoned: bool = False  # the caller went away, or aborted it, before its group formed
     sample: Sample | None = None  # set once the sample is in a group
-    group_size: int = 0
+    group: Any = None  # the Group it joined (it may grow while it runs)
 
 
 @dataclass
@@ -212,8 +213,9 @@ def group_key(native: NativeSample, explicit: str | None) -> str:
     draw with their own), and the same group key when the caller gives one."""
     settings = dataclasses.asdict(native.params)
     settings.pop("seed", None)
-    return json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params],
+    text = json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params],
                       sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()  # kept while the group runs: small
 
 
 # ---- the response ------------------------------------------------------------------------------
@@ -249,7 +251,7 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
         "e2e_latency": (s.finished_at or s.submitted_at) - s.submitted_at,
         # seer's: the prompt group the sample ran in (per-sample requests of one prompt are grouped)
         "group_id": s.group_id,
-        "group_size": native.group_size,
+        "group_size": len(native.group.samples) if native.group is not None else 1,
     }
     steps = sum(c.draft_steps for c in chunks)
     if steps:

@@ -44,6 +44,7 @@ class Frontend:
         self._group_counter = itertools.count()
         self.grouper = SampleGrouper(group_window_s, self.form_group)
         self.native_rids: dict[str, Sample] = {}  # the rids /generate callers gave their samples
+        self._live_groups: dict[str, Group] = {}  # group key of per-sample requests -> its running group
         self.weight_session_open = False  # a trainer's /begin_weight_update without its /end_weight_update yet
 
     # ---- validation ------------------------------------------------------------------------
@@ -100,26 +101,48 @@ class Frontend:
         return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params,
                           group_seed_key(prompt_ids, position, requested_id))
 
-    def form_group(self, natives: list[NativeSample]) -> Group:
-        """One group of per-sample ``/generate`` requests with the same prompt, submitted to the engine."""
-        gid = self.new_group_id(None)
-        samples = []
-        for k, n in enumerate(natives):
+    def form_group(self, key: str, natives: list[NativeSample]) -> Group:
+        """Per-sample ``/generate`` requests with the same prompt and settings (``key``) as one group:
+        they join the group of their key while it runs, else form a new one."""
+        self.check_available()
+        group = self._live_groups.get(key)
+        before = 0
+        if group is not None and self.engine.running_group(group.group_id):
+            before = len(group.samples)
+            self._join(group, self._samples(group.group_id, before, natives))
+        else:
+            gid = self.new_group_id(None)
+            group = Group(group_id=gid, prompt_ids=list(natives[0].prompt_ids), samples=self._samples(gid, 0, natives))
+            self.submit([group])
+            self.metrics.generate_groups.inc()
+            self._forget_done_groups()
+            self._live_groups[key] = group
+        after = len(group.samples)
+        self.metrics.generate_grouped_samples.inc((after if after > 1 else 0) - (before if before > 1 else 0))
+        for n in natives:
+            n.group = group
+            if n.abandoned:
+                self.engine.abort_sample(n.sample)
+        return group
+
+    @staticmethod
+    def _samples(gid: str, first: int, natives: list[NativeSample]) -> list[Sample]:
+        for k, n in enumerate(natives, start=first):
             n.sample = Sample(rid=sample_rid(gid, k), group_id=gid, index=k, prompt_ids=list(n.prompt_ids),
                               params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,
                               custom_params=n.custom_params, input_logprob_start=n.logprob_start,
                               on_tokens=n.on_tokens, on_done=n.on_done)
-            n.group_size = len(natives)
-            samples.append(n.sample)
-        group = Group(group_id=gid, prompt_ids=list(natives[0].prompt_ids), samples=samples)
-        self.submit([group])
-        self.metrics.generate_groups.inc()
-        if len(samples) > 1:
-            self.metrics.generate_grouped_samples.inc(len(samples))
-        for n in natives:
-            if n.abandoned:
-                self.engine.abort_sample(n.sample)
-        return group
+        return [n.sample for n in natives]
+
+    def _join(self, group: Group, samples: list[Sample]) -> None:
+        try:
+            self.engine.add_samples(group, samples)
+        except NoHealthyInstance as e:
+            raise APIError(str(e), 503, type_="server_error", code="no_healthy_instance") from e
+
+    def _forget_done_groups(self) -> None:
+        if len(self._live_groups) > 2 * len(self.engine.buffer.groups) + 64:
+            self._live_groups = {k: g for k, g in self._live_groups.items() if self.engine.running_group(g.group_id)}
 
     def name_samples(self, natives: list[NativeSample]) -> None:
         for n in natives:

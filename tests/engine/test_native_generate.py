@@ -175,6 +175,20 @@ def test_grpo_per_sample_traffic_forms_groups(seer_url):
     assert grouped and float(grouped[0].split()[-1]) >= len(outputs)
 
 
+def test_a_late_sibling_joins_its_running_group(seer_url):
+    body = {"input_ids": [6, 6, 1], "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+
+    async def send():
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            early = [asyncio.create_task(c.post("/generate", json=body)) for _ in range(2)]
+            await asyncio.sleep(1.0)  # ten windows later: the group was formed and runs
+            late = [asyncio.create_task(c.post("/generate", json=body)) for _ in range(2)]
+            return await asyncio.gather(*early, *late)
+
+    metas = [a.json()["meta_info"] for a in asyncio.run(send())]
+    assert len({m["group_id"] for m in metas}) == 1 and all(m["group_size"] == 4 for m in metas)
+
+
 def test_named_groups_form_when_complete(seer_url):
     """A trainer that knows its groups names them; the group forms when its last sample arrives."""
     async def send():
