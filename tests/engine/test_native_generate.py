@@ -118,6 +118,28 @@ def test_stop_strings_and_stop_tokens_trim_as_sglang_does(seer_url, plain_url):
         _same_sample(s, p)
 
 
+def test_chunked_and_moved_samples_answer_as_one_request(seer_url, plain_url):
+    """With 4-token chunks a 24-token sample runs in six chunks: the answer is still plain SGLang's
+    (temperature 0), and a seeded sample draws what it draws unchunked."""
+    before = httpx.get(f"{seer_url}/scheduler", timeout=30).json()
+    seeded = {"rid": "chunked-seeded", "input_ids": PROMPT_IDS, "return_logprob": True,
+              "sampling_params": {"temperature": 1.0, "max_new_tokens": 24, "sampling_seed": 11}}
+    whole = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
+    try:
+        assert httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": 4},
+                          timeout=30).status_code == 200
+        for template in (SLIME, AREAL):
+            body = _body(template)
+            _same_sample(httpx.post(f"{seer_url}/generate", json=body, timeout=300).json(),
+                         httpx.post(f"{plain_url}/generate", json=body, timeout=300).json())
+        chunked = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
+    finally:
+        httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
+    assert chunked["output_ids"] == whole["output_ids"]
+    assert [e[1] for e in chunked["meta_info"]["output_token_logprobs"]] == whole["output_ids"]
+    assert chunked["meta_info"]["completion_tokens"] == 24
+
+
 def test_stream_is_cumulative_and_ends_like_the_plain_answer(seer_url, plain_url):
     body = {"input_ids": PROMPT_IDS, "sampling_params": {"temperature": 0, "max_new_tokens": 12},
             "return_logprob": True, "stream": True}
