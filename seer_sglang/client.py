@@ -90,7 +90,8 @@ class _Rollout:
         return RolloutResult(self.samples, self.summary)
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The header of a server started with SGLang's ``--api-key`` (none without a key)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -99,7 +100,7 @@ class RolloutClient:
                  api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                  headers=_headers(api_key))
+                                  headers=bearer(api_key))
 
     def close(self) -> None:
         self._http.close()
@@ -160,7 +161,7 @@ class AsyncRolloutClient:
         self.base_url = base_url.rstrip("/")
         self._http = http or httpx.AsyncClient(base_url=self.base_url,
                                                timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                               headers=_headers(api_key))
+                                               headers=bearer(api_key))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -202,6 +203,10 @@ class AsyncRolloutClient:
 
     async def _post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         return _answer(await self._http.post(path, json=body or {}))
+
+    async def generate(self, body: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+        """SGLang's native ``POST /generate``: its body in, its answer out."""
+        return await self._post("/generate", body)
 
     async def get(self, path: str) -> dict[str, Any]:
         return _answer(await self._http.get(path))

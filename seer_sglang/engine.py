@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from .client import AsyncRolloutClient, Prompt, RolloutError, RolloutResult
+from .client import AsyncRolloutClient, Prompt, RolloutResult, bearer
 
 
 def _argv(kwargs: dict[str, Any]) -> list[str]:
@@ -60,11 +60,9 @@ class Engine:
             dep.stop()
             raise
         keys = dep.config.frontend
-        headers = {"Authorization": f"Bearer {keys.admin_api_key or keys.api_key}"} if keys.api_key or \
-            keys.admin_api_key else {}
         transport = httpx.ASGITransport(app=self._app)
         self._http = httpx.AsyncClient(transport=transport, base_url="http://seer-engine", timeout=None,
-                                       headers=headers)
+                                       headers=bearer(keys.admin_api_key or keys.api_key))
         self._client = AsyncRolloutClient(http=self._http)
 
     # ---- plumbing --------------------------------------------------------------------------
@@ -75,12 +73,6 @@ class Engine:
     async def _on_loop(self, coro):
         """Await, from the caller's own loop, a coroutine that runs on the engine's loop."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
-
-    async def _generate(self, body: dict[str, Any]) -> Any:
-        r = await self._http.post("/generate", json=body)
-        if r.status_code != 200:
-            raise RolloutError(r.status_code, r.json().get("error", {}).get("message", r.text))
-        return r.json()
 
     @staticmethod
     def _body(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num,
@@ -98,7 +90,7 @@ class Engine:
         """As ``sglang.Engine.generate`` (no streaming): SGLang's answer, one dict or a list."""
         body = self._body(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                           top_logprobs_num, rid, extra)
-        return self._call(self._generate(body))
+        return self._call(self._client.generate(body))
 
     async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: dict | list | None = None,
                              input_ids: list[int] | list[list[int]] | None = None,
@@ -108,7 +100,7 @@ class Engine:
         """As ``sglang.Engine.async_generate``; concurrent calls with the same prompt form one group."""
         body = self._body(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                           top_logprobs_num, rid, extra)
-        return await self._on_loop(self._generate(body))
+        return await self._on_loop(self._client.generate(body))
 
     def rollout(self, prompts: Sequence[Prompt], n: int = 1, **sampling: Any) -> RolloutResult:
         """seer's batch rollout (``POST /v1/rollout``): n samples of every prompt."""

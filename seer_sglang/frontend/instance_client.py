@@ -9,6 +9,8 @@ from typing import Any, AsyncIterator
 
 import httpx
 
+from ..client import bearer
+
 
 class InstanceUnavailable(RuntimeError):
     """The instance did not answer (connection refused, reset, timeout): retry elsewhere."""
@@ -64,10 +66,6 @@ def _error_message(response: httpx.Response) -> str:
 # a ReadError: the chunk is taken for lost and its instance for down. Idle connections are dropped here
 # well before the server would.
 KEEPALIVE_EXPIRY_S = 2.0
-
-
-def bearer(key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class InstanceClient:

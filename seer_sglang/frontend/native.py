@@ -132,8 +132,9 @@ def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     return parsed
 
 
-def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -> NativeRequest:
-    """The samples a ``/generate`` body asks for, in SGLang's response order."""
+def parse_generate(body: Any, *, encode, check_prompt, vocab_size: int, context_length: int) -> NativeRequest:
+    """The samples a ``/generate`` body asks for, in SGLang's response order. ``check_prompt(ids,
+    max_new, param, budget_param)`` checks a prompt and its budget (``Frontend.check_prompt``)."""
     if not isinstance(body, dict):
         raise APIError("the body must be a JSON object")
     obj = _sglang_generate_input(body)
@@ -141,9 +142,7 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         prompts = [obj.text] if isinstance(obj.text, str) else list(obj.text)
     else:
         prompts = [obj.input_ids] if obj.input_ids and isinstance(obj.input_ids[0], int) else list(obj.input_ids)
-    b, n = obj.batch_size, obj.parallel_sample_num
-    single = isinstance(body.get("text"), str) or (body.get("input_ids") and isinstance(body["input_ids"][0], int))
-    single = bool(single) and n == 1
+    b, n, single = obj.batch_size, obj.parallel_sample_num, obj.is_single  # n > 1 makes SGLang answer a list
     raw_params = body.get("sampling_params")
     params_list = _per_prompt(raw_params or {}, b, "sampling_params")
     logprob = _per_prompt(body.get("return_logprob") or False, b, "return_logprob")
@@ -160,16 +159,8 @@ def parse_generate(body: Any, *, encode, vocab_size: int, context_length: int) -
         param = "sampling_params" if isinstance(raw_params, dict) or raw_params is None else f"sampling_params.{i}"
         sp = _sampling(params_list[i], vocab_size, param)
         ids = encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise APIError("the prompt is empty", param="text" if isinstance(prompt, str) else "input_ids")
-        bad = next((t for t in ids if t < 0 or t >= vocab_size), None)
-        if bad is not None:
-            raise APIError(f"token id {bad} is outside the vocabulary [0, {vocab_size})", param="input_ids")
         max_new = context_length - len(ids) if sp.max_new_tokens is None else sp.max_new_tokens
-        if len(ids) + max_new > context_length:
-            raise APIError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) exceeds the model's "
-                           f"context length {context_length}", param=f"{param}.max_new_tokens",
-                           code="context_length_exceeded")
+        check_prompt(ids, max_new, "text" if isinstance(prompt, str) else "input_ids", f"{param}.max_new_tokens")
         if not -1 <= start[i] <= len(ids):
             raise APIError(f"logprob_start_len {start[i]} is outside [-1, {len(ids)}]", param="logprob_start_len")
         if sp.min_new_tokens > max_new:

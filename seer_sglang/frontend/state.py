@@ -7,7 +7,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from ..core.accounting import chunk_sources, spec_totals
 from ..config import FRONTEND
@@ -58,8 +58,11 @@ class Frontend:
             raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
                            code="no_healthy_instance")
 
-    def check_prompt(self, ids: list[int], max_tokens: int, param: str = "prompt") -> None:
+    def check_prompt(self, ids: list[int], max_tokens: int, param: str = "prompt",
+                     budget_param: str = "max_tokens") -> None:
+        """The prompt's tokens and the new-token budget (named ``budget_param``) against the model."""
         ctx = self.model.context_length
+        budget = budget_param.rsplit(".", 1)[-1]
         if not ids:
             raise APIError("the prompt is empty", param=param)
         bad = next((t for t in ids if not isinstance(t, int) or t < 0 or t >= self.tokenizer.vocab_size), None)
@@ -69,11 +72,11 @@ class Frontend:
             raise APIError(f"the prompt has {len(ids)} tokens; the model's context length is {ctx}",
                            param=param, code="context_length_exceeded")
         if max_tokens > ctx:
-            raise APIError(f"max_tokens={max_tokens} is above the model's context length {ctx}",
-                           param="max_tokens", code="context_length_exceeded")
+            raise APIError(f"{budget}={max_tokens} is above the model's context length {ctx}",
+                           param=budget_param, code="context_length_exceeded")
         if len(ids) + max_tokens > ctx:
-            raise APIError(f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the model's "
-                           f"context length {ctx}", param="max_tokens", code="context_length_exceeded")
+            raise APIError(f"prompt ({len(ids)} tokens) + {budget} ({max_tokens}) exceeds the model's "
+                           f"context length {ctx}", param=budget_param, code="context_length_exceeded")
 
     # ---- building work ---------------------------------------------------------------------
     def new_group_id(self, requested: str | None, suffix: str = "") -> str:
@@ -178,12 +181,12 @@ class Frontend:
 
     # ---- results ---------------------------------------------------------------------------
     @staticmethod
-    def raise_if_failed(groups: list[Group]) -> None:
-        for group in groups:
-            for s in group.samples:
-                if s.state == SampleState.FAILED:
-                    raise APIError(s.error or "generation failed", s.error_status if s.error_status < 600 else 500,
-                                   type_="invalid_request_error" if s.error_status < 500 else "server_error")
+    def raise_if_failed(samples: Iterable[Sample]) -> None:
+        """The first failed sample's error, as the answer to the request."""
+        for s in samples:
+            if s.state == SampleState.FAILED:
+                raise APIError(s.error or "generation failed", s.error_status if s.error_status < 600 else 500,
+                               type_="invalid_request_error" if s.error_status < 500 else "server_error")
 
     def sample_json(self, sample: Sample, prompt_index: int) -> dict[str, Any]:
         end = sample.finished_at or time.time()

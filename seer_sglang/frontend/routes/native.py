@@ -42,14 +42,6 @@ def _group_hint(request: Request, body: Any) -> tuple[str | None, int | None]:
     return key, size
 
 
-def _raise_if_failed(natives: list[NativeSample]) -> None:
-    for n in natives:
-        s = n.sample
-        if s is not None and s.state == SampleState.FAILED:
-            raise APIError(s.error or "generation failed", s.error_status if s.error_status < 600 else 500,
-                           type_="invalid_request_error" if s.error_status < 500 else "server_error")
-
-
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
@@ -60,8 +52,8 @@ async def generate(request: Request):
     body = await json_body(request)
     explicit, size = _group_hint(request, body)
     fe.check_available()
-    req = parse_generate(body, encode=fe.tokenizer.encode_text, vocab_size=fe.tokenizer.vocab_size,
-                         context_length=fe.model.context_length)
+    req = parse_generate(body, encode=fe.tokenizer.encode_text, check_prompt=fe.check_prompt,
+                         vocab_size=fe.tokenizer.vocab_size, context_length=fe.model.context_length)
     if req.stream:
         return StreamingResponse(_stream(fe, req, explicit, size), media_type="text/event-stream")
     loop = asyncio.get_running_loop()
@@ -74,7 +66,7 @@ async def generate(request: Request):
         await asyncio.gather(*(asyncio.shield(f) for f in finished))
     finally:
         _release(fe, req)
-    _raise_if_failed(req.samples)
+    fe.raise_if_failed(n.sample for n in req.samples if n.sample is not None)
     outs = [response(n, req, fe.tokenizer, fe.tokenizer.sample_text(n.sample)) for n in req.samples]
     return JSONResponse(outs[0] if req.single else outs)
 

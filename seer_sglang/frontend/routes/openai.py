@@ -69,7 +69,7 @@ def _finish(sample: Sample) -> str:
 async def _run(fe: Frontend, groups: list[Group]) -> None:
     fe.submit(groups)
     await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
-    fe.raise_if_failed(groups)
+    fe.raise_if_failed(s for g in groups for s in g.samples)
 
 
 def _sse(obj: Any) -> bytes:

@@ -105,7 +105,7 @@ async def rollout(req: RolloutRequest, request: Request):
     await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
     failed = [s for g in groups for s in g.samples if s.error]
     if failed and len(failed) == sum(len(g.samples) for g in groups) and all(s.error_status < 500 for s in failed):
-        fe.raise_if_failed(groups)  # the instances refused the request itself (a 4xx for every sample)
+        fe.raise_if_failed(s for g in groups for s in g.samples)  # the instances refused the request itself (a 4xx for every sample)
     samples = [fe.sample_json(s, prompt_index[g.group_id]) for g in groups for s in g.samples]
     return JSONResponse({"id": rollout_id, "model": fe.model.served_name, "samples": samples,
                          "summary": _summary(fe, req, groups, started)})
