@@ -132,6 +132,9 @@ class KVPoolConfig:
     transfer_starvation_steps: int = flag(4, "--transfer-starvation-steps", "pool transfers yield to decode "
                                           "steps, but wait at most this many (weighted); 0 = never yield "
                                           "(default: %(default)s)")
+    write_wait_ms: float = flag(2000.0, "--kv-pool-write-wait-ms", "an instance answers a finished chunk only "
+                                "once its KV pages are in the pool, waiting at most this long, so a move or a "
+                                "lost instance finds them; 0 = answer at once (default: %(default)s)")
     page_size: int = 16  # tokens per KV page when the SGLang flags give no --page-size
     prefetch_timeout_s: float = 5.0  # a slow pool falls back to recompute after this
     prefetch_timeout_per_ki_token_s: float = 0.5
@@ -187,6 +190,8 @@ class PluginConfig:
     transfer_scheduler: bool = env_only(False, "SEER_TRANSFER_SCHEDULER", "pool transfers yield to decode")
     transfer_starvation_steps: int = env_only(KVPoolConfig.transfer_starvation_steps,
                                               "SEER_TRANSFER_STARVATION_STEPS", "bound on a transfer's wait")
+    pool_write_wait_s: float = env_only(0.0, "SEER_POOL_WRITE_WAIT_S", "a finished chunk's answer waits at most "
+                                        "this long for its KV pages to reach the pool (0: off)")
     emulate: Optional[str] = env_only(None, "SEER_EMULATE", "step-time profile the forward steps are padded to")
     emulate_time_scale: float = env_only(EmulationConfig.time_scale, "SEER_EMULATE_TIME_SCALE",
                                          "factor on every emulated time")

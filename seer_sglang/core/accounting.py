@@ -3,7 +3,9 @@ speculative decoding bought.
 
 KV sources: device cache, host DRAM tier, global pool, or recomputed. Re-prefill is what
 continuation chunks (every chunk after a sample's first) recompute: the cost divided rollout pays for
-moving work between instances, and what the pool exists to remove.
+moving work between instances, and what the pool exists to remove. Only chunks an instance reported
+on count: a chunk lost with its instance ran nowhere that can be measured, and the sample's next
+chunk is a move from the last instance that did report.
 
 Speculation: verify steps and accepted draft tokens. Mean acceptance length = tokens emitted per
 verify step = (accepted drafts + steps) / steps, the figure Seer reports (1.0 = no draft accepted).
@@ -21,6 +23,8 @@ KV_SOURCES = ("device", "host", "pool", "recomputed")
 
 
 def chunk_sources(chunk: ChunkRecord) -> dict[str, int]:
+    if not chunk.reported:
+        return dict.fromkeys(KV_SOURCES, 0)
     return dict(zip(KV_SOURCES, (chunk.device_tokens, chunk.host_tokens, chunk.pool_tokens,
                                  chunk.recomputed_tokens)))
 
@@ -30,10 +34,12 @@ def rollout_sources(samples: Iterable[Sample], cost: MigrationCost | None = None
     totals = {**dict.fromkeys(KV_SOURCES, 0), "reprefill_tokens": 0, "continuations": 0, "moves": 0}
     for sample in samples:
         previous = None
-        for i, chunk in enumerate(sample.chunks):
+        for chunk in sample.chunks:
+            if not chunk.reported:
+                continue
             for key, value in chunk_sources(chunk).items():
                 totals[key] += value
-            if i > 0:
+            if previous is not None:
                 totals["continuations"] += 1
                 totals["reprefill_tokens"] += chunk.recomputed_tokens
                 totals["moves"] += int(chunk.instance != previous)

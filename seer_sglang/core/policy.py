@@ -44,8 +44,15 @@ class Dispatch:
     priorities: list[int] = field(default_factory=list)  # for the instance's own queue; higher first
 
 
-def chunk_tokens(sample: Sample, chunk_size: int | None) -> int:
-    return sample.remaining if chunk_size is None else min(chunk_size, sample.remaining)
+def chunk_tokens(sample: Sample, chunk_size: int | None, page_size: int = 1) -> int:
+    """New tokens of the sample's next chunk. With paged KV (``page_size`` > 1) the chunk ends where
+    the KV the instance keeps (every token but the last sampled one) fills whole pages: SGLang caches
+    only whole pages, so a continuation then recomputes one token instead of a partial page."""
+    if chunk_size is None or chunk_size >= sample.remaining:
+        return sample.remaining
+    if page_size <= 1 or chunk_size < page_size:
+        return chunk_size
+    return chunk_size - (sample.context_len + chunk_size - 1) % page_size
 
 
 def worst_case_tokens(sample: Sample, max_new: int) -> int:
@@ -133,10 +140,11 @@ class ChunkedPolicy(SchedulingPolicy):
 
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
-                 whole_tail: bool = SCHEDULER.whole_tail):
+                 whole_tail: bool = SCHEDULER.whole_tail, page_size: int = 1):
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
+        self.page_size = page_size  # the instances' KV page: chunk ends are aligned to it
         self.kv_headroom = kv_headroom
         # In the tail (every waiting sample fits with its whole remaining budget) a chunk boundary
         # only costs: a round trip to the router, a queue and a prefill, with nothing to make room for.
@@ -187,7 +195,7 @@ class ChunkedPolicy(SchedulingPolicy):
         ordered = self.order(buffer.pending(), buffer)
         chunk = None if self.whole_tail and ordered and self.in_tail(ordered, instances) else self.chunk_size
         for rank, sample in enumerate(ordered):
-            budget = chunk_tokens(sample, chunk)
+            budget = chunk_tokens(sample, chunk, self.page_size)
             tokens = worst_case_tokens(sample, budget)
             target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None,
                                           self.move_share(sample, budget))
@@ -223,8 +231,9 @@ class ContextPolicy(ChunkedPolicy):
 
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
-                 starvation_bound: int = SCHEDULER.starvation_bound, whole_tail: bool = SCHEDULER.whole_tail):
-        super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail)
+                 starvation_bound: int = SCHEDULER.starvation_bound, whole_tail: bool = SCHEDULER.whole_tail,
+                 page_size: int = 1):
+        super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail, page_size)
         self.starvation_bound = starvation_bound
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
         self._waiting_since: dict[str, int] = {}

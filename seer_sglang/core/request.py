@@ -125,10 +125,13 @@ class ChunkRecord:
     draft_steps: int = 0
     accepted_tokens: int = 0
     weight_version: str | None = None  # the instance's weights when the chunk ended (SGLang's meta_info)
+    # The instance answered (or streamed) for this chunk. A chunk lost with its instance reported
+    # nothing: where its context came from is unknown, and it is neither a hit nor a recompute.
+    reported: bool = False
 
     @property
     def recomputed_tokens(self) -> int:
-        return max(0, self.context_tokens - self.cached_tokens)
+        return max(0, self.context_tokens - self.cached_tokens) if self.reported else 0
 
 
 # Called with (sample, new_token_ids) as tokens arrive, when the caller asked to stream.

@@ -40,7 +40,7 @@ async def describe_model(client: InstanceClient, model_path: str | None) -> Mode
         config = AutoConfig.from_pretrained(path)
         context = getattr(config, "max_position_embeddings", None) or 4096
     return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context),
-                     tp_size=int(info.get("tp_size") or 1))
+                     tp_size=int(info.get("tp_size") or 1), page_size=int(info.get("page_size") or 1))
 
 
 def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,
@@ -60,7 +60,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         clients = [InstanceClient(url, i, **keys) for i, url in enumerate(instance_urls)]
         model = await describe_model(clients[0], model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
-        policy = make_policy(config.scheduler.name, **config.scheduler.policy_kwargs())
+        policy = make_policy(config.scheduler.name, page_size=model.page_size, **config.scheduler.policy_kwargs())
         def weights_changed(version: str) -> None:
             """Pages of earlier weights can no longer be loaded (they are keyed by version): drop them."""
             asyncio.get_running_loop().create_task(pool.clear())

@@ -379,6 +379,7 @@ class RolloutEngine:
         return False
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
+        chunk.reported = True
         chunk.cached_tokens = meta.get("cached_tokens", 0)
         details = meta.get("cached_tokens_details") or {}
         chunk.device_tokens = int(details.get("device") or 0)

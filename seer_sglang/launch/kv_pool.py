@@ -83,6 +83,7 @@ class PoolSetup:
 class RunningPool:
     setup: PoolSetup
     transfer_starvation_steps: int = KV_POOL.transfer_starvation_steps
+    write_wait_ms: float = KV_POOL.write_wait_ms
     processes: list[subprocess.Popen] = field(default_factory=list)
     owned_dir: Path | None = None  # a directory we made, removed at exit
 
@@ -93,9 +94,12 @@ class RunningPool:
 
     def plugin_settings(self) -> dict[str, object]:
         """The plugin's part of the config: the in-instance transfer scheduler (pool pieces yield to
-        decode steps), on with a pool unless ``--transfer-starvation-steps 0``."""
+        decode steps), on with a pool unless ``--transfer-starvation-steps 0``; and how long a
+        finished chunk's answer waits for its pages to reach the pool."""
         on = self.setup.enabled and self.transfer_starvation_steps > 0
-        return {"transfer_scheduler": on, "transfer_starvation_steps": self.transfer_starvation_steps}
+        wait_s = self.write_wait_ms / 1000 if self.setup.enabled else 0.0
+        return {"transfer_scheduler": on, "transfer_starvation_steps": self.transfer_starvation_steps,
+                "pool_write_wait_s": wait_s}
 
     def process_env(self) -> dict[str, str]:
         """What a process that loads the pool's library needs in its environment."""
@@ -123,7 +127,8 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
     page_size = int(flag_value(sglang_args, "--page-size") or KV_POOL.page_size)
     served = flag_value(sglang_args, "--served-model-name") or model_path
     setup = PoolSetup(kind=kind, size_gb=config.size_gb, page_size=page_size, served_model_name=served, cpu=cpu)
-    pool = RunningPool(setup, transfer_starvation_steps=config.transfer_starvation_steps)
+    pool = RunningPool(setup, transfer_starvation_steps=config.transfer_starvation_steps,
+                       write_wait_ms=config.write_wait_ms)
     if kind == "file":
         if config.directory:
             setup.directory = Path(config.directory)

@@ -2,8 +2,8 @@
 
 SGLang calls :func:`register` early in every one of its processes (launcher, tokenizer manager,
 scheduler, detokenizer). Everything in this package runs inside an SGLang process: the queue order,
-seeded sampling, penalties across chunks, step emulation, the KV pool's CPU support and transfer
-gate, and the speculative pieces (the SEER
+seeded sampling, penalties across chunks, step emulation, the KV pool's CPU support, transfer
+gate and write-before-answer, and the speculative pieces (the SEER
 worker, its verify backends and sampling, the CPU kernel stand-ins).
 A plain SGLang run (the benchmark baseline) skips it with ``SGLANG_PLUGINS=none``.
 """
@@ -46,8 +46,8 @@ def register() -> None:
     _registered = True
     _ensure_log_handler()
     from ..config import PluginConfig
-    from . import (emulation, hicache_cpu, penalties, queue_order, seeded_sampling, spec_registry, transfer_gate,
-                   weight_namespace)
+    from . import (emulation, hicache_cpu, penalties, pool_writes, queue_order, seeded_sampling, spec_registry,
+                   transfer_gate, weight_namespace)
 
     if PluginConfig.from_env().emulation_only:  # plain SGLang on emulated steps (a benchmark baseline)
         emulation.register_hooks()
@@ -59,6 +59,7 @@ def register() -> None:
     spec_registry.register_spec()
     hicache_cpu.register_hooks()
     transfer_gate.register_hooks()
+    pool_writes.register_hooks()
     weight_namespace.register_hooks()
     emulation.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

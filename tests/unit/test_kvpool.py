@@ -126,3 +126,20 @@ def test_router_probe_per_pool_kind(tmp_path):
     assert PoolAccess.of("mooncake", 16).probe()(list(range(70)), "v1") == 64
     assert PoolAccess.of("mooncake", 32).probe()(list(range(70)), "v1") == 64
     assert PoolAccess.of("none", 16).probe() is None
+
+
+def test_a_chunk_lost_with_its_instance_is_neither_a_hit_nor_a_recompute():
+    """Only chunks an instance reported on count; the chunk after a lost one is a move from the
+    last instance that reported."""
+    from seer_sglang.core.accounting import chunk_sources, rollout_sources
+
+    group = Group.make("g", list(range(100)), 1, SamplingParams(max_new_tokens=96))
+    sample = group.samples[0]
+    first = ChunkRecord(0, 0.0, 32, context_tokens=100, reported=True)
+    lost = ChunkRecord(0, 1.0, 32, context_tokens=132)
+    moved = ChunkRecord(1, 2.0, 32, context_tokens=132, cached_tokens=128, pool_tokens=128, reported=True)
+    sample.chunks = [first, lost, moved]
+    assert chunk_sources(lost) == {"device": 0, "host": 0, "pool": 0, "recomputed": 0}
+    totals = rollout_sources([sample])
+    assert totals["recomputed"] == 100 + 4 and totals["pool"] == 128
+    assert totals["continuations"] == 1 and totals["moves"] == 1 and totals["reprefill_tokens"] == 4

@@ -275,3 +275,23 @@ def test_a_sample_tracks_the_weight_versions_of_its_tokens_and_restarts_clean():
     assert sample.output_ids == [] and sample.logprobs == [] and sample.token_versions == []
     assert sample.finish_reason is None and sample.regenerations == 1 and sample.weight_version is None
     assert sample.sampling_seed == seed  # the same draws again, on the new weights
+
+
+def test_chunks_end_where_the_kept_kv_fills_whole_pages():
+    """With 16-token pages, every chunk but the last leaves prompt + generated = 1 (mod 16): the
+    instance keeps KV for all but the last token, whole pages, so a continuation recomputes one token."""
+    from seer_sglang.core.policy import chunk_tokens
+
+    group = Group.make("g", list(range(700)), 1, SamplingParams(max_new_tokens=200))
+    sample = group.samples[0]
+    ends = []
+    while sample.remaining:
+        budget = chunk_tokens(sample, 32, page_size=16)
+        assert 1 <= budget <= 32
+        sample.output_ids += [0] * budget
+        ends.append(sample.context_len)
+    assert all((end - 1) % 16 == 0 for end in ends[:-1]) and ends[-1] == 900
+    assert chunk_tokens(sample, 32, page_size=1) == 0  # finished
+    fresh = Group.make("h", list(range(700)), 1, SamplingParams(max_new_tokens=200)).samples[0]
+    assert chunk_tokens(fresh, 32) == 32 and chunk_tokens(fresh, 8, page_size=16) == 8  # no pages / chunk < page
+    assert chunk_tokens(fresh, None, page_size=16) == 200

@@ -23,7 +23,7 @@ async def set_scheduler(body: SchedulerRequest, request: Request):
     """Switch the rollout policy between rollouts."""
     fe = frontend(request)
     try:
-        policy = make_policy(body.name, **body.model_dump(exclude={"name"}))
+        policy = make_policy(body.name, page_size=fe.model.page_size, **body.model_dump(exclude={"name"}))
     except ValueError as e:
         raise APIError(str(e), param="name") from e
     try:

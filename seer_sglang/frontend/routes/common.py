@@ -27,5 +27,5 @@ async def json_body(request: Request) -> Any:
 
 
 def policy_json(policy) -> dict[str, Any]:
-    fields = ("chunk_size", "kv_headroom", "starvation_bound")
+    fields = ("chunk_size", "kv_headroom", "starvation_bound", "page_size")
     return {"name": policy.name, **{f: getattr(policy, f) for f in fields if hasattr(policy, f)}}
