@@ -3,8 +3,13 @@
 The router sends each chunk with a priority (its rank in the router's length-context order) and a
 rid ``<group>-<index>-c<chunk>``. After SGLang's own policy has sorted the waiting queue, this hook
 re-sorts it, stably: groups by the best priority among their waiting members, then the members of
-a group together. Siblings share their prompt in the radix cache, so admitting them together
-computes that prefix once. Requests that carry no priority keep SGLang's order among themselves.
+a group together. Requests that carry no priority keep SGLang's order among themselves.
+
+Siblings share their prompt in the radix cache, but only once it is there: SGLang's prefill batch
+computes each request's uncached tokens on its own, so siblings admitted in the same batch would
+compute their common prompt once each. A second hook, on ``PrefillAdder.add_one_req``, leaves a
+sibling for the next batch when a member of its group already in this batch computes the same
+uncached tokens; one batch later the prompt is cached and the sibling prefills only its own part.
 
 SGLang's priority scheduling is not needed (and its preemption is not wanted): the scheduler keeps
 ``req.priority`` as sent even when priority scheduling is off.
@@ -18,6 +23,9 @@ from typing import Any, Sequence
 from ..wire import parse_chunk_rid
 
 TARGET = "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority"
+ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req"
+# Fewer shared uncached tokens than this are not worth a sibling's wait of one prefill batch.
+MIN_SHARED_PREFILL = 32
 logger = logging.getLogger("seer_sglang.plugin")
 _announced = False
 
@@ -61,7 +69,33 @@ def calc_priority_with_length_context(original, self, waiting_queue, *args, **kw
     return result
 
 
+def shares_uncached_prefill(req: Any, others: Sequence[Any], min_shared: int = MIN_SHARED_PREFILL) -> bool:
+    """Whether a member of ``req``'s group in ``others`` would compute the same next ``min_shared``
+    uncached tokens of ``req`` (items with ``rid``, ``origin_input_ids`` and ``prefix_len``)."""
+    group = group_of(req.rid)
+    if group is None:
+        return False
+    end = req.prefix_len + min_shared
+    ids = req.origin_input_ids
+    if len(ids) < end:
+        return False
+    return any(group_of(o.rid) == group and o.prefix_len < end and len(o.origin_input_ids) >= end
+               and o.origin_input_ids[req.prefix_len:end] == ids[req.prefix_len:end]
+               and o.origin_input_ids[:req.prefix_len] == ids[:req.prefix_len] for o in others)
+
+
+def add_one_req_after_siblings(original, self, req, *args, **kwargs):
+    """AROUND hook on ``PrefillAdder.add_one_req``: a sibling whose uncached prompt another member of
+    this batch computes waits for the next batch (it stays in the waiting queue)."""
+    from sglang.srt.managers.schedule_policy import AddReqResult
+
+    if self.can_run_list and shares_uncached_prefill(req, self.can_run_list):
+        return AddReqResult.CONTINUE
+    return original(self, req, *args, **kwargs)
+
+
 def register_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(TARGET, calc_priority_with_length_context, HookType.AROUND)
+    HookRegistry.register(ADDER, add_one_req_after_siblings, HookType.AROUND)

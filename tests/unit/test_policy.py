@@ -295,3 +295,22 @@ def test_chunks_end_where_the_kept_kv_fills_whole_pages():
     fresh = Group.make("h", list(range(700)), 1, SamplingParams(max_new_tokens=200)).samples[0]
     assert chunk_tokens(fresh, 32) == 32 and chunk_tokens(fresh, 8, page_size=16) == 8  # no pages / chunk < page
     assert chunk_tokens(fresh, None, page_size=16) == 200
+
+
+def test_a_sibling_waits_a_batch_when_its_uncached_prompt_is_computed_by_another():
+    from types import SimpleNamespace as Req
+
+    from seer_sglang.plugin.queue_order import shares_uncached_prefill
+
+    prompt = list(range(100, 800))
+    first = Req(rid="g1-0-c0", origin_input_ids=prompt, prefix_len=0)
+    sibling = Req(rid="g1-1-c0", origin_input_ids=prompt, prefix_len=0)
+    assert shares_uncached_prefill(sibling, [first])
+    assert not shares_uncached_prefill(Req(rid="g2-0-c0", origin_input_ids=prompt, prefix_len=0), [first])  # other group
+    assert not shares_uncached_prefill(Req(rid="plain", origin_input_ids=prompt, prefix_len=0), [first])  # not ours
+    cached = Req(rid="g1-2-c0", origin_input_ids=prompt, prefix_len=688)  # prompt in the cache: nothing to share
+    assert not shares_uncached_prefill(cached, [first])
+    # continuations of two siblings: their uncached parts are their own generated tokens
+    a = Req(rid="g1-0-c3", origin_input_ids=prompt + [1] * 64, prefix_len=704)
+    b = Req(rid="g1-1-c3", origin_input_ids=prompt + [2] * 64, prefix_len=704)
+    assert not shares_uncached_prefill(b, [a])
