@@ -44,13 +44,13 @@ class Dispatch:
     priorities: list[int] = field(default_factory=list)  # for the instance's own queue; higher first
 
 
-def chunk_tokens(sample: Sample, chunk_size: int | None, page_size: int = 1) -> int:
+def chunk_tokens(sample: Sample, chunk_size: int | None, page_size: int | None = None) -> int:
     """New tokens of the sample's next chunk. With paged KV (``page_size`` > 1) the chunk ends where
     the KV the instance keeps (every token but the last sampled one) fills whole pages: SGLang caches
     only whole pages, so a continuation then recomputes one token instead of a partial page."""
     if chunk_size is None or chunk_size >= sample.remaining:
         return sample.remaining
-    if page_size <= 1 or chunk_size < page_size:
+    if page_size is None or page_size <= 1 or chunk_size < page_size:
         return chunk_size
     return chunk_size - (sample.context_len + chunk_size - 1) % page_size
 
@@ -140,11 +140,11 @@ class ChunkedPolicy(SchedulingPolicy):
 
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
-                 whole_tail: bool = SCHEDULER.whole_tail, page_size: int = 1):
+                 whole_tail: bool = SCHEDULER.whole_tail, page_size: int | None = None):
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
-        self.page_size = page_size  # the instances' KV page: chunk ends are aligned to it
+        self.page_size = page_size  # the instances' KV page (None: unpaged): chunk ends are aligned to it
         self.kv_headroom = kv_headroom
         # In the tail (every waiting sample fits with its whole remaining budget) a chunk boundary
         # only costs: a round trip to the router, a queue and a prefill, with nothing to make room for.
@@ -232,7 +232,7 @@ class ContextPolicy(ChunkedPolicy):
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
                  starvation_bound: int = SCHEDULER.starvation_bound, whole_tail: bool = SCHEDULER.whole_tail,
-                 page_size: int = 1):
+                 page_size: int | None = None):
         super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail, page_size)
         self.starvation_bound = starvation_bound
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic

@@ -40,7 +40,7 @@ async def describe_model(client: InstanceClient, model_path: str | None) -> Mode
         config = AutoConfig.from_pretrained(path)
         context = getattr(config, "max_position_embeddings", None) or 4096
     return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context),
-                     tp_size=int(info.get("tp_size") or 1), page_size=int(info.get("page_size") or 1))
+                     tp_size=int(info.get("tp_size") or 1), page_size=info.get("page_size"))
 
 
 def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,
@@ -65,7 +65,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
             """Pages of earlier weights can no longer be loaded (they are keyed by version): drop them."""
             asyncio.get_running_loop().create_task(pool.clear())
 
-        hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_load=metrics.on_load,
+        hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_chunk_done=metrics.on_chunk_done,
+                            on_load=metrics.on_load,
                             find_stop=tokenizer.find_stop, pool_probe=pool.probe(),
                             on_weight_version=weights_changed)
         engine = RolloutEngine(clients, policy, hooks=hooks,

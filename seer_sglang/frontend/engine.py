@@ -34,6 +34,7 @@ class EngineHooks:
     """Observers the frontend attaches (metrics); all optional and called synchronously."""
 
     on_sample_done: Callable[[Sample], None] | None = None
+    on_chunk_done: Callable[[ChunkRecord], None] | None = None  # returned, answered or lost
     on_load: Callable[[int, InstanceView], None] | None = None
     # Finds a stop string that SGLang could not see because it spans a chunk boundary; returns
     # (tokens to keep, matched string) or None. Set by the frontend, which owns the tokenizer.
@@ -399,6 +400,8 @@ class RolloutEngine:
         view.inflight -= 1
         chunk.end = time.time()
         self._chunk_tasks.pop(sample.rid, None)
+        if self.hooks.on_chunk_done:
+            self.hooks.on_chunk_done(chunk)
         self._wake.set()
 
     def _absorb(self, sample: Sample, base: int, event: dict[str, Any]) -> None:

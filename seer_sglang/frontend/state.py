@@ -28,7 +28,7 @@ class ModelInfo:
     model_path: str
     context_length: int
     tp_size: int = 1  # GPUs (TP ranks) per instance: a weight update addresses K x tp_size ranks
-    page_size: int = 1  # tokens per KV page on the instances: chunk ends are aligned to it
+    page_size: int | None = None  # tokens per KV page on the instances: chunk ends are aligned to it
 
     def aliases(self) -> set[str]:
         return {self.served_name, self.model_path, os.path.basename(self.model_path.rstrip("/"))}

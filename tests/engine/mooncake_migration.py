@@ -1,6 +1,7 @@
 """Run inside a private network namespace by test_kv_pool_mooncake.py (Mooncake's metadata server and
 transfer engine do not bind to loopback only): start seer_sglang with ``--kv-pool mooncake`` on
-2 instances, move a request from A to B, print what B loaded and whether the tokens match."""
+2 instances, move a request from A to B, print what B loaded and whether the tokens match; then
+kill one instance mid-rollout and print how much of the moved samples' KV came from the store."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for conftest
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/engine/, for kill_rollout
 from conftest import start_seer, stop_seer, wait_server  # noqa: E402
+from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout  # noqa: E402
 
 from seer_sglang.models import prepare  # noqa: E402
 
@@ -26,7 +29,8 @@ def generate(url: str, ids: list[int], n: int) -> dict:
 
 def main(log_dir: str) -> None:
     server = start_seer(str(prepare("tiny")), Path(log_dir), "--num-instances", "2", "--dtype", "float32",
-                        "--kv-pool", "mooncake", "--kv-pool-size-gb", "1")
+                        "--kv-pool", "mooncake", "--kv-pool-size-gb", "1", "--scheduler", "context",
+                        "--chunk-size", "32")
     try:
         wait_server(server)
         a, b = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
@@ -38,6 +42,17 @@ def main(log_dir: str) -> None:
         details = moved["meta_info"].get("cached_tokens_details") or {}
         print("RESULT " + json.dumps({"context": len(prompt) + len(first), "details": details,
                                       "identical": first + moved["output_ids"] == unmoved}), flush=True)
+        kill = kill_mid_rollout(server)
+        urls = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
+        survivor = urls[1 - kill.victim]
+        r = httpx.post(f"{survivor}/generate", timeout=600, json={"input_ids": PROMPTS, "sampling_params": {
+            "max_new_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}})
+        ref = [out["output_ids"] for out in r.json()]
+        print("KILL " + json.dumps({
+            "samples": len(kill.samples), "moved": len(kill.moved), "kv_pages": kill.kv_pages,
+            "pool_pages": kill.pool_pages, "victim": kill.victim,
+            "chunks": [[(c["instance"], c["tokens"], c["weight_version"]) for c in s["chunks"]] for s in kill.samples[:4]],
+            "identical": all(s["output_ids"] == ref[s["prompt_index"]] for s in kill.samples)}), flush=True)
     finally:
         stop_seer(server)
 

@@ -41,3 +41,9 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
     assert result["details"].get("storage_backend") == "MooncakeStore", result
     assert result["identical"], result
+    # One instance killed mid-rollout: the moved samples load their KV from the store.
+    kills = [l for l in out.stdout.splitlines() if l.startswith("KILL ")]
+    assert kills, f"no kill result (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    kill = json.loads(kills[-1][len("KILL "):])
+    assert kill["samples"] == 24 and kill["moved"] and kill["identical"], json.dumps(kill)
+    assert kill["pool_pages"] >= 0.9 * kill["kv_pages"], kill
