@@ -303,6 +303,43 @@ def transfer_table(results: Results, stems: list[str]) -> str:
                             "tokens from pool / context"], rows) + ["", caption])
 
 
+def kv_pool_table(results: Results, stems: list[str]) -> str:
+    """Moving a long context by pool load vs by recompute, and a rollout with one instance killed."""
+    rows = []
+    for stem in stems:
+        d = results[stem]
+        load, recompute = d["move_cost"]["context+pool"], d["move_cost"]["context"]
+        for n in sorted(load, key=int):
+            rows.append([f"`{d['model']}`", f"{int(n):,}", fsec(load[n]["seconds"]["mean"], 3),
+                         fint(load[n]["pool_tokens"]["mean"]), fsec(recompute[n]["seconds"]["mean"], 3),
+                         fratio(load[n]["seconds"]["mean"] / recompute[n]["seconds"]["mean"])])
+    moves = table(["model", "context tokens", "move by pool load", "tokens loaded", "move by recompute",
+                   "load / recompute"], rows)
+    rows = []
+    for stem in stems:
+        d = results[stem]
+        for mode, r in d["rollout"].items():
+            k = r["killed"]
+            moved = [run["moved"] for run in k["moved"]]
+            rows.append([f"`{d['model']}`", f"`{mode}`",
+                         f"{fsec(k['seconds']['mean'])} ± {fnum(k['seconds']['stdev'])}",
+                         fint(statistics.fmean(m["context"] for m in moved)),
+                         fint(statistics.fmean(m["pool"] for m in moved)),
+                         fint(statistics.fmean(m["recomputed"] for m in moved)),
+                         "yes" if k["identical_tokens"] else "NO", fint(r["undisturbed"]["kv"]["recomputed"])])
+    kills = table(["model", "mode", "completion, one instance killed", "context of moved samples",
+                   "loaded from pool", "recomputed", "tokens as undisturbed", "recomputed when nothing moves"], rows)
+    d = results[stems[0]]
+    a = d["args"]
+    caption = (f"{d['device']}-measured, 2 instances, {a['dtype']}. Moves: a fresh context generated on "
+               f"one instance, its 1-token continuation timed on the other (mean of {a['repeats']}). "
+               f"Rollout: {a['prompts']} prompts x 1, max {a['max_tokens']:,} tokens, chunk {a['chunk_size']}, "
+               f"one instance killed once {a['kill_at']:.0%} of the tokens are generated, {a['repeats']} repeats "
+               f"per mode in random order (mean ± standard deviation); the moved samples' figures are per rollout. "
+               f"Source: {source(stems)}.")
+    return "\n".join(moves + [""] + kills + ["", caption])
+
+
 # ---------------------------------------------------------------- drafters and draft server (CPU)
 
 IMPL = {"ext": "C extension", "ctypes": "C core via ctypes", "python": "pure Python"}
@@ -473,6 +510,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_sweeps": lambda r: sim_sweep_table(r, _sim_order(r)),
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
+    "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),
     "draft_server": lambda r: draft_server_table(r, ["drafters_cpu"]),

@@ -70,3 +70,5 @@ def register_hooks() -> None:
 
     HookRegistry.register("sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer"
                           ".stream_output", _before_stream_output, HookType.BEFORE)
+    logger.info("KV pool: a finished chunk is answered once its pages are in the pool (waiting at most %.1fs)",
+                _wait_s)
