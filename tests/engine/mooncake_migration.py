@@ -50,7 +50,7 @@ def main(log_dir: str) -> None:
         ref = [out["output_ids"] for out in r.json()]
         print("KILL " + json.dumps({
             "samples": len(kill.samples), "moved": len(kill.moved), "kv_pages": kill.kv_pages,
-            "pool_pages": kill.pool_pages, "victim": kill.victim,
+            "pool_pages": kill.pool_pages, "victim": kill.victim, "known_stall": kill.known_stall(),
             "chunks": [[(c["instance"], c["tokens"], c["weight_version"]) for c in s["chunks"]] for s in kill.samples[:4]],
             "identical": all(s["output_ids"] == ref[s["prompt_index"]] for s in kill.samples)}), flush=True)
     finally:

@@ -72,6 +72,20 @@ def test_request_moved_between_instances_loads_its_kv_from_the_pool(seer_url, pl
     assert first + moved["output_ids"] == unmoved
 
 
+def test_a_finished_request_has_its_pages_in_the_pool_when_it_answers(instance_urls, pool_info, tiny_model):
+    """The instance answers only once the pool holds every whole page of the KV it kept (all context
+    tokens but the last): checked the moment each answer arrives, without waiting."""
+    a, _ = instance_urls
+    pool = FilePool(pool_info["directory"], tiny_model, pool_info["page_size"], 1.0)
+    version = _weight_version(a)
+    rng = random.Random(17)
+    for n in (40, 57, 96):
+        prompt = [rng.randrange(5, 1500) for _ in range(150)]
+        context = prompt + _generate(a, prompt, n)["output_ids"]
+        kept = len(context) - 1
+        assert pool.pooled_tokens(context, version) >= kept - kept % PAGE, (n, len(context))
+
+
 def test_rollout_reports_kv_sources_and_moves_are_exact(seer_url, plain_url):
     """Divided rollout with small chunks on the pool: results carry per-chunk sources, a rollout total,
     /metrics counts them, and the tokens equal plain SGLang's."""

@@ -23,7 +23,8 @@ async def set_scheduler(body: SchedulerRequest, request: Request):
     """Switch the rollout policy between rollouts."""
     fe = frontend(request)
     try:
-        policy = make_policy(body.name, page_size=fe.model.page_size, **body.model_dump(exclude={"name"}))
+        page_size = None if body.align_to_pages is False else fe.model.page_size
+        policy = make_policy(body.name, page_size=page_size, **body.model_dump(exclude={"name", "align_to_pages"}))
     except ValueError as e:
         raise APIError(str(e), param="name") from e
     try:
