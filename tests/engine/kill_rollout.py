@@ -25,7 +25,7 @@ class KillResult:
     kv_pages: int  # whole pages of KV the moved samples had when they moved
     pool_pages: int  # ... of which their first chunk elsewhere loaded from the pool
     # Moved samples whose first chunk elsewhere loaded nothing and took at least HiCache's prefetch
-    # deadline: the survivor's prefetch never completed (a known defect, about one run in ten).
+    # deadline: the survivor's prefetch never completed (a known defect, cause not found).
     stalled: int = 0
 
     def known_stall(self) -> bool:

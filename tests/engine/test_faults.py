@@ -33,7 +33,7 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         print(f"moved {len(result.moved)} samples: {result.pool_pages} of {result.kv_pages} KV pages from the pool")
         if result.pool_pages < 0.9 * result.kv_pages and result.known_stall():
             pytest.xfail("known defect: the survivor's HiCache prefetch of every moved sample ran into its "
-                         "deadline and they recomputed (about one run in ten, cause not found)")
+                         "deadline and they recomputed (frequent in the full suite, rare run alone; cause not found)")
         assert result.pool_pages >= 0.9 * result.kv_pages, (result.pool_pages, result.kv_pages)
         # The dead instance left no torn page in the global KV pool: every page file has one size.
         sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
