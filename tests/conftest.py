@@ -108,9 +108,11 @@ class Servers:
 def servers(tiny_model: str, tmp_path_factory) -> Servers:
     """Seer (2 instances with the plugin) and plain SGLang (no plugin), started side by side."""
     logs = tmp_path_factory.mktemp("logs")
-    # float32: exact token equality across different batch and prefill shapes (bf16 can flip near-ties)
+    # float32: exact token equality across different batch and prefill shapes (bf16 can flip near-ties).
+    # --sleep-on-idle: an idle SGLang scheduler otherwise spins a whole core for the entire session,
+    # one of the two the other tests' instances share (requests wake it at once).
     plain_spec = InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
-                              sglang_args=["--dtype", "float32"], log_path=logs / "plain.log",
+                              sglang_args=["--dtype", "float32", "--sleep-on-idle"], log_path=logs / "plain.log",
                               cpu_threads=cpu_threads_per_instance(3))
     plain = start_instance(plain_spec)
     seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32")
