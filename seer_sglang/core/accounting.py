@@ -23,8 +23,7 @@ KV_SOURCES = ("device", "host", "pool", "recomputed")
 
 
 def chunk_sources(chunk: ChunkRecord) -> dict[str, int]:
-    if not chunk.reported:
-        return dict.fromkeys(KV_SOURCES, 0)
+    """All zero for a chunk no instance reported on: nothing set its sources."""
     return dict(zip(KV_SOURCES, (chunk.device_tokens, chunk.host_tokens, chunk.pool_tokens,
                                  chunk.recomputed_tokens)))
 

@@ -44,7 +44,9 @@ class EngineHooks:
     pool_probe: Callable[[list[int], str], int] | None = None
     # A weight version no chunk reported before: the pool's pages of earlier versions are stale.
     on_weight_version: Callable[[str], None] | None = None
-    pool_probe_delay_s: float = 0.02  # pages reach the pool a few ms after the chunk returns
+    # Instances that answer before their pages are written (--kv-pool-write-wait-ms 0, or attached
+    # without the plugin's setting) get them into the pool a few ms after the chunk returns.
+    pool_probe_delay_s: float = 0.02
 
 
 @dataclasses.dataclass

@@ -25,7 +25,6 @@ from ..config import PluginConfig
 logger = logging.getLogger("seer_sglang.plugin")
 
 _wait_s = 0.0
-stats = {"flushes": 0, "timeouts": 0, "waited_s": 0.0}
 
 
 def flush_to_pool(tree, wait_s: float) -> bool:
@@ -45,10 +44,7 @@ def flush_to_pool(tree, wait_s: float) -> bool:
             break
         time.sleep(0.0005)
         tree.drain_storage_control_queues()  # acknowledges finished pool writes (ongoing_backup)
-    stats["flushes"] += 1
-    stats["waited_s"] += time.monotonic() - start
     if pending:
-        stats["timeouts"] += 1
         logger.warning("KV pool: %d page writes still pending after %.1fs; answering without them", pending, wait_s)
     return pending == 0
 

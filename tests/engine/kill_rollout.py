@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import httpx
 import psutil
 
+from seer_sglang.config import KV_POOL
+
 PAGE = 16
 # Distinct prompts of 40 tokens: no sample can find another's KV on the survivor's device, so a
 # moved continuation's context can only come from the pool (or be recomputed).
@@ -36,16 +38,6 @@ def instance_processes(server) -> list[psutil.Process]:
     """The SGLang server processes the launcher started (its direct children)."""
     return [p for p in psutil.Process(server.proc.pid).children(recursive=False)
             if "sglang.launch_server" in " ".join(p.cmdline())]
-
-
-def pool_pages(server) -> int | None:
-    """Page files in a file pool; None for a pool that is not a directory."""
-    info = httpx.get(f"{server.url}/kv_pool", timeout=10).json()
-    if info.get("kind") != "file":
-        return None
-    from pathlib import Path
-
-    return len(list(Path(info["directory"]).glob("*.bin")))
 
 
 def kill_mid_rollout(server, min_tokens: int = 60, timeout_s: float = 300) -> KillResult:
@@ -75,8 +67,6 @@ def kill_mid_rollout(server, min_tokens: int = 60, timeout_s: float = 300) -> Ki
     r = box["r"]
     assert r.status_code == 200, r.text
     samples = r.json()["samples"]
-    from seer_sglang.config import KV_POOL
-
     moved, kv_pages, pooled, stalled = [], 0, 0, 0
     for s in samples:
         reported = [c for c in s["chunks"] if c["weight_version"] is not None]
