@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 from benchmarks.rollout import seer_server
+from seer_sglang.benchmarking.kill import chunk_tokens_done, kill_instance, moved_chunks
 from seer_sglang.launch.instances import has_cuda
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
@@ -75,33 +75,20 @@ def rollout(url: str, prompts: list[list[int]], max_tokens: int, kill_at: float 
     victim = None
     if kill_at is not None:
         want = kill_at * max_tokens * len(prompts)
-        while worker.is_alive():
-            text = httpx.get(f"{url}/metrics", timeout=10).text
-            done = sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("seer_chunk_tokens_total{"))
-            if done >= want:
-                break
+        while worker.is_alive() and chunk_tokens_done(url) < want:
             time.sleep(0.05)
-        kids = [p for p in psutil.Process(proc.pid).children() if "sglang.launch_server" in " ".join(p.cmdline())]
-        victim_proc = kids[0]
-        cmd = victim_proc.cmdline()
-        victim = instance_urls(url).index(f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}")
-        for p in [victim_proc] + victim_proc.children(recursive=True):
-            p.kill()
+        victim = kill_instance(url, proc.pid)
     worker.join()
     seconds = time.perf_counter() - start
     r = box["r"]
     r.raise_for_status()
     out = r.json()
     moved = {"samples": 0, "context": 0, "pool": 0, "device": 0, "recomputed": 0}
-    for s in out["samples"]:
-        reported = [c for c in s["chunks"] if c["weight_version"] is not None]
-        away = next((j for j, c in enumerate(reported) if c["instance"] != victim), None) if victim is not None else None
-        if away:
-            kv = reported[away]["kv"]
-            moved["samples"] += 1
-            moved["context"] += sum(kv.values())
-            for key in ("pool", "device", "recomputed"):
-                moved[key] += kv[key]
+    for _, chunk in moved_chunks(out["samples"], victim) if victim is not None else []:
+        moved["samples"] += 1
+        moved["context"] += sum(chunk["kv"].values())
+        for key in ("pool", "device", "recomputed"):
+            moved[key] += chunk["kv"][key]
     return {"seconds": seconds, "kv": out["summary"]["kv"], "moved": moved,
             "outputs": {s["prompt_index"]: s["output_ids"] for s in out["samples"]}}
 

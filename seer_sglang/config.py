@@ -22,7 +22,7 @@ from typing import Any, Optional
 # Choice lists. The registries that implement them (core.policy.POLICIES, speculative.drafters,
 # speculative.budget.make_budget) are checked against these by the unit tests.
 SCHEDULERS = ("group", "round-robin", "divided", "context", "oracle")
-KV_POOLS = ("none", "file", "mooncake")
+KV_POOLS = ("auto", "none", "file", "mooncake")
 DRAFTERS = ("suffix", "group-suffix", "sam")
 DRAFT_MODES = ("none", *DRAFTERS)
 BUDGETS = ("adaptive", "threshold", "full")
@@ -119,9 +119,10 @@ class RolloutConfig:
 @dataclass(frozen=True)
 class KVPoolConfig:
     kind: Optional[str] = flag(None, "--kv-pool", "global KV pool shared by the instances, so a chunk that moves "
-                               "loads its KV instead of recomputing it: file = host DRAM tier + a shared directory "
-                               "(default when starting instances), mooncake = a Mooncake store, none = off",
-                               choices=KV_POOLS)
+                               "loads its KV instead of recomputing it: file = host DRAM tier + a shared directory, "
+                               "mooncake = a Mooncake store, none = off, auto = file or none and the page size as "
+                               "the cost model of load vs recompute decides for this model, logged with the "
+                               "figures (default when starting instances)", choices=KV_POOLS)
     directory: Optional[str] = flag(None, "--kv-pool-dir", "file pool: the shared directory (default: a fresh "
                                     "one under the log dir, removed at exit)")
     size_gb: float = flag(16.0, "--kv-pool-size-gb", "file pool: size bound; the oldest pages are evicted past "
@@ -135,7 +136,16 @@ class KVPoolConfig:
     write_wait_ms: float = flag(2000.0, "--kv-pool-write-wait-ms", "an instance answers a finished chunk only "
                                 "once its KV pages are in the pool, waiting at most this long, so a move or a "
                                 "lost instance finds them; 0 = answer at once (default: %(default)s)")
-    page_size: int = 16  # tokens per KV page when the SGLang flags give no --page-size
+    page_size: int = 16  # tokens per KV page when the SGLang flags give no --page-size and the pool is named
+    # --kv-pool auto: the cost model's inputs. A file pool reads and writes one file per page: measured by
+    # benchmarks.kv_pool on the 2-core CPU (a load grows by 87 ms per 64 pages, whatever their bytes).
+    file_page_io_s: float = 1.4e-3
+    file_bytes_per_s: float = 2e9  # a page file's bytes, read from or written to the page cache
+    cpu_flops: float = 5e10  # prefill FLOP/s of one CPU instance (SmolLM2: 5.3 ms per token on 2 cores)
+    gpu_flops: float = 4e14  # prefill FLOP/s of one GPU (dense bf16, H100 class, at ~40% of peak)
+    moves_per_sample: float = 0.5  # moves to an instance that lacks the sample's context (2+ instances)
+    noise_share: float = 0.05  # what the pool may cost a rollout where nothing moves, of its compute
+    auto_page_sizes: tuple[int, ...] = (16, 32, 64, 128, 256)
     prefetch_timeout_s: float = 5.0  # a slow pool falls back to recompute after this
     prefetch_timeout_per_ki_token_s: float = 0.5
     # SGLang only looks in L3 for a miss of at least this many tokens (its default, 256, would leave

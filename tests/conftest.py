@@ -115,7 +115,9 @@ def servers(tiny_model: str, tmp_path_factory) -> Servers:
                               sglang_args=["--dtype", "float32", "--sleep-on-idle"], log_path=logs / "plain.log",
                               cpu_threads=cpu_threads_per_instance(3))
     plain = start_instance(plain_spec)
-    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32")
+    # --kv-pool file: the tests look at pool pages (16 tokens); the default (auto) leaves the tiny
+    # model without a pool, since it recomputes a page faster than a page file opens.
+    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32", "--kv-pool", "file")
     try:
         wait_healthy([plain], timeout_s=STARTUP_TIMEOUT_S, progress=False)
         wait_server(seer)

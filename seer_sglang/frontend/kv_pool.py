@@ -138,12 +138,13 @@ class PoolAccess:
     kind: str = "none"
     page_size: int = KV_POOL.page_size
     file_pool: FilePool | None = None
+    reason: str = ""  # --kv-pool auto: the cost model's verdict
 
     @classmethod
     def of(cls, kind: str, page_size: int, directory: str | Path | None = None, served_model_name: str = "",
-           size_gb: float = KV_POOL.size_gb) -> "PoolAccess":
+           size_gb: float = KV_POOL.size_gb, reason: str = "") -> "PoolAccess":
         file_pool = FilePool(directory, served_model_name, page_size, size_gb) if kind == "file" else None
-        return cls(kind, page_size, file_pool)
+        return cls(kind, page_size, file_pool, reason)
 
     def probe(self) -> Callable[[list[int], str], int] | None:
         """How much of a context the pool holds: a file pool's page files are checked; a Mooncake store
@@ -161,11 +162,12 @@ class PoolAccess:
 
     async def info(self) -> dict[str, Any]:
         pool = self.file_pool
+        chosen = {"auto": self.reason} if self.reason else {}
         if pool is None:
-            return {"kind": self.kind}
+            return {"kind": self.kind, **chosen}
         return {"kind": "file", "directory": str(pool.directory), "page_size": pool.page_size,
                 "bytes": await asyncio.to_thread(pool.usage_bytes), "max_bytes": pool.max_bytes,
-                "evicted_pages": pool.evicted_files}
+                "evicted_pages": pool.evicted_files, **chosen}
 
 
 async def janitor(pool: FilePool, is_idle: Callable[[], bool], on_usage: Callable[[int, int], None],

@@ -51,7 +51,8 @@ class Deployment:
         from ..frontend.kv_pool import PoolAccess
 
         setup = self.pool.setup
-        return PoolAccess.of(setup.kind, setup.page_size, setup.directory, setup.served_model_name, setup.size_gb)
+        return PoolAccess.of(setup.kind, setup.page_size, setup.directory, setup.served_model_name, setup.size_gb,
+                             setup.reason)
 
     def stop(self) -> None:
         """Stop what was started here (attached instances are left running)."""
@@ -100,7 +101,8 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         log_dir = Path(inst.log_dir) if inst.log_dir else default_log_dir()
         log_dir.mkdir(parents=True, exist_ok=True)
         dep.pool = start_kv_pool(config.kv_pool, sglang_args, log_dir, model_path, cpu=not gpu,
-                                 with_plugin=not inst.no_plugin)
+                                 with_plugin=not inst.no_plugin, instances=k, emulation=config.emulation,
+                                 chunk_size=config.scheduler.chunk_size)
         dep.drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin)
         plugin = PluginConfig(**{**dep.pool.plugin_settings(), **dep.drafts.plugin_settings(),
                                  **emulation.plugin_settings(config.emulation)})

@@ -1,4 +1,4 @@
-"""``--kv-pool {none,file,mooncake}``: the SGLang flags that make every instance share one KV pool,
+"""``--kv-pool {auto,none,file,mooncake}``: the SGLang flags that make every instance share one KV pool,
 and the processes and directory behind it.
 
 Each instance keeps SGLang's radix cache on the device, HiCache's host memory as the DRAM tier,
@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import KV_POOL, KV_POOLS, KVPoolConfig
+from ..config import KV_POOL, KV_POOLS, EmulationConfig, KVPoolConfig
 from .sglang_args import flag_value, has_flag
 
 logger = logging.getLogger("seer_sglang.launch")
@@ -34,9 +34,10 @@ class PoolSetup:
     mooncake: dict = field(default_factory=dict)  # mooncake: the store client's config
     served_model_name: str = ""  # names the file pool's pages
     cpu: bool = True
+    reason: str = ""  # --kv-pool auto: why the cost model chose this kind and page size
 
     def __post_init__(self) -> None:
-        if self.kind not in KV_POOLS:
+        if self.kind not in KV_POOLS or self.kind == "auto":
             raise ValueError(f"--kv-pool must be one of {KV_POOLS}, not {self.kind!r}")
 
     @property
@@ -118,15 +119,33 @@ class RunningPool:
 
 
 def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | None, model_path: str,
-                  cpu: bool, with_plugin: bool = True) -> RunningPool:
-    """``--kv-pool``: defaults to ``file`` when we start the instances, ``none`` when attaching
-    (``log_dir`` None)."""
-    kind = config.kind or ("file" if log_dir is not None and with_plugin else "none")
+                  cpu: bool, with_plugin: bool = True, instances: int = 1,
+                  emulation: EmulationConfig | None = None, chunk_size: int | None = None) -> RunningPool:
+    """``--kv-pool``: defaults to ``auto`` when we start the instances, ``none`` when attaching
+    (``log_dir`` None). ``auto`` asks the cost model (``pool_choice``) for file or none and the page
+    size (pages no longer than a chunk, so chunk ends stay page-aligned); a ``--page-size`` the user
+    gave is kept."""
+    starting = log_dir is not None
+    kind = config.kind or ("auto" if starting and (with_plugin or not cpu) else "none")
+    user_page = flag_value(sglang_args, "--page-size")
+    page_size = int(user_page or KV_POOL.page_size)
+    reason = ""
+    if kind == "auto":
+        if not starting:
+            raise ValueError("--kv-pool auto decides for instances seer starts; name the pool of --instance-urls")
+        from .pool_choice import auto_pool
+
+        pages = (int(user_page),) if user_page else tuple(
+            p for p in KV_POOL.auto_page_sizes if chunk_size is None or p <= chunk_size) or (KV_POOL.page_size,)
+        choice = auto_pool(model_path, sglang_args, cpu, instances, emulation, pages)
+        kind, page_size = ("file" if choice.enabled else "none"), choice.page_size
+        reason = f"file pool, {choice.reason}" if choice.enabled else f"none (the best file pool: {choice.reason})"
+        logger.info("KV pool (--kv-pool auto): %s", reason)
     if kind != "none" and not with_plugin and cpu:
         raise ValueError("--kv-pool on CPU needs the seer plugin (it makes HiCache run there); drop --no-plugin")
-    page_size = int(flag_value(sglang_args, "--page-size") or KV_POOL.page_size)
     served = flag_value(sglang_args, "--served-model-name") or model_path
-    setup = PoolSetup(kind=kind, size_gb=config.size_gb, page_size=page_size, served_model_name=served, cpu=cpu)
+    setup = PoolSetup(kind=kind, size_gb=config.size_gb, page_size=page_size, served_model_name=served, cpu=cpu,
+                      reason=reason)
     pool = RunningPool(setup, transfer_starvation_steps=config.transfer_starvation_steps,
                        write_wait_ms=config.write_wait_ms)
     if kind == "file":

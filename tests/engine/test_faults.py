@@ -12,7 +12,7 @@ from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
 
 def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp_path):
     server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32",
-                        "--scheduler", "context", "--chunk-size", "32")
+                        "--kv-pool", "file", "--scheduler", "context", "--chunk-size", "32")
     try:
         wait_server(server)
         pool_dir = Path(httpx.get(f"{server.url}/kv_pool", timeout=10).json()["directory"])

@@ -1,4 +1,4 @@
-"""The global KV pool (``--kv-pool file``, the default): a continuation on another instance loads its
+"""The global KV pool (``--kv-pool file``): a continuation on another instance loads its
 prompt + generated KV from the pool, with the tokens of an unmoved run (float32)."""
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ def test_shutdown_leaves_no_process(tiny_model, tmp_path, sig):
         assert len(family) >= 3  # SGLang server + scheduler + detokenizer
         r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "bye", "max_tokens": 4}, timeout=120)
         assert r.status_code == 200
+        # The default pool (--kv-pool auto): a single instance has nothing to move, so the cost model
+        # leaves the pool off and says why, in /kv_pool and in the log.
+        pool = httpx.get(f"{server.url}/kv_pool", timeout=10).json()
+        assert pool["kind"] == "none" and "0 moves per sample" in pool["auto"], pool
+        assert "--kv-pool auto" in server.log_path.read_text()
     finally:
         leftovers = stop_seer(server, sig)
     assert server.proc.returncode is not None

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from seer_sglang.launch.kv_pool import PoolSetup
-from seer_sglang.core.migration import MigrationCost
+from seer_sglang.core.migration import MigrationCost, choose_pool
+from seer_sglang.launch.pool_choice import auto_pool, model_geometry
 from seer_sglang.frontend.kv_pool import FilePool
 from seer_sglang.core.transfer import TransferScheduler
 from seer_sglang.plugin.transfer_gate import TransferGate
@@ -40,6 +41,42 @@ def test_move_cost_prefers_pool_loads_over_recompute():
     assert cost.saved_s(992) == pytest.approx(0.9 * 0.992 - 0.01)
     assert cost.overhead_share(1000, 100, 992) < cost.overhead_share(1000, 100, 0)
     assert cost.pooled(1000) == 992
+
+
+def test_page_io_cost_is_paid_per_page_read_or_written():
+    cost = MigrationCost(prefill_s_per_token=1e-3, load_s_per_token=0.0, load_fixed_s=0.0, page_io_s=2e-3, page_size=16)
+    assert cost.load_s(1024) == pytest.approx(64 * 2e-3)
+    assert cost.write_s(1030) == pytest.approx(64 * 2e-3)  # whole pages only
+    assert cost.saved_s(1024) == pytest.approx(1.024 - 0.128)
+    assert cost.saved_s(16) == pytest.approx(0.016 - 0.002)
+
+
+def test_pool_choice_weighs_moves_against_what_a_sample_that_never_moves_pays():
+    # A model that recomputes a page faster than a page file opens: off, whatever the page size.
+    cheap = MigrationCost(prefill_s_per_token=3e-5, load_s_per_token=5e-7, page_io_s=1.4e-3)
+    off = choose_pool(cheap, 2048, 0.5)
+    assert not off.enabled and "over 5%" in off.reason
+    # Milliseconds per token of prefill: on; larger pages read fewer files but waste more of each
+    # shared prompt, and the choice lands in between.
+    costly = MigrationCost(prefill_s_per_token=5e-3, load_s_per_token=2e-5, page_io_s=1.4e-3)
+    on = choose_pool(costly, 4096, 0.5)
+    assert on.enabled and 16 < on.page_size < 256 and on.net_s > 0
+    assert on.net_s > max(choose_pool(costly, 4096, 0.5, (p,)).net_s for p in (16, 256))
+    # Nothing ever moves (one instance): a pool only costs.
+    assert not choose_pool(costly, 4096, 0.0).enabled
+    # A page size of the user's is kept, and decides only on or off.
+    assert choose_pool(costly, 4096, 0.5, (16,)).page_size == 16
+
+
+def test_auto_pool_reads_the_model_folder(tiny_model):
+    g = model_geometry(tiny_model, ["--dtype", "float32"])
+    assert g.kv_bytes_per_token == 2 * 2 * 2 * 32 * 4  # layers x (K, V) x kv heads x head dim x fp32
+    assert g.context_tokens == 4096 and 0.5e6 < g.params < 2e6
+    assert model_geometry(tiny_model, []).kv_bytes_per_token == g.kv_bytes_per_token // 2  # stored bf16
+    assert model_geometry(tiny_model, ["--context-length", "1024"]).context_tokens == 1024
+    # The tiny model recomputes faster than a file pool loads: no pool by default, and why is said.
+    choice = auto_pool(tiny_model, ["--dtype", "float32"], cpu=True, instances=2)
+    assert not choice.enabled and "recompute" in choice.reason
 
 
 def test_policy_moves_a_long_context_only_when_the_pool_holds_it():
