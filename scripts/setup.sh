@@ -109,6 +109,11 @@ fi
 step "build the native suffix automaton (drafters)"
 "$VPY" -m seer_sglang.speculative.native || echo "[setup] native suffix automaton not built; the Python one will be used"
 
+# SGLang compiles the KV pool's page-hash extension on first use and again for a new venv path;
+# building it here keeps that compile out of a server start (and out of any prefetch deadline).
+step "build the KV pool's page-hash extension"
+"$VPY" -c "from seer_sglang.plugin.pool_hash import load_page_hash as l; print(f'[setup] page hash ready in {l():.1f}s')"
+
 step "prepare models (tiny, smollm2)"
 "$VPY" -m seer_sglang.models tiny | tail -n 1
 "$VPY" -m seer_sglang.models smollm2 | tail -n 1

@@ -46,8 +46,8 @@ def register() -> None:
     _registered = True
     _ensure_log_handler()
     from ..config import PluginConfig
-    from . import (emulation, hicache_cpu, penalties, pool_writes, queue_order, seeded_sampling, spec_registry,
-                   transfer_gate, weight_namespace)
+    from . import (emulation, hicache_cpu, penalties, pool_hash, pool_writes, queue_order, seeded_sampling,
+                   spec_registry, transfer_gate, weight_namespace)
 
     if PluginConfig.from_env().emulation_only:  # plain SGLang on emulated steps (a benchmark baseline)
         emulation.register_hooks()
@@ -58,6 +58,7 @@ def register() -> None:
     queue_order.register_hooks()
     spec_registry.register_spec()
     hicache_cpu.register_hooks()
+    pool_hash.register_hooks()
     transfer_gate.register_hooks()
     pool_writes.register_hooks()
     weight_namespace.register_hooks()

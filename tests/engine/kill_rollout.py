@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import httpx
 
 from seer_sglang.benchmarking.kill import chunk_tokens_done, kill_instance, moved_chunks
-from seer_sglang.config import KV_POOL
 
 PAGE = 16
 # Distinct prompts of 40 tokens: no sample can find another's KV on the survivor's device, so a
@@ -26,12 +25,6 @@ class KillResult:
     moved: list[dict]  # samples that ran only on the victim until it died, then continued elsewhere
     kv_pages: int  # whole pages of KV the moved samples had when they moved
     pool_pages: int  # ... of which their first chunk elsewhere loaded from the pool
-    # Moved samples whose first chunk elsewhere loaded nothing and took at least HiCache's prefetch
-    # deadline: the survivor's prefetch never completed (a known defect, cause not found).
-    stalled: int = 0
-
-    def known_stall(self) -> bool:
-        return bool(self.moved) and self.stalled == len(self.moved)
 
 
 def kill_mid_rollout(server, min_tokens: int = 60, timeout_s: float = 300) -> KillResult:
@@ -54,11 +47,10 @@ def kill_mid_rollout(server, min_tokens: int = 60, timeout_s: float = 300) -> Ki
     r = box["r"]
     assert r.status_code == 200, r.text
     samples = r.json()["samples"]
-    moved, kv_pages, pooled, stalled = [], 0, 0, 0
+    moved, kv_pages, pooled = [], 0, 0
     for s, chunk in moved_chunks(samples, victim_index):
         context = sum(chunk["kv"].values())
         moved.append(s)
         kv_pages += (context - 1) // PAGE  # the KV of every context token but the last
         pooled += chunk["kv"]["pool"] // PAGE
-        stalled += chunk["kv"]["pool"] == 0 and chunk["end"] - chunk["start"] >= KV_POOL.prefetch_timeout_s
-    return KillResult(samples, victim_index, moved, kv_pages, pooled, stalled)
+    return KillResult(samples, victim_index, moved, kv_pages, pooled)

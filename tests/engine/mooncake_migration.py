@@ -50,7 +50,7 @@ def main(log_dir: str) -> None:
         ref = [out["output_ids"] for out in r.json()]
         print("KILL " + json.dumps({
             "samples": len(kill.samples), "moved": len(kill.moved), "kv_pages": kill.kv_pages,
-            "pool_pages": kill.pool_pages, "victim": kill.victim, "known_stall": kill.known_stall(),
+            "pool_pages": kill.pool_pages, "victim": kill.victim,
             "identical": all(s["output_ids"] == ref[s["prompt_index"]] for s in kill.samples)}), flush=True)
     finally:
         stop_seer(server)

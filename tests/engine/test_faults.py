@@ -4,7 +4,6 @@ tokens of an undisturbed run, and the moved samples load their context from the 
 from pathlib import Path
 
 import httpx
-import pytest
 
 from conftest import start_seer, stop_seer, wait_server
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
@@ -31,10 +30,11 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         # Every finished chunk's pages were in the pool before its answer left the dead instance:
         # the moved samples load (almost) all of their context's whole pages instead of recomputing.
         print(f"moved {len(result.moved)} samples: {result.pool_pages} of {result.kv_pages} KV pages from the pool")
-        if result.pool_pages < 0.9 * result.kv_pages and result.known_stall():
-            pytest.xfail("known defect: the survivor's HiCache prefetch of every moved sample ran into its "
-                         "deadline and they recomputed (frequent in the full suite, rare run alone; cause not found)")
         assert result.pool_pages >= 0.9 * result.kv_pages, (result.pool_pages, result.kv_pages)
+        # ... because each instance loaded the pool's page-hash extension while it started: built lazily,
+        # its first lookup compiled it for longer than HiCache's prefetch deadline.
+        for log in server.log_dir.glob("instance-*.log"):
+            assert "KV pool: page-hash extension ready" in log.read_text(), log
         # The dead instance left no torn page in the global KV pool: every page file has one size.
         sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
         assert len(sizes) == 1, sizes
