@@ -113,13 +113,22 @@ def plot(report: dict, path: Path) -> None:
     ax1.set_ylabel("continuation latency on the new instance (s)")
     ax1.set_title("Moving one sample")
     ax1.legend()
-    modes = list(report["rollout"])
-    means = [report["rollout"][m]["killed"]["seconds"]["mean"] for m in modes]
-    errs = [report["rollout"][m]["killed"]["seconds"]["stdev"] for m in modes]
-    ax2.bar(modes, means, yerr=errs, color=["tab:blue", "tab:gray"][: len(modes)])
-    ax2.set_ylabel("rollout completion (s)")
-    ax2.set_title("Rollout, one of 2 instances killed")
-    fig.suptitle(f"Global KV pool, {report['device']} ({report['model']}), measured")
+    killed = {m: r["killed"]["seconds"] for m, r in report["rollout"].items()}
+    mode_bars(ax2, killed, "rollout completion (s)", "Rollout, one of 2 instances killed")
+    save(fig, f"Global KV pool, {report['device']} ({report['model']}), measured", path)
+
+
+def mode_bars(ax, by_mode: dict[str, dict], ylabel: str, title: str = "") -> None:
+    """One bar per mode: the mean of its repeats, the standard deviation as error bar."""
+    modes = list(by_mode)
+    ax.bar(modes, [by_mode[m]["mean"] for m in modes], yerr=[by_mode[m]["stdev"] for m in modes],
+           color=["tab:blue", "tab:gray", "tab:orange"][: len(modes)])
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+
+
+def save(fig, title: str, path: Path) -> None:
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -340,6 +340,30 @@ def kv_pool_table(results: Results, stems: list[str]) -> str:
     return "\n".join(moves + [""] + kills + ["", caption])
 
 
+def default_pool_table(results: Results, stems: list[str]) -> str:
+    """The default pool (``--kv-pool auto``) against ``--kv-pool none`` when nothing moves."""
+    rows = []
+    for stem in stems:
+        d = results[stem]
+        for mode, m in d["modes"].items():
+            pool = m["pool"]
+            rows.append([f"`{d['model']}`", f"`{mode}`",
+                         f"{pool['kind']}" + (f", page {pool['page_size']}" if pool.get("page_size") else ""),
+                         f"{fsec(m['seconds']['mean'])} ± {fnum(m['seconds']['stdev'])}",
+                         fint(m["recomputed"]["mean"]), "yes" if m["identical_tokens"] else "NO"])
+        r = d["ratios"]
+        rows.append([f"`{d['model']}`", "default / none", "", fratio(r["seconds_default_over_none"]),
+                     fratio(r["recomputed_default_over_none"]), ""])
+    d = results[stems[0]]
+    a = d["args"]
+    caption = (f"{d['device']}-measured, 2 instances, {a['dtype']}, {a['prompts']} prompts of "
+               f"{a['prompt_tokens'].replace(',', '-')} tokens x {a['n']} samples, max {a['max_tokens']} tokens, "
+               f"one chunk per sample (nothing moves), {a['repeats']} repeats per mode in random order "
+               f"(mean ± standard deviation). Source: {source(stems)}.")
+    return "\n".join(table(["model", "mode", "pool", "completion", "tokens recomputed", "tokens as none"], rows)
+                     + ["", caption])
+
+
 # ---------------------------------------------------------------- drafters and draft server (CPU)
 
 IMPL = {"ext": "C extension", "ctypes": "C core via ctypes", "python": "pure Python"}
@@ -511,6 +535,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
+    "default_pool": lambda r: default_pool_table(r, pick(r, r"default_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),
     "draft_server": lambda r: draft_server_table(r, ["drafters_cpu"]),

@@ -104,6 +104,10 @@ def cpu_default_args(sglang_args: list[str]) -> list[str]:
         args += ["--device", "cpu"]
     if "--max-total-tokens" not in sglang_args:
         args += ["--max-total-tokens", str(INSTANCES.cpu_max_total_tokens)]
+    # An idle SGLang scheduler spins a whole core; CPU instances share the machine's cores, so an idle
+    # one would slow the busy ones. It wakes on the next request at once.
+    if "--sleep-on-idle" not in sglang_args:
+        args += ["--sleep-on-idle"]
     return args
 
 

@@ -70,8 +70,6 @@ class PoolSetup:
             # The pointer-table "kernel" io backend has no CPU version; Mooncake wants page-first.
             ours["--hicache-io-backend"] = "direct"
             ours["--hicache-mem-layout"] = "page_first_direct" if self.kind == "mooncake" else "layer_first"
-            # An idle HiCache scheduler otherwise spins a core, and CPU instances share the cores.
-            ours["--sleep-on-idle"] = None
         args: list[str] = []
         for flag, value in ours.items():
             if has_flag(user_args, flag):
@@ -123,8 +121,8 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
                   emulation: EmulationConfig | None = None, chunk_size: int | None = None) -> RunningPool:
     """``--kv-pool``: defaults to ``auto`` when we start the instances, ``none`` when attaching
     (``log_dir`` None). ``auto`` asks the cost model (``pool_choice``) for file or none and the page
-    size (pages no longer than a chunk, so chunk ends stay page-aligned); a ``--page-size`` the user
-    gave is kept."""
+    size; a page is at most a quarter of a chunk, since the router shortens each chunk by up to a page
+    to end it on a page boundary. A ``--page-size`` the user gave is kept."""
     starting = log_dir is not None
     kind = config.kind or ("auto" if starting and (with_plugin or not cpu) else "none")
     user_page = flag_value(sglang_args, "--page-size")
@@ -136,7 +134,7 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
         from .pool_choice import auto_pool
 
         pages = (int(user_page),) if user_page else tuple(
-            p for p in KV_POOL.auto_page_sizes if chunk_size is None or p <= chunk_size) or (KV_POOL.page_size,)
+            p for p in KV_POOL.auto_page_sizes if chunk_size is None or 4 * p <= chunk_size) or (KV_POOL.page_size,)
         choice = auto_pool(model_path, sglang_args, cpu, instances, emulation, pages)
         kind, page_size = ("file" if choice.enabled else "none"), choice.page_size
         reason = f"file pool, {choice.reason}" if choice.enabled else f"none (the best file pool: {choice.reason})"

@@ -22,7 +22,7 @@ from seer_sglang.core.request import ChunkRecord, Group, SamplingParams
 def test_file_pool_flags_and_user_flags_win(tmp_path):
     cfg = PoolSetup(kind="file", directory=tmp_path, page_size=16)
     args = cfg.instance_args(["--page-size", "32"])
-    assert "--enable-hierarchical-cache" in args and "--sleep-on-idle" in args
+    assert "--enable-hierarchical-cache" in args
     assert args[args.index("--hicache-write-policy") + 1] == "write_through"
     assert "--page-size" not in args  # the user's own value stays
     extra = json.loads(args[args.index("--hicache-storage-backend-extra-config") + 1])

@@ -159,3 +159,12 @@ def test_instance_that_failed_otherwise_is_reported_not_restarted(tmp_path):
     dead.popen.wait()
     with pytest.raises(launcher.InstanceStartError, match="no such model"):
         launcher.wait_healthy([dead], timeout_s=30, progress=False)
+
+
+def test_cpu_instances_sleep_when_idle_unless_told_otherwise():
+    """CPU instances share the machine's cores: an idle one must not spin one of them."""
+    from seer_sglang.launch.instances import cpu_default_args
+
+    args = cpu_default_args(["--dtype", "float32"])
+    assert "--sleep-on-idle" in args and args[args.index("--device") + 1] == "cpu"
+    assert cpu_default_args(["--sleep-on-idle", "--device", "cpu", "--max-total-tokens", "8"]) == []
