@@ -6,8 +6,8 @@
 Two seer servers of 2 instances run side by side: ``default`` (no ``--kv-pool`` flag: the cost
 model decides, and its verdict is recorded) and ``none`` (``--kv-pool none``). Both are warmed
 first; idle instances sleep, so the idle server takes no core from the busy one. The same rollout
-(prompts of random lengths, ``n`` samples each, temperature 0, default chunk size so no sample
-moves) runs on each, in random order per repeat. Reported per mode: completion time, tokens
+(new prompts of random lengths each repeat, ``n`` samples each, temperature 0, default chunk size
+so no sample moves) runs on each, in random order per repeat. Reported per mode: completion time, tokens
 recomputed (what the pool's page granularity costs: each sibling recomputes the partial last page
 of its prompt) and the tokens, which must be equal; and the ratios default / none.
 
@@ -75,7 +75,11 @@ def main() -> None:
     args.instances, args.chunk_size = 2, 8192
     rng = random.Random(args.seed)
     lo, hi = (int(x) for x in args.prompt_tokens.split(","))
-    prompts = [[rng.randrange(5, 1500) for _ in range(rng.randrange(lo, hi + 1))] for _ in range(args.prompts)]
+
+    def fresh_prompts() -> list[list[int]]:
+        """New prompts for every repeat (as every training step has): none is cached from the last."""
+        return [[rng.randrange(5, 1500) for _ in range(rng.randrange(lo, hi + 1))] for _ in range(args.prompts)]
+
     model = str(resolve_model_path(args.model))
     engine = ["--dtype", args.dtype, "--scheduler", "context"]
     servers = {m: seer_server(model, args, engine + flags, Path(args.log_dir) / m) for m, flags in MODES.items()}
@@ -85,21 +89,21 @@ def main() -> None:
     try:
         for mode, (_, url) in servers.items():
             report["modes"][mode] = {"pool": httpx.get(f"{url}/kv_pool", timeout=10).json()}
-            rollout(url, prompts[:2], 2, 16)  # warm: first prefill and decode shapes, pool directory
+            rollout(url, fresh_prompts()[:2], 2, 16)  # warm: first prefill and decode shapes, pool directory
         for _ in range(args.repeats):
+            prompts = fresh_prompts()
             order = list(MODES)
             rng.shuffle(order)
             for mode in order:
                 runs[mode].append(rollout(servers[mode][1], prompts, args.n, args.max_tokens))
     finally:
         stop_processes([p for p, _ in servers.values()])
-    reference = runs["none"][0]["outputs"]
     for mode, mode_runs in runs.items():
         report["modes"][mode].update({
             "seconds": stats([r["seconds"] for r in mode_runs]),
             "recomputed": stats([r["kv"]["recomputed"] for r in mode_runs]),
             "kv": [r["kv"] for r in mode_runs],
-            "identical_tokens": all(r["outputs"] == reference for r in mode_runs)})
+            "identical_tokens": all(r["outputs"] == ref["outputs"] for r, ref in zip(mode_runs, runs["none"]))})
     d, n = report["modes"]["default"], report["modes"]["none"]
     report["ratios"] = {"seconds_default_over_none": d["seconds"]["mean"] / n["seconds"]["mean"],
                         "recomputed_default_over_none": d["recomputed"]["mean"] / max(1, n["recomputed"]["mean"])}

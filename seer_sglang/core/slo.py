@@ -1,0 +1,161 @@
+"""SLO-aware requests beside a rollout (SCORPIO): who decodes each step, who is admitted, who waits.
+
+Rollout samples want throughput; evaluation, judge and interactive requests that share the
+instances want a time per output token (TPOT) and a time to first token (TTFT) they can rely on.
+Three pure mechanisms, decisions as plain dataclasses, no clock and no I/O of their own:
+
+- **Credit batching** (:class:`CreditBatcher`). A request with TPOT SLO ``STP(r)`` has the relative
+  proportionality ``TRP(r) = min STP / STP(r)`` among the running SLO requests. Each step it gains
+  ``TRP(r)`` credit and decodes when it holds 1, paying 1: the strictest decodes every step, one
+  with twice its SLO every second step. A request that skips a step keeps its KV. Best-effort
+  requests (rollout samples, no SLO) fill the room the strictest SLO leaves in the batch.
+- **VBS admission** (:func:`admit`). The virtual batch size ``VBS = sum TRP`` is the expected
+  number of requests in a step. A newcomer is admitted only if a step of ``VBS`` sequences at the
+  average context still meets the smallest TPOT SLO, by the instance's step-time model.
+- **TTFT guard** (:func:`order_waiting`). Waiting SLO requests go least slack first; one that can no
+  longer make its TTFT is rejected early, with a reason, instead of being served late.
+
+The step-time model is any ``step_s(batch, kv_tokens_per_sequence) -> seconds``: the simulator's
+and the emulation's :class:`~seer_sglang.core.step_model.StepModel` (:func:`step_time`), or the
+draft budget's fitted :class:`~seer_sglang.speculative.budget.CostModel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+from .step_model import StepModel
+
+StepTime = Callable[[float, float], float]  # (sequences in the step, KV tokens each) -> seconds
+
+EPS = 1e-9  # credit rounding: three steps of TRP 1/3 make one whole credit
+
+
+def step_time(model: StepModel) -> StepTime:
+    """A decode step of ``batch`` sequences with ``kv`` KV tokens each, by the simulator's model."""
+    return lambda batch, kv: model.decode_step(batch, batch * kv)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """A request's service objectives; ``None`` fields are best-effort."""
+
+    ttft_s: Optional[float] = None
+    tpot_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, not {value!r}")
+
+
+def proportionality(tpots: Mapping[str, float]) -> dict[str, float]:
+    """``TRP(r) = min over r' of STP(r') / STP(r)``, in (0, 1], for every request with a TPOT SLO."""
+    if not tpots:
+        return {}
+    strictest = min(tpots.values())
+    return {rid: strictest / tpot for rid, tpot in tpots.items()}
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One decode step: the requests that run in it, and the running ones that sit it out."""
+
+    decode: list[str]
+    skipped: list[str]
+
+
+@dataclass
+class CreditBatcher:
+    """Per-step decode batches by credit; one object per instance, called once per decode step."""
+
+    credits: dict[str, float] = field(default_factory=dict)
+
+    def step(self, running: Mapping[str, Optional[float]], best_effort_room: Optional[int] = None) -> StepBatch:
+        """``running``: rid -> TPOT SLO in seconds (``None``: best-effort), in queue order. SLO
+        requests whose credit reaches 1 decode; then best-effort requests, in order, up to
+        ``best_effort_room`` (``None``: all of them)."""
+        tpots = {rid: tpot for rid, tpot in running.items() if tpot is not None}
+        self.credits = {rid: c for rid, c in self.credits.items() if rid in tpots}
+        decode: list[str] = []
+        for rid, trp in proportionality(tpots).items():
+            credit = self.credits.get(rid, 0.0) + trp
+            if credit >= 1.0 - EPS:
+                credit -= 1.0
+                decode.append(rid)
+            self.credits[rid] = credit
+        best_effort = [rid for rid, tpot in running.items() if tpot is None]
+        room = len(best_effort) if best_effort_room is None else max(0, best_effort_room)
+        decode += best_effort[:room]
+        chosen = set(decode)
+        return StepBatch(decode, [rid for rid in running if rid not in chosen])
+
+
+def best_effort_room(tpots: Sequence[float], kv_tokens: float, step_s: StepTime, limit: int) -> Optional[int]:
+    """How many best-effort sequences may share a step with SLO requests of TPOT SLOs ``tpots``
+    while the strictest still meets its SLO (at most ``limit``); ``None`` without SLO requests."""
+    if not tpots:
+        return None
+    bound = min(tpots)
+    vbs = sum(bound / t for t in tpots)
+    room = 0
+    while room < limit and step_s(vbs + room + 1, kv_tokens) <= bound:
+        room += 1
+    return room
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    virtual_batch: float  # VBS with the newcomer
+    estimated_tpot_s: float  # of the strictest request, decoding every step of that batch
+    bound_s: float  # the smallest TPOT SLO among the running requests and the newcomer
+    reason: str
+
+
+def admit(running_tpots: Sequence[float], running_kv: Sequence[float], tpot_s: float, kv_tokens: float,
+          step_s: StepTime) -> Admission:
+    """VBS admission of a request with TPOT SLO ``tpot_s`` and ``kv_tokens`` of context, beside SLO
+    requests with ``running_tpots`` and ``running_kv``. Best-effort requests do not count: they
+    only fill the room the SLO requests leave (:func:`best_effort_room`)."""
+    tpots = [*running_tpots, tpot_s]
+    kvs = [*running_kv, kv_tokens]
+    bound = min(tpots)
+    vbs = sum(bound / t for t in tpots)
+    estimate = step_s(vbs, sum(kvs) / len(kvs))
+    ok = estimate <= bound
+    reason = (f"a step of {vbs:.2f} virtual sequences takes {estimate * 1e3:.1f} ms, "
+              f"{'within' if ok else 'over'} the tightest TPOT SLO of {bound * 1e3:.1f} ms")
+    return Admission(ok, vbs, estimate, bound, reason)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    rid: str
+    arrival_s: float
+    ttft_s: Optional[float]  # None: best-effort
+    prefill_s: float  # the instance's estimate of its prefill
+
+
+@dataclass(frozen=True)
+class WaitingOrder:
+    order: list[str]  # SLO requests least slack first, then best-effort ones in arrival order
+    rejected: dict[str, str]  # rid -> why it cannot make its TTFT any more
+
+
+def order_waiting(waiting: Sequence[Waiting], now_s: float) -> WaitingOrder:
+    """Deadline order for prefill, and early rejection of the requests that would be served late."""
+    timed, rejected = [], {}
+    for w in waiting:
+        if w.ttft_s is None:
+            continue
+        slack = w.arrival_s + w.ttft_s - now_s - w.prefill_s
+        if slack < 0:
+            rejected[w.rid] = (f"TTFT SLO of {w.ttft_s * 1e3:.0f} ms cannot be met: waited "
+                               f"{(now_s - w.arrival_s) * 1e3:.0f} ms, prefill needs {w.prefill_s * 1e3:.0f} ms")
+        else:
+            timed.append((slack, w.arrival_s, w.rid))
+    best_effort = sorted((w for w in waiting if w.ttft_s is None), key=lambda w: w.arrival_s)
+    return WaitingOrder([rid for _, _, rid in sorted(timed)] + [w.rid for w in best_effort], rejected)
