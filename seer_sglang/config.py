@@ -138,8 +138,8 @@ class KVPoolConfig:
                                 "lost instance finds them; 0 = answer at once (default: %(default)s)")
     page_size: int = 16  # tokens per KV page when the SGLang flags give no --page-size and the pool is named
     # --kv-pool auto: the cost model's inputs. A file pool reads and writes one file per page: measured by
-    # benchmarks.kv_pool on the 2-core CPU (a load grows by 87 ms per 64 pages, whatever their bytes).
-    file_page_io_s: float = 1.4e-3
+    # benchmarks.kv_pool on the 2-core CPU (a load grows by 81 ms per 128 pages, whatever their bytes).
+    file_page_io_s: float = 6.3e-4
     file_bytes_per_s: float = 2e9  # a page file's bytes, read from or written to the page cache
     cpu_flops: float = 5e10  # prefill FLOP/s of one CPU instance (SmolLM2: 5.3 ms per token on 2 cores)
     gpu_flops: float = 4e14  # prefill FLOP/s of one GPU (dense bf16, H100 class, at ~40% of peak)
