@@ -64,6 +64,15 @@ class FrontendConfig:
                                   "and settings that arrive less than this apart (at most 5 windows after the "
                                   "first) run as one prompt group, as a trainer's per-sample requests of a GRPO "
                                   "group do; 0 = only the samples of one request (default: %(default)s)")
+    # What one request, and all of them together, may cost: refused up front with a clear error, never
+    # by running out of memory.
+    max_body_mb: float = flag(64.0, "--max-body-mb", "largest request body accepted; a larger one gets 413 "
+                              "(default: %(default)s)")
+    max_request_samples: int = flag(16384, "--max-request-samples", "most samples (prompts x n) one request "
+                                    "may ask for; more gets 400 (default: %(default)s)")
+    max_samples_in_flight: int = flag(65536, "--max-samples-in-flight", "most samples the server holds at once; "
+                                      "a request that would pass it gets 429 and may retry later "
+                                      "(default: %(default)s)")
 
 
 @dataclass(frozen=True)

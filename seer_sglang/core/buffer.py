@@ -23,6 +23,10 @@ class RequestBuffer:
         for sample in samples:
             self._pending[sample.rid] = sample
 
+    def live_samples(self) -> int:
+        """Samples of the groups still in the buffer (a group leaves once all of its samples are done)."""
+        return sum(len(g.samples) for g in self.groups.values())
+
     def pending(self) -> list[Sample]:
         return list(self._pending.values())
 

@@ -13,7 +13,7 @@ from sglang.srt.utils.auth import add_api_key_middleware
 from ..config import SeerConfig
 from ..core.policy import make_policy
 from .engine import EngineHooks, RolloutEngine
-from .errors import install_error_handlers
+from .errors import error_response, install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
@@ -77,7 +77,9 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
             sweeper = asyncio.create_task(janitor(pool.file_pool, engine.idle, report_pool,
                                                   config.kv_pool.idle_clear_s))
         app.state.frontend = Frontend(engine, tokenizer, model, metrics, pool,
-                                      group_window_s=config.frontend.group_window_ms / 1000)
+                                      group_window_s=config.frontend.group_window_ms / 1000,
+                                      max_request_samples=config.frontend.max_request_samples,
+                                      max_samples_in_flight=config.frontend.max_samples_in_flight)
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
                     len(clients), policy.name, model.served_name, model.context_length)
         try:
@@ -97,6 +99,17 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         # SGLang's own rules: the API key for every route, the admin key (if set) for admin routes;
         # /health and /metrics stay open for probes and scrapers.
         add_api_key_middleware(app, api_key=config.frontend.api_key, admin_api_key=config.frontend.admin_api_key)
+
+    max_body = int(config.frontend.max_body_mb * 2**20)
+
+    @app.middleware("http")
+    async def bound_body(request: Request, call_next):
+        """A body over ``--max-body-mb`` is refused before it is read (its declared length)."""
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > max_body:
+            return error_response(f"request body of {int(length)} bytes is over the limit of {max_body} "
+                                  f"(--max-body-mb)", 413, code="request_too_large")
+        return await call_next(request)
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next):

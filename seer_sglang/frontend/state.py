@@ -36,7 +36,11 @@ class ModelInfo:
 
 class Frontend:
     def __init__(self, engine: RolloutEngine, tokenizer: PromptTokenizer, model: ModelInfo, metrics: Metrics,
-                 pool: PoolAccess | None = None, group_window_s: float = FRONTEND.group_window_ms / 1000):
+                 pool: PoolAccess | None = None, group_window_s: float = FRONTEND.group_window_ms / 1000,
+                 max_request_samples: int = FRONTEND.max_request_samples,
+                 max_samples_in_flight: int = FRONTEND.max_samples_in_flight):
+        self.max_request_samples = max_request_samples
+        self.max_samples_in_flight = max_samples_in_flight
         self.engine = engine
         self.tokenizer = tokenizer
         self.model = model
@@ -58,6 +62,18 @@ class Frontend:
         if self.engine.healthy_count() == 0:
             raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
                            code="no_healthy_instance")
+
+    def check_samples(self, count: int) -> None:
+        """One request's samples, and all those the server holds with them, within the bounds."""
+        if count > self.max_request_samples:
+            raise APIError(f"the request asks for {count} samples (prompts x n); at most "
+                           f"{self.max_request_samples} per request (--max-request-samples)", param="n",
+                           code="too_many_samples")
+        held = self.engine.buffer.live_samples()
+        if held + count > self.max_samples_in_flight:
+            raise APIError(f"the server holds {held} samples and takes at most {self.max_samples_in_flight} "
+                           f"(--max-samples-in-flight); retry once some finish", 429, type_="rate_limit_error",
+                           code="server_full")
 
     def check_prompt(self, ids: list[int], max_tokens: int, param: str = "prompt",
                      budget_param: str = "max_tokens") -> None:
@@ -139,6 +155,7 @@ class Frontend:
         return [n.sample for n in natives]
 
     def _join(self, group: Group, samples: list[Sample]) -> None:
+        self.check_samples(len(samples))
         try:
             self.engine.add_samples(group, samples)
         except NoHealthyInstance as e:
@@ -172,6 +189,7 @@ class Frontend:
 
     def submit(self, groups: list[Group]) -> None:
         self.check_available()
+        self.check_samples(sum(len(g.samples) for g in groups))
         try:
             for group in groups:
                 self.engine.submit(group)

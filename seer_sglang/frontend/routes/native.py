@@ -54,6 +54,7 @@ async def generate(request: Request):
     fe.check_available()
     req = parse_generate(body, encode=fe.tokenizer.encode_text, check_prompt=fe.check_prompt,
                          vocab_size=fe.tokenizer.vocab_size, context_length=fe.model.context_length)
+    fe.check_samples(len(req.samples))  # before any joins a group: a refused request leaves nothing behind
     if req.stream:
         return StreamingResponse(_stream(fe, req, explicit, size), media_type="text/event-stream")
     loop = asyncio.get_running_loop()
