@@ -79,6 +79,20 @@ def test_auto_pool_reads_the_model_folder(tiny_model):
     assert not choice.enabled and "recompute" in choice.reason
 
 
+def test_the_default_pool_is_auto_only_for_instances_started_with_the_plugin(tiny_model, tmp_path):
+    from seer_sglang.config import KVPoolConfig
+    from seer_sglang.launch.kv_pool import start_kv_pool
+
+    started = start_kv_pool(KVPoolConfig(), ["--dtype", "float32"], tmp_path, tiny_model, cpu=True, instances=2)
+    assert started.setup.kind == "none" and "recompute" in started.setup.reason  # the cost model said no
+    bare = start_kv_pool(KVPoolConfig(), [], tmp_path, tiny_model, cpu=True, with_plugin=False, instances=2)
+    assert bare.setup.kind == "none" and bare.setup.reason == ""
+    attached = start_kv_pool(KVPoolConfig(), [], None, tiny_model, cpu=True)
+    assert attached.setup.kind == "none"
+    with pytest.raises(ValueError, match="auto"):
+        start_kv_pool(KVPoolConfig(kind="auto"), [], None, tiny_model, cpu=True)
+
+
 def test_policy_moves_a_long_context_only_when_the_pool_holds_it():
     """A continuation of 4,000 tokens on a loaded instance: without its KV in the pool, a modest
     imbalance is not worth a re-prefill; with it, the chunk goes to the idle instance."""
