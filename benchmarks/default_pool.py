@@ -20,30 +20,17 @@ import argparse
 import json
 import platform
 import random
-import time
 from pathlib import Path
 
 import httpx
 
-from benchmarks.kv_pool import mode_bars, save, stats
+from benchmarks.kv_pool import mode_bars, rollout, save, stats
 from benchmarks.rollout import seer_server
 from seer_sglang.launch.instances import has_cuda
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
 
 MODES = {"default": [], "none": ["--kv-pool", "none"]}
-
-
-def rollout(url: str, prompts: list[list[int]], n: int, max_tokens: int) -> dict:
-    body = {"prompts": [{"input_ids": p} for p in prompts], "n": n, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True}
-    start = time.perf_counter()
-    r = httpx.post(f"{url}/v1/rollout", json=body, timeout=7200)
-    seconds = time.perf_counter() - start
-    r.raise_for_status()
-    out = r.json()
-    return {"seconds": seconds, "kv": out["summary"]["kv"],
-            "outputs": {f"{s['prompt_index']}/{s['index']}": s["output_ids"] for s in out["samples"]}}
 
 
 def plot(report: dict, path: Path) -> None:
@@ -89,13 +76,13 @@ def main() -> None:
     try:
         for mode, (_, url) in servers.items():
             report["modes"][mode] = {"pool": httpx.get(f"{url}/kv_pool", timeout=10).json()}
-            rollout(url, fresh_prompts()[:2], 2, 16)  # warm: first prefill and decode shapes, pool directory
+            rollout(url, fresh_prompts()[:2], 16, n=2)  # warm: first prefill and decode shapes, pool directory
         for _ in range(args.repeats):
             prompts = fresh_prompts()
             order = list(MODES)
             rng.shuffle(order)
             for mode in order:
-                runs[mode].append(rollout(servers[mode][1], prompts, args.n, args.max_tokens))
+                runs[mode].append(rollout(servers[mode][1], prompts, args.max_tokens, n=args.n))
     finally:
         stop_processes([p for p, _ in servers.values()])
     for mode, mode_runs in runs.items():

@@ -65,8 +65,11 @@ def move_cost(url: str, context: int, rng: random.Random) -> dict:
             "cached_tokens": int(out["meta_info"].get("cached_tokens") or 0)}
 
 
-def rollout(url: str, prompts: list[list[int]], max_tokens: int, kill_at: float | None, proc=None) -> dict:
-    body = {"prompts": [{"input_ids": p} for p in prompts], "n": 1, "max_tokens": max_tokens, "temperature": 0,
+def rollout(url: str, prompts: list[list[int]], max_tokens: int, kill_at: float | None = None, proc=None,
+            n: int = 1) -> dict:
+    """One temperature-0 rollout; with ``kill_at``, one instance of the server ``proc`` is killed once
+    that share of the tokens is generated. ``outputs`` maps ``"prompt/sample"`` to its tokens."""
+    body = {"prompts": [{"input_ids": p} for p in prompts], "n": n, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True}
     box: dict = {}
     start = time.perf_counter()
@@ -90,7 +93,7 @@ def rollout(url: str, prompts: list[list[int]], max_tokens: int, kill_at: float 
         for key in ("pool", "device", "recomputed"):
             moved[key] += chunk["kv"][key]
     return {"seconds": seconds, "kv": out["summary"]["kv"], "moved": moved,
-            "outputs": {s["prompt_index"]: s["output_ids"] for s in out["samples"]}}
+            "outputs": {f"{s['prompt_index']}/{s['index']}": s["output_ids"] for s in out["samples"]}}
 
 
 def stats(values: list[float]) -> dict:

@@ -22,14 +22,19 @@ def instance_processes(launcher_pid: int) -> list[psutil.Process]:
             if "sglang.launch_server" in " ".join(p.cmdline())]
 
 
+def kill_tree(proc: psutil.Process) -> None:
+    """SIGKILL a process and all of its descendants (an SGLang server and its scheduler, detokenizer)."""
+    for p in [proc] + proc.children(recursive=True):
+        p.kill()
+
+
 def kill_instance(url: str, launcher_pid: int) -> int:
     """SIGKILL the launcher's first SGLang instance and its children; returns its index in ``/instances``."""
     victim = instance_processes(launcher_pid)[0]
     cmd = victim.cmdline()
     victim_url = f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}"
     urls = [i["url"] for i in httpx.get(f"{url}/instances", timeout=10).json()["instances"]]
-    for p in [victim] + victim.children(recursive=True):
-        p.kill()
+    kill_tree(victim)
     return urls.index(victim_url)
 
 

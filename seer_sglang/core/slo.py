@@ -93,13 +93,18 @@ class CreditBatcher:
         return StepBatch(decode, [rid for rid in running if rid not in chosen])
 
 
+def virtual_batch(tpots: Sequence[float]) -> tuple[float, float]:
+    """(the tightest TPOT SLO, VBS = the sum of the requests' TRP) of SLO requests with ``tpots``."""
+    bound = min(tpots)
+    return bound, sum(bound / t for t in tpots)
+
+
 def best_effort_room(tpots: Sequence[float], kv_tokens: float, step_s: StepTime, limit: int) -> Optional[int]:
     """How many best-effort sequences may share a step with SLO requests of TPOT SLOs ``tpots``
     while the strictest still meets its SLO (at most ``limit``); ``None`` without SLO requests."""
     if not tpots:
         return None
-    bound = min(tpots)
-    vbs = sum(bound / t for t in tpots)
+    bound, vbs = virtual_batch(tpots)
     room = 0
     while room < limit and step_s(vbs + room + 1, kv_tokens) <= bound:
         room += 1
@@ -122,8 +127,7 @@ def admit(running_tpots: Sequence[float], running_kv: Sequence[float], tpot_s: f
     only fill the room the SLO requests leave (:func:`best_effort_room`)."""
     tpots = [*running_tpots, tpot_s]
     kvs = [*running_kv, kv_tokens]
-    bound = min(tpots)
-    vbs = sum(bound / t for t in tpots)
+    bound, vbs = virtual_batch(tpots)
     estimate = step_s(vbs, sum(kvs) / len(kvs))
     ok = estimate <= bound
     reason = (f"a step of {vbs:.2f} virtual sequences takes {estimate * 1e3:.1f} ms, "

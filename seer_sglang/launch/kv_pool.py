@@ -120,9 +120,10 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
                   cpu: bool, with_plugin: bool = True, instances: int = 1,
                   emulation: EmulationConfig | None = None, chunk_size: int | None = None) -> RunningPool:
     """``--kv-pool``: defaults to ``auto`` when we start the instances with the plugin (the page-hash
-    warm-up and the write wait live there), else ``none`` (attaching: ``log_dir`` None). ``auto`` asks the cost model (``pool_choice``) for file or none and the page
-    size; a page is at most a quarter of a chunk, since the router shortens each chunk by up to a page
-    to end it on a page boundary. A ``--page-size`` the user gave is kept."""
+    warm-up and the write wait live there), else ``none`` (attaching: ``log_dir`` None). ``auto``
+    asks the cost model (``pool_choice``) for file or none and the page size; a page is at most a
+    quarter of a chunk, since the router shortens each chunk by up to a page to end it on a page
+    boundary. A ``--page-size`` the user gave is kept."""
     starting = log_dir is not None
     kind = config.kind or ("auto" if starting and with_plugin else "none")
     user_page = flag_value(sglang_args, "--page-size")

@@ -60,11 +60,12 @@ def auto_pool(model_path: str, sglang_args: list[str], cpu: bool, instances: int
     moves, so the pool never pays. Under ``--emulate`` a recompute costs the emulated prefill.
     """
     geometry = model_geometry(model_path, sglang_args)
-    prefill = 2 * geometry.params / (KV_POOL.cpu_flops if cpu else KV_POOL.gpu_flops)
     if emulation is not None and emulation.profile:
         from .emulation import emulated_model
 
         prefill = emulated_model(emulation).prefill_per_token_s
+    else:
+        prefill = 2 * geometry.params / (KV_POOL.cpu_flops if cpu else KV_POOL.gpu_flops)
     cost = MigrationCost(prefill_s_per_token=prefill,
                          load_s_per_token=geometry.kv_bytes_per_token / KV_POOL.file_bytes_per_s,
                          page_io_s=KV_POOL.file_page_io_s)

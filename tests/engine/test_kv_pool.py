@@ -173,6 +173,7 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
     import psutil
 
     from conftest import start_healthy
+    from seer_sglang.benchmarking.kill import kill_tree
     from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances
     from seer_sglang.launch.kv_pool import PoolSetup
 
@@ -197,9 +198,7 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
         worker.start()
         assert _wait_pooled(pool, prompt, 320, doomed.url, timeout_s=120) == 320  # its prompt pages are written ...
         time.sleep(1.0)  # ... and it is decoding (and writing decoded pages) when it dies
-        victim = psutil.Process(doomed.popen.pid)
-        for p in [victim] + victim.children(recursive=True):
-            p.kill()
+        kill_tree(psutil.Process(doomed.popen.pid))
         worker.join(60)
     finally:
         stop_instances([doomed])
