@@ -53,6 +53,7 @@ def group_of_sample(rid: str) -> str:
 SPEC_ALGORITHM = "SEER"  # --speculative-algorithm
 VERIFY_BACKEND = "seer_verify"  # --attention-backend: torch-native + tree verify (CPU)
 CASCADE_BACKEND = "seer_cascade"  # --attention-backend: FlashInfer + cascade tree verify (GPU)
+SEEDED_SAMPLER = "pytorch"  # --sampling-backend: the only one that draws with per-request seeds
 
 # ---- KV cache namespaces -----------------------------------------------------------------------
 def weight_namespace(weight_version: str) -> str:

@@ -89,6 +89,18 @@ _NOT_HONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
     "no_stop_trim": ((False, None), "stop strings are always trimmed here"),
 }
 
+# Fields of SGLang's OpenAI protocol that change neither the tokens sampled nor what is returned, so
+# they are accepted whatever their value: attribution, routing and cache hints.
+_INERT = frozenset({"user", "priority", "rid", "extra_key", "cache_salt", "data_parallel_rank", "routed_dp_rank",
+                    "disagg_prefill_dp_rank", "custom_labels", "tool_choice", "parallel_tool_calls"})
+
+
+def _sglang_model(name: str) -> Any:
+    """SGLang's own request model of that name (``sglang.srt.entrypoints.openai.protocol``)."""
+    from sglang.srt.entrypoints.openai import protocol
+
+    return getattr(protocol, name)
+
 
 class _Sampling(SamplingFields):
     """The OpenAI endpoints. OpenAI clients send extras (``user``, ``metadata``...), which are
@@ -101,11 +113,18 @@ class _Sampling(SamplingFields):
     skip_special_tokens: bool = True
 
     def refused_field(self) -> tuple[str, str] | None:
-        """The first field set to a value seer cannot honour exactly, and why."""
+        """The first field set to a value seer cannot honour exactly, and why. Every field of SGLang's
+        own model of the request that seer does not declare is refused away from SGLang's default
+        (unless it is inert), so a field SGLang adds is never dropped in silence."""
+        sglang_fields = _sglang_model(type(self).__name__).model_fields
         for name, value in (self.model_extra or {}).items():
             rule = _NOT_HONOURED.get(name)
-            if rule is not None and value not in rule[0]:
-                return name, rule[1]
+            if rule is not None:
+                if value not in rule[0]:
+                    return name, rule[1]
+            elif name in sglang_fields and name not in _INERT:
+                if value != sglang_fields[name].get_default(call_default_factory=True):
+                    return name, "these routes do not apply it"
         return None
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from ..config import INSTANCES, LOOPBACK
+from ..wire import SEEDED_SAMPLER
 from .processes import die_with_parent, free_port, stop_processes
 from .sglang_args import flag_value, has_flag
 
@@ -109,9 +110,6 @@ def cpu_default_args(sglang_args: list[str]) -> list[str]:
     if "--sleep-on-idle" not in sglang_args:
         args += ["--sleep-on-idle"]
     return args
-
-
-SEEDED_SAMPLER = "pytorch"  # the only SGLang sampling backend that draws with per-request seeds
 
 
 def gpu_default_args(sglang_args: list[str]) -> list[str]:

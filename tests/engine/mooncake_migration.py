@@ -1,7 +1,9 @@
 """Run inside a private network namespace by test_kv_pool_mooncake.py (Mooncake's metadata server and
 transfer engine do not bind to loopback only): start seer_sglang with ``--kv-pool mooncake`` on
 2 instances, move a request from A to B, print what B loaded and whether the tokens match; then
-kill one instance mid-rollout and print how much of the moved samples' KV came from the store."""
+update both instances' weights (no cache flush) and print what a continuation then loaded: nothing,
+since every page is keyed by the weights that computed it; then kill one instance mid-rollout and
+print how much of the moved samples' KV came from the store."""
 
 from __future__ import annotations
 
@@ -27,6 +29,25 @@ def generate(url: str, ids: list[int], n: int) -> dict:
     return r.json()
 
 
+def stale_after_update(a: str, b: str) -> dict:
+    """A's context is in the store; both instances then load new weights (straight at the instances,
+    no cache flush). B's continuation must find none of the old pages in the store, and A none on its
+    device; once B has written the new version's pages, A loads those."""
+    prompt = [(53 * i) % 1500 + 30 for i in range(260)]
+    context = prompt + generate(a, prompt, 48)["output_ids"]
+    time.sleep(8.0)
+    version = f"stale-check-{time.monotonic_ns()}"
+    for url in (a, b):
+        httpx.post(f"{url}/update_weights_from_disk", timeout=300, json={
+            "model_path": str(prepare("tiny")), "weight_version": version, "flush_cache": False}).raise_for_status()
+    moved = generate(b, context, 4)["meta_info"]
+    time.sleep(8.0)
+    again = generate(a, context, 4)["meta_info"]
+    return {"context": len(context), "version": version, "moved_version": moved["weight_version"],
+            "moved_cached": moved["cached_tokens"], "moved_details": moved.get("cached_tokens_details") or {},
+            "again_cached": again["cached_tokens"], "again_details": again.get("cached_tokens_details") or {}}
+
+
 def main(log_dir: str) -> None:
     server = start_seer(str(prepare("tiny")), Path(log_dir), "--num-instances", "2", "--dtype", "float32",
                         "--kv-pool", "mooncake", "--kv-pool-size-gb", "1", "--scheduler", "context",
@@ -42,6 +63,7 @@ def main(log_dir: str) -> None:
         details = moved["meta_info"].get("cached_tokens_details") or {}
         print("RESULT " + json.dumps({"context": len(prompt) + len(first), "details": details,
                                       "identical": first + moved["output_ids"] == unmoved}), flush=True)
+        print("STALE " + json.dumps(stale_after_update(a, b)), flush=True)
         kill = kill_mid_rollout(server)
         urls = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
         survivor = urls[1 - kill.victim]

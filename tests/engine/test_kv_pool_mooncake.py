@@ -41,6 +41,13 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
     assert result["details"].get("storage_backend") == "MooncakeStore", result
     assert result["identical"], result
+    # After a weight update, no page of the old weights is loaded, from the store or the device.
+    stales = [l for l in out.stdout.splitlines() if l.startswith("STALE ")]
+    assert stales, f"no stale-KV result (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    stale = json.loads(stales[-1][len("STALE "):])
+    assert stale["moved_version"] == stale["version"] and stale["moved_cached"] == 0, stale
+    assert stale["again_details"].get("device", 0) == 0, stale  # A's device pages are of the old weights
+    assert stale["again_details"].get("storage", 0) >= stale["context"] - PAGE, stale  # B's new pages
     # One instance killed mid-rollout: the moved samples load their KV from the store.
     kills = [l for l in out.stdout.splitlines() if l.startswith("KILL ")]
     assert kills, f"no kill result (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"

@@ -47,8 +47,11 @@ def _update(url: str, model_path: str, **extra) -> httpx.Response:
     return r
 
 
+@pytest.mark.parametrize("via", ["frontend", "instances"])
 def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_tokens(
-        seer_url, plain_url, tiny_model, other_weights):
+        seer_url, plain_url, tiny_model, other_weights, via):
+    """The update comes through the frontend, or straight to each instance (as a trainer that holds the
+    instance URLs does): the frontend learns of the new version from the chunks' metadata alone."""
     prompts = [[(31 * p + 7 * i) % 1900 + 40 for i in range(24 + 3 * p)] for p in range(6)]
     old_tokens = _greedy(plain_url, prompts)
     _update(plain_url, other_weights, weight_version="plain-b")
@@ -71,14 +74,20 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
         while not _chunks_in_flight(seer_url) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.0)  # a few chunks back: the update lands while samples are half done
-        update = _update(seer_url, other_weights)  # through the frontend: it names the version
+        if via == "frontend":  # it names the version
+            update = _update(seer_url, other_weights)
+            assert all(i["status"] == 200 for i in update.json()["instances"])
+            new_version = update.headers["x-seer-weight-version"]
+        else:  # one instance after the other: for a moment the two run different weights
+            new_version = f"direct-{time.monotonic_ns()}"
+            for inst in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]:
+                answer = _update(inst["url"], other_weights, weight_version=new_version).json()
+                assert answer["success"], answer
         worker.join(900)
         assert not worker.is_alive()
     finally:
         httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
         _update(seer_url, tiny_model, weight_version="restored")
-    new_version = update.headers["x-seer-weight-version"]
-    assert all(i["status"] == 200 for i in update.json()["instances"])
     r = box["r"]
     assert r.status_code == 200, r.text
     data = r.json()

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...wire import SEEDED_SAMPLER
 from ..errors import APIError
 from .common import frontend, policy_json
 
@@ -18,7 +19,7 @@ router = APIRouter()
 async def _first_answer(request: Request, path: str) -> dict[str, Any]:
     """The answer of the first instance that gives one (every instance runs the same model and flags)."""
     fe = frontend(request)
-    for client in fe.engine.clients:
+    for client in fe.engine.active_clients():
         if fe.engine.views[client.index].healthy:
             status, body = await client.get(path)
             if status == 200 and isinstance(body, dict):
@@ -33,15 +34,27 @@ async def server_info(request: Request):
     """An instance's server info (its flags: tp_size, dp_size...), with seer's own section."""
     fe = frontend(request)
     info = await _first_answer(request, "/server_info")
-    info["seer"] = {"num_instances": len(fe.engine.clients),
+    info["seer"] = {"num_instances": len(fe.engine.active_clients()),
                     # ranks a weight update addresses (routes/weights.py): K instances x TP each
-                    "weight_update_ranks": len(fe.engine.clients) * fe.model.tp_size,
+                    "weight_update_ranks": len(fe.engine.active_clients()) * fe.model.tp_size,
                     "memory_released": fe.engine.memory_released,
                     "instances": fe.engine.instance_status(),
                     "scheduler": policy_json(fe.engine.policy),
                     "group_window_ms": fe.grouper.window_s * 1000,
-                    "mixed_weight_versions": fe.engine.mixed_weight_versions}
+                    "mixed_weight_versions": fe.engine.mixed_weight_versions,
+                    "sampling": sampling_guarantee(info.get("sampling_backend"))}
     return info
+
+
+def sampling_guarantee(backend: str | None) -> dict[str, Any]:
+    """Which promise the instances' sampler keeps: only the seeded one draws a sample's tokens the
+    same however it is chunked or moved (and reproduces a request seed)."""
+    seeded = backend == SEEDED_SAMPLER
+    return {"backend": backend, "seeded": seeded,
+            "guarantee": ("chunked and migrated samples draw exactly the tokens of an unchunked run; "
+                          "a request seed reproduces the rollout") if seeded else
+                         ("samples follow the model's distribution, but chunking or migration changes "
+                          "which tokens are drawn, and a request seed does not reproduce a rollout")}
 
 
 @router.get("/model_info")

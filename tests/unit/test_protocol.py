@@ -1,0 +1,40 @@
+"""The OpenAI routes take SGLang's own request fields: each is honoured, inert, or refused by name
+away from SGLang's default. Checked against SGLang's protocol models, so a field SGLang adds is
+covered without a change here."""
+
+from __future__ import annotations
+
+import pytest
+from sglang.srt.entrypoints.openai import protocol as sglang_protocol
+
+from seer_sglang.frontend import protocol
+
+CASES = [(protocol.ChatCompletionRequest, sglang_protocol.ChatCompletionRequest,
+          {"messages": [{"role": "user", "content": "hi"}], "model": "m"}),
+         (protocol.CompletionRequest, sglang_protocol.CompletionRequest, {"prompt": "hi", "model": "m"})]
+
+
+@pytest.mark.parametrize("ours, theirs, minimal", CASES)
+def test_sglangs_own_defaults_are_accepted(ours, theirs, minimal):
+    body = theirs(**minimal).model_dump(exclude_none=True)
+    assert ours(**body).refused_field() is None
+
+
+@pytest.mark.parametrize("ours, theirs, minimal", CASES)
+def test_every_undeclared_sglang_field_is_refused_away_from_its_default(ours, theirs, minimal):
+    undeclared = [name for name in theirs.model_fields
+                  if name not in ours.model_fields and name not in protocol._INERT]
+    assert "watermark" in undeclared and "session_params" in undeclared  # change tokens / the context
+    for name in undeclared:
+        request = ours(**minimal, **{name: "not-the-default"})
+        assert request.refused_field() is not None and request.refused_field()[0] == name, name
+
+
+@pytest.mark.parametrize("ours, theirs, minimal", CASES)
+def test_inert_fields_and_unknown_extras_are_accepted(ours, theirs, minimal):
+    assert ours(**minimal, user="u1", priority=3, metadata={"run": 7}).refused_field() is None
+
+
+def test_refusal_rules_keep_their_reasons():
+    refused = protocol.ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], min_p=0.1).refused_field()
+    assert refused is not None and refused[0] == "min_p" and "seeded sampler" in refused[1]
