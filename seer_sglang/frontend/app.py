@@ -17,7 +17,7 @@ from .errors import error_response, install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
-from .routes import admin, benchmarking, discovery, native, observability, openai, rollout, weights
+from .routes import admin, benchmarking, discovery, native, observability, openai, rollout, weights, workers
 from .state import Frontend, ModelInfo
 from .tokenizer import PromptTokenizer
 
@@ -79,7 +79,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         app.state.frontend = Frontend(engine, tokenizer, model, metrics, pool,
                                       group_window_s=config.frontend.group_window_ms / 1000,
                                       max_request_samples=config.frontend.max_request_samples,
-                                      max_samples_in_flight=config.frontend.max_samples_in_flight)
+                                      max_samples_in_flight=config.frontend.max_samples_in_flight,
+                                      instance_keys=keys)
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
                     len(clients), policy.name, model.served_name, model.context_length)
         try:
@@ -91,7 +92,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
     install_error_handlers(app)
-    for routes in (openai, native, rollout, admin, weights, discovery, observability, benchmarking):
+    for routes in (openai, native, rollout, admin, weights, workers, discovery, observability, benchmarking):
         # The routes themselves, not an included router: SGLang's auth middleware finds a route's auth
         # level on the app's own routes.
         app.router.routes.extend(routes.router.routes)

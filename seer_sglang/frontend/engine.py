@@ -89,6 +89,7 @@ class RolloutEngine:
         self._no_instance_since: float | None = None
         self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
         self.retractions = [0] * len(clients)
+        self.removed: set[int] = set()  # instances taken out (POST /remove_worker): never dispatched to
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +103,36 @@ class RolloutEngine:
         await asyncio.gather(*self._loops, *self._chunk_tasks.values(), return_exceptions=True)
         for client in self.clients:
             await client.close()
+
+    # ---- membership (the router's worker routes) ---------------------------------------------
+    def active_clients(self) -> list[InstanceClient]:
+        """The instances in the deployment: calls fanned out to "every instance" go to these."""
+        return [c for c in self.clients if c.index not in self.removed]
+
+    def find_client(self, url: str) -> InstanceClient | None:
+        url = url.rstrip("/")
+        return next((c for c in self.clients if c.url == url), None)
+
+    async def add_instance(self, client: InstanceClient) -> None:
+        """A running SGLang instance joins: it gets chunks from the next dispatch on. ``client.index``
+        is the next index, or a removed instance's own (the same URL comes back)."""
+        if client.index == len(self.clients):
+            self.clients.append(client)
+            self.views.append(InstanceView(index=client.index))
+            self.retractions.append(0)
+        else:
+            old = self.clients[client.index]
+            self.clients[client.index] = client
+            await old.close()
+        self.removed.discard(client.index)
+        await self.poll_loads()
+        self._wake.set()
+
+    def remove_instance(self, index: int) -> None:
+        """An instance leaves: nothing more is dispatched to it; its chunks in flight finish there."""
+        self.removed.add(index)
+        self.views[index].healthy = False
+        self._wake.set()
 
     # ---- read API for the routes -------------------------------------------------------------
     def healthy_count(self) -> int:
@@ -117,7 +148,7 @@ class RolloutEngine:
     def instance_status(self) -> list[dict[str, Any]]:
         return [{"index": v.index, "url": self.clients[v.index].url, "healthy": v.healthy, "running": v.running,
                  "waiting": v.waiting, "used_tokens": v.used_tokens, "capacity_tokens": v.capacity_tokens,
-                 "inflight_chunks": v.inflight} for v in self.views]
+                 "inflight_chunks": v.inflight} for v in self.views if v.index not in self.removed]
 
     def timeline_since(self, t: float) -> list[LoadPoint]:
         return [p for p in self.timeline if p.t >= t]
@@ -126,12 +157,13 @@ class RolloutEngine:
                         method: str = "POST", params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """One call on every instance (POST: an admin call, with one body for all or one per instance;
         GET: a read); each instance's status and answer."""
-        bodies = body if isinstance(body, list) else [body] * len(self.clients)
+        clients = self.active_clients()
+        bodies = body if isinstance(body, list) else [body] * len(clients)
         calls = (c.post_admin(path, b) if method == "POST" else c.get(path, params)
-                 for c, b in zip(self.clients, bodies))
+                 for c, b in zip(clients, bodies))
         results = await asyncio.gather(*calls)
         return [{"instance": c.index, "url": c.url, "status": status, "body": content}
-                for c, (status, content) in zip(self.clients, results)]
+                for c, (status, content) in zip(clients, results)]
 
     # ---- submission ------------------------------------------------------------------------
     def submit(self, group: Group) -> None:
@@ -208,8 +240,10 @@ class RolloutEngine:
 
     # ---- telemetry -------------------------------------------------------------------------
     async def poll_loads(self) -> None:
-        results = await asyncio.gather(*(c.load() for c in self.clients), return_exceptions=True)
-        for view, result in zip(self.views, results):
+        clients = self.active_clients()
+        results = await asyncio.gather(*(c.load() for c in clients), return_exceptions=True)
+        for client, result in zip(clients, results):
+            view = self.views[client.index]
             was_healthy = view.healthy
             if isinstance(result, BaseException):
                 view.healthy = False

@@ -38,7 +38,9 @@ class Frontend:
     def __init__(self, engine: RolloutEngine, tokenizer: PromptTokenizer, model: ModelInfo, metrics: Metrics,
                  pool: PoolAccess | None = None, group_window_s: float = FRONTEND.group_window_ms / 1000,
                  max_request_samples: int = FRONTEND.max_request_samples,
-                 max_samples_in_flight: int = FRONTEND.max_samples_in_flight):
+                 max_samples_in_flight: int = FRONTEND.max_samples_in_flight,
+                 instance_keys: dict[str, str | None] | None = None):
+        self.instance_keys = instance_keys or {}  # api_key / admin_api_key for instances added later
         self.max_request_samples = max_request_samples
         self.max_samples_in_flight = max_samples_in_flight
         self.engine = engine

@@ -20,7 +20,7 @@ async def health(request: Request):
     fe = frontend(request)
     healthy = fe.engine.healthy_count()
     body = {"status": "ok" if healthy else "unavailable", "healthy_instances": healthy,
-            "instances": len(fe.engine.clients)}
+            "instances": len(fe.engine.active_clients())}
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
@@ -28,8 +28,9 @@ async def health(request: Request):
 async def prometheus_metrics(request: Request):
     """seer's own ``seer_*`` metrics, then every instance's ``sglang:*`` ones with an ``instance`` label."""
     fe = frontend(request)
-    texts = await asyncio.gather(*(c.metrics() for c in fe.engine.clients))
-    merged = instance_metrics.merge([(i, t) for i, t in enumerate(texts) if t])
+    clients = fe.engine.active_clients()
+    texts = await asyncio.gather(*(c.metrics() for c in clients))
+    merged = instance_metrics.merge([(c.index, t) for c, t in zip(clients, texts) if t])
     return Response(fe.metrics.render() + merged.encode(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

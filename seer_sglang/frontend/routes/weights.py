@@ -97,7 +97,7 @@ async def update_weights_from_tensor(request: Request):
     if not isinstance(entries, list) or not entries:
         raise APIError("serialized_named_tensors must be a list with one entry per receiving rank",
                        param="serialized_named_tensors")
-    k, tp = len(fe.engine.clients), fe.model.tp_size
+    k, tp = len(fe.engine.active_clients()), fe.model.tp_size
     if len(entries) == k * tp:
         bodies = [{**body, "serialized_named_tensors": entries[i * tp:(i + 1) * tp]} for i in range(k)]
     elif len(entries) == tp:
@@ -118,7 +118,7 @@ async def init_weights_update_group(request: Request):
                if f not in body]
     if missing:
         raise APIError(f"{missing[0]} is required", param=missing[0])
-    k, tp = len(fe.engine.clients), fe.model.tp_size
+    k, tp = len(fe.engine.active_clients()), fe.model.tp_size
     offset, world = int(body["rank_offset"]), int(body["world_size"])
     if offset < 1 or offset + k * tp > world:
         raise APIError(f"ranks {offset}..{offset + k * tp - 1} of this server's {k * tp} receivers do not fit in "

@@ -1,0 +1,93 @@
+"""The router's worker routes, used the way slime uses them: it finds the engines to abort through
+``GET /workers`` (``GET /list_workers`` for older routers) and sends each ``abort_all``
+(slime/rollout/sglang_rollout.py, ``abort``), and its engines register with ``POST /add_worker?url=``
+(slime/backends/sglang_utils/sglang_engine.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+CHUNK = 16
+
+
+def _instances(seer_url: str) -> list[dict]:
+    return httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]
+
+
+def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
+    assert httpx.get(f"{seer_url}/list_workers", timeout=10).json() == {"urls": [seer_url]}
+    listed = httpx.get(f"{seer_url}/workers", timeout=10).json()
+    assert listed["total"] == 1 and [w["url"] for w in listed["workers"]] == [seer_url]
+    assert listed["workers"][0]["is_healthy"] and len(listed["workers"][0]["instances"]) == 2
+
+    # 24 long samples: more than the instances run at once, so some wait in the frontend's queue
+    body = {"prompts": [{"input_ids": [11 + p, 12, 13, 14]} for p in range(6)], "n": 4, "max_tokens": 4000,
+            "temperature": 0, "ignore_eos": True}
+    box: dict = {}
+    worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{seer_url}/v1/rollout", json=body,
+                                                                     timeout=600)))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while sum(i["inflight_chunks"] for i in _instances(seer_url)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    # slime's abort, verbatim in shape: every worker the router lists gets abort_all
+    urls = [w["url"] for w in httpx.get(f"{seer_url}/workers", timeout=10).json()["workers"]]
+    for url in urls:
+        assert httpx.post(f"{url}/abort_request", json={"abort_all": True}, timeout=60).status_code == 200
+    worker.join(120)
+    assert not worker.is_alive()
+    data = box["r"].json()
+    assert len(data["samples"]) == 24
+    assert all(s["finish_reason"] == "abort" for s in data["samples"]), [s["finish_reason"] for s in data["samples"]]
+    assert all(len(s["output_ids"]) < 4000 for s in data["samples"])
+    deadline = time.monotonic() + 30
+    while sum(i["inflight_chunks"] for i in _instances(seer_url)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sum(i["inflight_chunks"] for i in _instances(seer_url)) == 0
+
+
+def test_add_worker_joins_an_instance_and_remove_worker_takes_it_out(seer_url, plain_url):
+    """A plain SGLang instance of the same model joins (as slime's engines register), takes chunks with
+    the same greedy tokens, and after removal gets nothing more, while it keeps running."""
+    assert httpx.post(f"{seer_url}/add_worker", params={"url": "ftp://x"}, timeout=30).status_code == 400
+    r = httpx.post(f"{seer_url}/add_worker", params={"url": "http://127.0.0.1:9"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "worker_unreachable"
+    r = httpx.post(f"{seer_url}/add_worker", params={"url": seer_url}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "not_an_instance"
+    r = httpx.post(f"{seer_url}/remove_worker", params={"url": "http://127.0.0.1:9"}, timeout=30)
+    assert r.status_code == 404
+
+    before = httpx.get(f"{seer_url}/scheduler", timeout=10).json()
+    httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": CHUNK}, timeout=30).raise_for_status()
+    try:
+        added = httpx.post(f"{seer_url}/add_worker", params={"url": plain_url}, timeout=60)
+        assert added.status_code == 200, added.text
+        index = added.json()["instance"]
+        again = httpx.post(f"{seer_url}/add_worker", params={"url": plain_url + "/"}, timeout=60).json()
+        assert again["status"] == "already a worker" and again["instance"] == index
+        assert [i["index"] for i in _instances(seer_url)] == [0, 1, index]
+
+        prompts = [[(17 * p + 3 * i) % 1500 + 20 for i in range(30)] for p in range(6)]
+        body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": 64, "temperature": 0,
+                "ignore_eos": True}
+        samples = httpx.post(f"{seer_url}/v1/rollout", json=body, timeout=600).json()["samples"]
+        assert any(c["instance"] == index for s in samples for c in s["chunks"])  # it took chunks
+        with httpx.Client(timeout=600) as http:
+            want = [http.post(f"{plain_url}/generate", json={"input_ids": p, "sampling_params": {
+                "max_new_tokens": 64, "temperature": 0, "ignore_eos": True}}).json()["output_ids"] for p in prompts]
+        assert all(s["output_ids"] == want[s["prompt_index"]] for s in samples)
+
+        removed = httpx.post(f"{seer_url}/remove_worker", params={"url": plain_url}, timeout=30)
+        assert removed.status_code == 200 and removed.json()["instance"] == index
+        assert [i["index"] for i in _instances(seer_url)] == [0, 1]
+        samples = httpx.post(f"{seer_url}/v1/rollout", json=body, timeout=600).json()["samples"]
+        assert not any(c["instance"] == index for s in samples for c in s["chunks"])
+        assert all(s["output_ids"] == want[s["prompt_index"]] for s in samples)
+    finally:
+        httpx.post(f"{seer_url}/remove_worker", params={"url": plain_url}, timeout=30)
+        httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
+    assert httpx.get(f"{plain_url}/health", timeout=10).status_code == 200  # removal leaves it running
