@@ -32,9 +32,12 @@ def storage_model_name(served_model_name: str) -> str:
 
 class FilePool:
     def __init__(self, directory: str | Path, served_model_name: str, page_size: int, size_gb: float,
-                 tp_size: int = 1):
+                 tp_size: int = 1, mla: bool = False):
         self.directory = Path(directory)
-        self.suffix = f"_{storage_model_name(served_model_name)}_0_{tp_size}.bin"
+        # SGLang's HiCacheFile names a page's file by its hash and the model; each TP rank writes its
+        # own shard (``_{model}_{rank}_{tp}``), except an MLA model's latent, which every rank shares.
+        name = storage_model_name(served_model_name)
+        self.suffixes = [f"_{name}.bin"] if mla else [f"_{name}_{rank}_{tp_size}.bin" for rank in range(tp_size)]
         self.page_size = page_size
         self.max_bytes = int(size_gb * 2**30)
         self.evicted_files = 0
@@ -50,12 +53,13 @@ class FilePool:
         return list(get_hash_str(token_ids[:full], seed, self.page_size))
 
     def pooled_tokens(self, token_ids: list[int], weight_version: str) -> int:
-        """Tokens of the longest prefix of ``token_ids`` whose pages the pool holds for these weights."""
+        """Tokens of the longest prefix of ``token_ids`` whose pages the pool holds for these weights
+        (a page counts once every TP rank's shard of it is there: an instance loads it only then)."""
         hashes = self.page_hashes(token_ids, weight_version)
         lo, hi = 0, len(hashes)  # pages are written prefix first: binary search the last present one
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if (self.directory / f"{hashes[mid - 1]}{self.suffix}").exists():
+            if all((self.directory / f"{hashes[mid - 1]}{suffix}").exists() for suffix in self.suffixes):
                 lo = mid
             else:
                 hi = mid - 1
@@ -142,8 +146,9 @@ class PoolAccess:
 
     @classmethod
     def of(cls, kind: str, page_size: int, directory: str | Path | None = None, served_model_name: str = "",
-           size_gb: float = KV_POOL.size_gb, reason: str = "") -> "PoolAccess":
-        file_pool = FilePool(directory, served_model_name, page_size, size_gb) if kind == "file" else None
+           size_gb: float = KV_POOL.size_gb, reason: str = "", tp_size: int = 1, mla: bool = False) -> "PoolAccess":
+        file_pool = (FilePool(directory, served_model_name, page_size, size_gb, tp_size, mla) if kind == "file"
+                     else None)
         return cls(kind, page_size, file_pool, reason)
 
     def probe(self) -> Callable[[list[int], str], int] | None:

@@ -52,7 +52,7 @@ class Deployment:
 
         setup = self.pool.setup
         return PoolAccess.of(setup.kind, setup.page_size, setup.directory, setup.served_model_name, setup.size_gb,
-                             setup.reason)
+                             setup.reason, setup.tp_size, setup.mla)
 
     def stop(self) -> None:
         """Stop what was started here (attached instances are left running)."""

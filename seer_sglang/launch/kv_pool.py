@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import KV_POOL, KV_POOLS, EmulationConfig, KVPoolConfig
+from .instances import tp_size
+from .pool_choice import is_mla
 from .sglang_args import flag_value, has_flag
 
 logger = logging.getLogger("seer_sglang.launch")
@@ -33,6 +35,8 @@ class PoolSetup:
     page_size: int = KV_POOL.page_size
     mooncake: dict = field(default_factory=dict)  # mooncake: the store client's config
     served_model_name: str = ""  # names the file pool's pages
+    tp_size: int = 1  # each TP rank writes its own shard of a page (one file each) ...
+    mla: bool = False  # ... except an MLA model's latent, one file for all ranks
     cpu: bool = True
     reason: str = ""  # --kv-pool auto: why the cost model chose this kind and page size
 
@@ -144,7 +148,7 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
         raise ValueError("--kv-pool on CPU needs the seer plugin (it makes HiCache run there); drop --no-plugin")
     served = flag_value(sglang_args, "--served-model-name") or model_path
     setup = PoolSetup(kind=kind, size_gb=config.size_gb, page_size=page_size, served_model_name=served, cpu=cpu,
-                      reason=reason)
+                      reason=reason, tp_size=tp_size(sglang_args), mla=is_mla(model_path))
     pool = RunningPool(setup, transfer_starvation_steps=config.transfer_starvation_steps,
                        write_wait_ms=config.write_wait_ms)
     if kind == "file":

@@ -29,11 +29,24 @@ class ModelGeometry:
     context_tokens: int  # the longest context SGLang serves for it
 
 
+def model_config(model_path: str) -> dict:
+    """The model folder's ``config.json``, a multimodal model's text part merged in."""
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    return {**cfg.get("text_config", {}), **cfg}
+
+
+def is_mla(model_path: str) -> bool:
+    """Whether the model caches one compressed latent per layer (MLA), as SGLang's storage keys it."""
+    try:
+        return bool(model_config(model_path).get("kv_lora_rank"))
+    except (OSError, ValueError):
+        return False
+
+
 def model_geometry(model_path: str, sglang_args: list[str]) -> ModelGeometry:
     """What the cost model needs of a local model folder (an MLA model stores one latent per layer)."""
     folder = Path(model_path)
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg = {**cfg.get("text_config", {}), **cfg}
+    cfg = model_config(model_path)
     stored = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     dtype = flag_value(sglang_args, "--kv-cache-dtype") or flag_value(sglang_args, "--dtype") or "auto"
     kv_bytes = DTYPE_BYTES.get(stored if dtype == "auto" else dtype, 2)

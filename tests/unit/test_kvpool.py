@@ -167,6 +167,50 @@ def test_file_pool_finds_the_longest_stored_prefix_and_bounds_its_size(tmp_path)
     assert pool.clear() == 3 and pool.usage_bytes() == 0
 
 
+def test_file_pool_counts_a_page_once_every_tp_rank_wrote_its_shard(tmp_path):
+    """TP 2: SGLang's HiCacheFile writes one file per rank and page (``_{model}_{rank}_{tp}``); an
+    instance loads a page only when every rank finds its shard. An MLA model's latent is one file."""
+    tokens = list(range(200, 216))  # 4 pages of 4
+    pool = FilePool(tmp_path / "tp", "org/model", page_size=4, size_gb=1.0, tp_size=2)
+    (tmp_path / "tp").mkdir()
+    hashes = pool.page_hashes(tokens, "v1")
+    for h in hashes[:3]:
+        (tmp_path / "tp" / f"{h}_org-model_0_2.bin").write_bytes(b"x")
+    assert pool.pooled_tokens(tokens, "v1") == 0  # rank 1's shards are missing
+    for h in hashes[:2]:
+        (tmp_path / "tp" / f"{h}_org-model_1_2.bin").write_bytes(b"x")
+    assert pool.pooled_tokens(tokens, "v1") == 8
+    mla = FilePool(tmp_path / "mla", "org/model", page_size=4, size_gb=1.0, tp_size=2, mla=True)
+    (tmp_path / "mla").mkdir()
+    for h in hashes:
+        (tmp_path / "mla" / f"{h}_org-model.bin").write_bytes(b"x")
+    assert mla.pooled_tokens(tokens, "v1") == 16
+
+
+def test_mla_is_read_from_the_model_folder(tmp_path, tiny_model):
+    import json
+
+    from seer_sglang.launch.pool_choice import is_mla
+
+    assert not is_mla(tiny_model)
+    (tmp_path / "config.json").write_text(json.dumps({"kv_lora_rank": 512, "num_hidden_layers": 2}))
+    assert is_mla(str(tmp_path)) and not is_mla(str(tmp_path / "absent"))
+
+
+def test_a_tp_2_file_pool_is_probed_for_both_ranks(tmp_path, tiny_model):
+    from seer_sglang.config import KVPoolConfig, SeerConfig
+    from seer_sglang.launch.deployment import Deployment
+    from seer_sglang.launch.kv_pool import start_kv_pool
+
+    pool = start_kv_pool(KVPoolConfig(kind="file"), ["--tp-size", "2"], tmp_path, tiny_model, cpu=True, instances=2)
+    try:
+        assert (pool.setup.tp_size, pool.setup.mla) == (2, False)
+        access = Deployment(SeerConfig(), tiny_model, [], pool=pool).pool_access()  # what the frontend gets
+        assert [s[-8:] for s in access.file_pool.suffixes] == ["_0_2.bin", "_1_2.bin"]
+    finally:
+        pool.stop()
+
+
 def test_router_probe_per_pool_kind(tmp_path):
     """A file pool is probed by its page files; a Mooncake store is taken as written through (whole
     pages); without a pool there is no probe, so every move is priced as a recompute."""
