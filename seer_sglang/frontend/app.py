@@ -17,6 +17,7 @@ from .errors import error_response, install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
+from .openapi import install_schema
 from .routes import admin, benchmarking, discovery, native, observability, openai, rollout, weights, workers
 from .state import Frontend, ModelInfo
 from .tokenizer import PromptTokenizer
@@ -96,6 +97,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         # The routes themselves, not an included router: SGLang's auth middleware finds a route's auth
         # level on the app's own routes.
         app.router.routes.extend(routes.router.routes)
+    install_schema(app, {r.path for routes in (admin, weights) for r in routes.router.routes})
     if config.frontend.api_key or config.frontend.admin_api_key:
         # SGLang's own rules: the API key for every route, the admin key (if set) for admin routes;
         # /health and /metrics stay open for probes and scrapers.

@@ -81,7 +81,8 @@ class RolloutEngine:
         self.mixed_weight_versions = mixed_weight_versions
         self.weight_versions_seen: list[str] = []
         self.paused = False
-        self.memory_released = False  # the instances gave their KV memory back (sleep mode): no dispatch
+        # SGLang memory tags each instance gave back (sleep mode); while any KV cache is, nothing is dispatched
+        self.released_memory: dict[int, set[str]] = collections.defaultdict(set)
         self._wake = asyncio.Event()
         self._group_done: dict[str, asyncio.Event] = {}
         self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
@@ -234,8 +235,16 @@ class RolloutEngine:
         self.paused = paused
         self._wake.set()
 
-    def set_memory_released(self, released: bool) -> None:
-        self.memory_released = released
+    @property
+    def memory_released(self) -> bool:
+        return any("kv_cache" in self.released_memory[c.index] for c in self.active_clients())
+
+    def mark_memory(self, index: int, tags: set[str], released: bool) -> None:
+        """Record that instance ``index`` gave ``tags`` back (or took them again)."""
+        if released:
+            self.released_memory[index] |= tags
+        else:
+            self.released_memory[index] -= tags
         self._wake.set()
 
     # ---- telemetry -------------------------------------------------------------------------

@@ -22,7 +22,11 @@ async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str,
     """The call on every instance (``body``: one for all, or one per instance): 200 if all took it; an
     instance's own refusal (4xx) as it is, so a caller that retries on SGLang's answer retries here;
     502 if an instance failed."""
-    per_instance = await fe.engine.broadcast(path, body)
+    return answer(await fe.engine.broadcast(path, body))
+
+
+def answer(per_instance: list[dict[str, Any]]) -> JSONResponse:
+    """One answer for a call every instance got (``fan_out``)."""
     statuses = [r["status"] for r in per_instance]
     ok = all(s == 200 for s in statuses)
     refused = [s for s in statuses if 400 <= s < 500]

@@ -15,13 +15,10 @@ from ...core.request import SampleState
 from ..errors import APIError
 from ..native import NativeRequest, NativeSample, group_key, parse_generate, response
 from ..state import Frontend
+from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER
 from .common import frontend, json_body
 
 router = APIRouter()
-
-# A trainer that knows its groups names them: in the body (dropped before SGLang's parse) or as headers.
-GROUP_FIELD, GROUP_SIZE_FIELD = "seer_group", "seer_group_size"
-GROUP_HEADER, GROUP_SIZE_HEADER = "x-seer-group", "x-seer-group-size"
 
 
 def _group_hint(request: Request, body: Any) -> tuple[str | None, int | None]:

@@ -14,14 +14,16 @@ weights made them; the global KV pool's pages of earlier weights are dropped.
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 from typing import Any
 
 from fastapi import APIRouter, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
+from ..payloads import tensor_payload_problem, update_body_problem
 from ..state import Frontend
-from .admin import fan_out
+from .admin import answer, fan_out
 from .common import frontend, json_body
 
 router = APIRouter()
@@ -34,6 +36,13 @@ async def _object_body(request: Request) -> dict[str, Any]:
     return body
 
 
+async def _custom_loaders(fe: Frontend) -> list[str]:
+    """The instances' ``--custom-weight-loader`` functions (a tensor update's ``load_format`` may name one)."""
+    answers = await fe.engine.broadcast("/server_info", None, method="GET")
+    info = next((a["body"] for a in answers if a["status"] == 200 and isinstance(a["body"], dict)), {})
+    return list(info.get("custom_weight_loader") or [])
+
+
 async def _update(fe: Frontend, path: str, bodies: dict[str, Any] | list[dict[str, Any]], *,
                   session: bool = False):
     """A weight update on every instance, under one version name; the pool's old pages are dropped.
@@ -41,6 +50,12 @@ async def _update(fe: Frontend, path: str, bodies: dict[str, Any] | list[dict[st
     ``session``: SGLang loads tensor and distributed updates only inside a weight-update session
     (``/begin_weight_update`` ... ``/end_weight_update``). A trainer that opened none, as trainers written
     for earlier SGLang do not, gets one around this update."""
+    for body in bodies if isinstance(bodies, list) else [bodies]:
+        fmt = body.get("load_format")
+        loaders = (await _custom_loaders(fe)) if fmt not in (None, "direct", "flattened_bucket") else []
+        problem = update_body_problem(path, body, loaders)
+        if problem is not None:
+            raise APIError(problem[1], param=problem[0])
     version = f"update-{uuid.uuid4().hex[:12]}"
     for body in bodies if isinstance(bodies, list) else [bodies]:
         version = body.setdefault("weight_version", version)
@@ -58,7 +73,7 @@ async def _update(fe: Frontend, path: str, bodies: dict[str, Any] | list[dict[st
         if wrap:
             await fan_out(fe, "/end_weight_update", {})
     await fe.pool.clear()
-    response.headers["x-seer-weight-version"] = str(version)
+    response.headers["x-seer-weight-version"] = quote(str(version), safe="")  # any name fits a header
     return response
 
 
@@ -97,6 +112,10 @@ async def update_weights_from_tensor(request: Request):
     if not isinstance(entries, list) or not entries:
         raise APIError("serialized_named_tensors must be a list with one entry per receiving rank",
                        param="serialized_named_tensors")
+    for entry in entries:
+        problem = tensor_payload_problem(entry)
+        if problem is not None:
+            raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
     k, tp = len(fe.engine.active_clients()), fe.model.tp_size
     if len(entries) == k * tp:
         bodies = [{**body, "serialized_named_tensors": entries[i * tp:(i + 1) * tp]} for i in range(k)]
@@ -143,29 +162,62 @@ async def destroy_weights_update_group(request: Request):
     return await fan_out(frontend(request), "/destroy_weights_update_group", await _object_body(request))
 
 
+def _memory_tags(body: dict) -> set[str]:
+    """The tags a release or resume names; SGLang reads none as all of them."""
+    from sglang.srt.constants import GPU_MEMORY_ALL_TYPES
+
+    tags = body.get("tags")
+    if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
+        raise APIError("tags must be a list of SGLang memory tags", param="tags")
+    unknown = sorted(set(tags or []) - set(GPU_MEMORY_ALL_TYPES))
+    if unknown:
+        raise APIError(f"unknown memory tag {unknown[0]!r}; SGLang's are {GPU_MEMORY_ALL_TYPES}", param="tags")
+    return set(tags or GPU_MEMORY_ALL_TYPES)
+
+
 @router.api_route("/release_memory_occupation", methods=["GET", "POST"])
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def release_memory_occupation(request: Request):
     """Sleep mode for colocated training: every instance gives its memory back (SGLang's ``tags``).
-    Nothing is dispatched until the KV cache is resumed; samples in flight wait, they are not lost."""
+    Nothing is dispatched until the KV cache is resumed; samples in flight wait, they are not lost.
+    Releasing what an instance already released is refused (409), as is resuming what it did not:
+    SGLang's scheduler fails on either and takes the instance down."""
     fe = frontend(request)
     body = await _object_body(request)
-    tags = body.get("tags") or ["kv_cache", "weights"]
+    tags = _memory_tags(body)
+    clients = fe.engine.active_clients()
+    again = sorted(set().union(*(tags & fe.engine.released_memory[c.index] for c in clients)))
+    if again:
+        raise APIError(f"memory {again} is already released; resume it first", 409, param="tags",
+                       code="already_released")
     if any(v.inflight for v in fe.engine.views):
         raise APIError("chunks are running; pause generation (POST /pause_generation) or let the rollout "
                        "finish before releasing memory", 409, code="not_idle")
-    if "kv_cache" in tags:
-        fe.engine.set_memory_released(True)
-    return await fan_out(fe, "/release_memory_occupation", body)
+    for c in clients:  # before the call: nothing may be dispatched while the instances release
+        fe.engine.mark_memory(c.index, tags, released=True)
+    per_instance = await fe.engine.broadcast("/release_memory_occupation", {**body, "tags": sorted(tags)})
+    for r in per_instance:
+        if r["status"] != 200:
+            fe.engine.mark_memory(r["instance"], tags, released=False)
+    return answer(per_instance)
 
 
 @router.api_route("/resume_memory_occupation", methods=["GET", "POST"])
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def resume_memory_occupation(request: Request):
+    """Without ``tags``, each instance resumes what it released."""
     fe = frontend(request)
     body = await _object_body(request)
-    response = await fan_out(fe, "/resume_memory_occupation", body)
-    tags = body.get("tags") or ["kv_cache", "weights"]
-    if "kv_cache" in tags and response.status_code == 200:
-        fe.engine.set_memory_released(False)
-    return response
+    clients = fe.engine.active_clients()
+    asked = _memory_tags(body) if body.get("tags") else None
+    per_tags = [asked if asked is not None else set(fe.engine.released_memory[c.index]) for c in clients]
+    missing = sorted(set().union(*(t - fe.engine.released_memory[c.index] for c, t in zip(clients, per_tags))))
+    if missing or not any(per_tags):
+        raise APIError(f"memory {missing or 'of no kind'} is not released; nothing to resume", 409, param="tags",
+                       code="not_released")
+    per_instance = await fe.engine.broadcast("/resume_memory_occupation",
+                                             [{**body, "tags": sorted(t)} for t in per_tags])
+    for r, t in zip(per_instance, per_tags):
+        if r["status"] == 200:
+            fe.engine.mark_memory(r["instance"], t, released=False)
+    return answer(per_instance)

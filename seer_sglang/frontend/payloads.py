@@ -1,0 +1,96 @@
+"""Checks on serialized tensors before they reach an instance.
+
+SGLang's scheduler unpickles ``/update_weights_from_tensor`` entries in its event loop; one that does
+not unpickle (bad base64, a truncated pickle, a global its ``SafeUnpickler`` blocks) raises there and
+takes the instance down. The frontend reads each entry's opcodes without running them
+(``pickletools``) and refuses, with a 400, what SGLang's unpickler would fail on."""
+
+from __future__ import annotations
+
+import binascii
+import pickletools
+from typing import Any
+
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
+               "SHORT_BINSTRING"}
+_LOAD_FROM_BYTES = ("torch.storage", "_load_from_bytes")  # SGLang's unpickler maps it to a safe loader
+
+
+def tensor_payload_problem(entry: Any) -> str | None:
+    """Why SGLang's unpickler would fail on ``entry`` (one serialized rank of named tensors), or None."""
+    from sglang.srt.utils.common import SafeUnpickler, normalize_serialized_named_tensor_payload
+
+    if not isinstance(entry, str):
+        return f"an entry is a base64 string, not {type(entry).__name__}"
+    try:
+        data = normalize_serialized_named_tensor_payload(entry)
+    except (binascii.Error, TypeError, ValueError) as e:
+        return f"an entry is not base64: {e}"
+    try:
+        ops = list(pickletools.genops(data))
+    except Exception as e:  # pickletools raises ValueError or others on any malformed stream
+        return f"an entry is not a complete pickle: {e}"
+    if not ops or ops[-1][0].name != "STOP":
+        return "an entry is not a complete pickle"
+    strings: list[str] = []  # string values pushed so far, for STACK_GLOBAL's module and name
+    memo: dict[int, str] = {}
+    memo_size, last_string = 0, None
+    for op, arg, _ in ops:
+        name = op.name
+        pushed = None
+        if name in _STRING_OPS:
+            pushed = arg if isinstance(arg, str) else str(arg)
+        elif name in ("BINGET", "LONG_BINGET", "GET") and arg in memo:
+            pushed = memo[arg]
+        elif name == "MEMOIZE":
+            if last_string is not None:
+                memo[memo_size] = last_string
+            memo_size += 1
+        elif name in ("BINPUT", "LONG_BINPUT", "PUT") and last_string is not None:
+            memo[arg] = last_string
+        global_ = None
+        if name == "GLOBAL":
+            global_ = tuple(str(arg).split(" ", 1))
+        elif name == "STACK_GLOBAL":
+            if len(strings) < 2:
+                return "an entry's pickle names a global it does not give"
+            global_ = (strings[-2], strings[-1])
+        if global_ is not None and global_ != _LOAD_FROM_BYTES and global_ not in SafeUnpickler.ALLOWED_GLOBALS:
+            return f"an entry's pickle loads {'.'.join(global_)}, which SGLang's unpickler refuses"
+        if pushed is not None:
+            strings.append(pushed)
+        if name not in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):
+            last_string = pushed
+    return None
+
+
+def update_body_problem(path: str, body: dict[str, Any], custom_loaders: list[str]) -> tuple[str, str] | None:
+    """(field, why) for a weight-update body whose values SGLang's scheduler would fail on (its HTTP
+    layer checks only their types), or None. ``custom_loaders``: the instances' ``--custom-weight-loader``."""
+    import torch
+    from sglang.srt.configs.load_config import LoadFormat
+
+    version = body.get("weight_version")
+    if version is not None and (not isinstance(version, str) or not version):
+        return "weight_version", "weight_version is a non-empty string (or null: seer names the update)"
+    fmt = body.get("load_format")
+    if path == "/update_weights_from_disk":
+        allowed = [f.value for f in LoadFormat]
+    elif path == "/update_weights_from_tensor":
+        allowed = ["direct", "flattened_bucket", *custom_loaders]
+    else:
+        allowed = ["flattened_bucket"]
+    if fmt is not None and fmt not in allowed:
+        return "load_format", f"load_format {fmt!r} is not one of {allowed} (or null)"
+    if path == "/update_weights_from_distributed":
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
+                and len(names) == len(dtypes) == len(shapes)):
+            return "names", "names, dtypes and shapes are lists of the same length"
+        bad = next((d for d in dtypes if not isinstance(d, str) or not isinstance(getattr(torch, d, None), torch.dtype)),
+                   None)
+        if bad is not None:
+            return "dtypes", f"{bad!r} is not a torch dtype name"
+        if not all(isinstance(s, list) and all(isinstance(n, int) and n >= 0 for n in s) for s in shapes):
+            return "shapes", "each shape is a list of non-negative integers"
+    return None

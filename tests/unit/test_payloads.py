@@ -1,0 +1,45 @@
+"""What the frontend refuses of /update_weights_from_tensor entries before an instance unpickles them."""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+
+import torch
+from sglang.srt.utils.common import MultiprocessingSerializer
+
+from seer_sglang.frontend.payloads import tensor_payload_problem
+
+
+def test_sglangs_own_serialized_tensors_pass():
+    named = [("layer.weight", torch.randn(4, 3)), ("layer.bias", torch.zeros(3, dtype=torch.bfloat16))]
+    assert tensor_payload_problem(MultiprocessingSerializer.serialize(named, output_str=True)) is None
+
+
+def test_what_sglangs_unpickler_would_fail_on_is_refused():
+    good = MultiprocessingSerializer.serialize([("w", torch.ones(2))], output_str=True)
+    raw = base64.b64decode(good)
+    assert "base64 string" in tensor_payload_problem(7)
+    assert "complete pickle" in tensor_payload_problem("")
+    assert "base64" in tensor_payload_problem("not base64!")
+    assert "complete pickle" in tensor_payload_problem(base64.b64encode(raw[: len(raw) // 2]).decode())
+    unsafe = base64.b64encode(pickle.dumps(os.system)).decode()  # a global SafeUnpickler blocks
+    assert "posix.system" in tensor_payload_problem(unsafe) or "os.system" in tensor_payload_problem(unsafe)
+    old_protocol = base64.b64encode(pickle.dumps(os.system, protocol=0)).decode()  # GLOBAL, not STACK_GLOBAL
+    assert "refuses" in tensor_payload_problem(old_protocol)
+
+
+def test_weight_update_values_sglangs_scheduler_would_fail_on_are_refused():
+    from seer_sglang.frontend.payloads import update_body_problem
+
+    assert update_body_problem("/update_weights_from_disk", {"model_path": "m", "load_format": "safetensors"}, []) is None
+    assert update_body_problem("/update_weights_from_disk", {"load_format": "bogus"}, [])[0] == "load_format"
+    assert update_body_problem("/update_weights_from_disk", {"weight_version": {"a": 1}}, [])[0] == "weight_version"
+    assert update_body_problem("/update_weights_from_tensor", {"load_format": "my.loader"}, ["my.loader"]) is None
+    assert update_body_problem("/update_weights_from_tensor", {"load_format": "my.loader"}, [])[0] == "load_format"
+    good = {"names": ["w"], "dtypes": ["bfloat16"], "shapes": [[2, 3]]}
+    assert update_body_problem("/update_weights_from_distributed", good, []) is None
+    assert update_body_problem("/update_weights_from_distributed", {**good, "dtypes": ["floaty"]}, [])[0] == "dtypes"
+    assert update_body_problem("/update_weights_from_distributed", {**good, "shapes": [[-1]]}, [])[0] == "shapes"
+    assert update_body_problem("/update_weights_from_distributed", {**good, "names": []}, [])[0] == "names"
