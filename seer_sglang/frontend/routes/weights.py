@@ -112,10 +112,6 @@ async def update_weights_from_tensor(request: Request):
     if not isinstance(entries, list) or not entries:
         raise APIError("serialized_named_tensors must be a list with one entry per receiving rank",
                        param="serialized_named_tensors")
-    for entry in entries:
-        problem = tensor_payload_problem(entry)
-        if problem is not None:
-            raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
     k, tp = len(fe.engine.active_clients()), fe.model.tp_size
     if len(entries) == k * tp:
         bodies = [{**body, "serialized_named_tensors": entries[i * tp:(i + 1) * tp]} for i in range(k)]
@@ -125,6 +121,10 @@ async def update_weights_from_tensor(request: Request):
         raise APIError(f"serialized_named_tensors has {len(entries)} entries; this server has {k * tp} receiving "
                        f"ranks ({k} instance(s) x TP {tp}), or send {tp} for every instance alike",
                        param="serialized_named_tensors")
+    for entry in entries:
+        problem = tensor_payload_problem(entry)
+        if problem is not None:
+            raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
     return await _update(fe, "/update_weights_from_tensor", bodies, session=True)
 
 
