@@ -211,6 +211,33 @@ def emulated_table(results: Results, stem: str) -> str:
     return "\n".join(table(header, rows) + ["", caption])
 
 
+def emulated_pool_table(results: Results, stem: str) -> str:
+    """The global KV pool on the emulated testbed: ``<mode>+pool`` against ``<mode>`` (and plain SGLang),
+    with what the pool served, per repeat means."""
+    run = results[stem]
+    emu = run["emulation"]
+    header = ["mode", "completion", "vs plain SGLang", "moves", "continuations", "context tokens from the pool",
+              "recomputed tokens", "overrun steps (worst repeat)"]
+    rows = []
+    for m, r in run["modes"].items():
+        kvs = [rep["kv"] for rep in r["repeats"] if rep.get("kv")]
+
+        def mean(key: str) -> str:
+            return fint(statistics.fmean(k[key] for k in kvs)) if kvs else "-"
+        sp = r["spread"]["completion_s"]
+        rows.append([mode_name(m), f"{fsec(r['completion_s'])} ({fsec(sp['min'])}–{fsec(sp['max'])})",
+                     fratio(run["ratios"][m]["completion"]), mean("moves"), mean("continuations"), mean("pool"),
+                     mean("recomputed"), overruns(emu["per_mode"].get(m, []))])
+    cfg = run["config"]
+    caption = (f"EMULATED, not a GPU measurement: {cfg['instances']} real SGLang instances of `{cfg['model']}`, steps "
+               f"padded to `{emu['profile']}` (lengths x{emu['length_scale']:g}, times x{emu['time_scale']:g}); "
+               f"pool reads are real reads of this machine's disk, not a GPU host's. {cfg['prompts']} x "
+               f"{cfg['group_size']} samples, chunk {cfg['chunk_size']}, {cfg['kv_tokens']:,} KV tokens per instance. "
+               f"Completion: mean (min–max) over {cfg['repeats']} repeats, and its ratio to plain SGLang's (lower "
+               f"is faster); KV figures: mean per rollout. Source: {source([stem])}.")
+    return "\n".join(table(header, rows) + ["", caption])
+
+
 # ---------------------------------------------------------------- simulator
 
 def _workload_label(run: dict) -> str:
@@ -523,6 +550,7 @@ ROLLOUT = r"cpu_(?!transfer).*"
 
 TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
+    "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
     "rollout_cpu_smollm2": lambda r: rollout_table([r["cpu_smollm2"]], ["cpu_smollm2"],
                                                    exclude=("context+sd", "context+sd-suffix")),

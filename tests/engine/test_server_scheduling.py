@@ -108,6 +108,57 @@ def test_logprobs_across_chunk_boundaries_equal_unchunked_runs(seer_url, plain_u
         assert max(abs(a - b) for a, b in zip(c["logprobs"], w["logprobs"])) < 1e-4
 
 
+def _seeded_draw(logprobs: list[float], seed: int, position: int) -> int:
+    """SGLang's seeded draw (``sampler.multinomial_with_seed``: Gumbel noise hashed from seed, position
+    and token) over one distribution. Its hash is a CUDA/AMX kernel; on CPU the plugin's bit-identical
+    torch twin stands in, as it does inside the instances."""
+    from unittest import mock
+
+    import sglang.srt.layers.sampler as sampler
+    import torch
+
+    from seer_sglang.plugin.seeded_sampling import murmur_hash32_torch
+
+    draw = getattr(sampler.multinomial_with_seed, "__wrapped__", sampler.multinomial_with_seed)
+    with mock.patch.object(sampler, "murmur_hash32", murmur_hash32_torch):
+        token = draw(torch.tensor([logprobs], dtype=torch.float64), torch.tensor([seed]), torch.tensor([position]))
+    return int(token.view(-1)[0])
+
+
+def test_seeded_chunked_speculative_samples_are_sglangs_draws_from_plain_sglang(seer_url, plain_url,
+                                                                               restore_scheduler):
+    """Temperature 1 with a seed, chunks of 16 on the speculative server: every token is the draw SGLang's
+    seeded sampler makes from plain SGLang's distribution (no plugin) at that position, and every logprob
+    is plain SGLang's within 1e-4. (Plain SGLang on CPU cannot draw seeded samples itself: it does so only
+    under --enable-deterministic-inference, which its CPU attention backend refuses.)"""
+    from seer_sglang.core.request import derive_seed, group_seed_key
+
+    ids = prompts(2, seed=21)
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    body = {"prompts": [{"input_ids": p, "group_id": f"ref-{i}"} for i, p in enumerate(ids)], "n": 2,
+            "max_tokens": 40, "temperature": 1.0, "ignore_eos": True, "logprobs": True, "seed": 123}
+    samples = rollout(seer_url, body)
+    vocab = 2048
+    with httpx.Client(timeout=600) as http:
+        for s in samples:
+            prompt, out = ids[s["prompt_index"]], s["output_ids"]
+            assert len(s["chunks"]) >= 3
+            ref = http.post(f"{plain_url}/generate", json={
+                "input_ids": prompt + out[:-1], "return_logprob": True, "logprob_start_len": len(prompt),
+                "top_logprobs_num": vocab, "sampling_params": {"max_new_tokens": 1, "temperature": 1.0}}).json()
+            meta = ref["meta_info"]
+            # the distribution of output token k: the input's (k = 0 .. L-2), then the one generated token's
+            dists = meta["input_top_logprobs"][:len(out) - 1] + meta["output_top_logprobs"][:1]
+            seed = derive_seed(123, group_seed_key(prompt, s["prompt_index"], f"ref-{s['prompt_index']}"), s["index"])
+            for k, (token, dist) in enumerate(zip(out, dists)):
+                logprobs = [float("-inf")] * vocab
+                for lp, tid, *_ in dist:
+                    logprobs[tid] = lp
+                assert abs(logprobs[token] - s["logprobs"][k]) < 1e-4, (s["rid"], k)
+                # SGLang seeds the draw for token k with the position of the step's input token
+                assert _seeded_draw(logprobs, seed, len(prompt) + k - 1) == token, (s["rid"], k)
+
+
 def test_temperature_1_chunked_distribution_equals_plain_sglang(seer_url, plain_url, restore_scheduler):
     """Two-sample chi-square on the tokens right after a chunk boundary (positions 16 and 17):
     chunked seer samples (random seeds) vs plain SGLang's own sampler on the same prompt."""
