@@ -144,11 +144,12 @@ def test_seeded_chunked_speculative_samples_are_sglangs_draws_from_plain_sglang(
             prompt, out = ids[s["prompt_index"]], s["output_ids"]
             assert len(s["chunks"]) >= 3
             ref = http.post(f"{plain_url}/generate", json={
-                "input_ids": prompt + out[:-1], "return_logprob": True, "logprob_start_len": len(prompt),
+                "input_ids": prompt + out[:-1], "return_logprob": True, "logprob_start_len": len(prompt) - 1,
                 "top_logprobs_num": vocab, "sampling_params": {"max_new_tokens": 1, "temperature": 1.0}}).json()
             meta = ref["meta_info"]
-            # the distribution of output token k: the input's (k = 0 .. L-2), then the one generated token's
-            dists = meta["input_top_logprobs"][:len(out) - 1] + meta["output_top_logprobs"][:1]
+            # the distribution of output token k: the input's (k = 0 .. L-2; SGLang gives none for the first
+            # token it covers, the prompt's last), then the one generated token's
+            dists = meta["input_top_logprobs"][1:len(out)] + meta["output_top_logprobs"][:1]
             seed = derive_seed(123, group_seed_key(prompt, s["prompt_index"], f"ref-{s['prompt_index']}"), s["index"])
             for k, (token, dist) in enumerate(zip(out, dists)):
                 logprobs = [float("-inf")] * vocab
