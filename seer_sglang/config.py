@@ -123,6 +123,10 @@ class RolloutConfig:
                                        "each token's weight version is reported. Default: a sample whose "
                                        "weights change under it is generated again from its prompt on the new "
                                        "weights, so every sample comes from one version", action="store_true")
+    instance_down_s: float = flag(30.0, "--instance-down-s", "an instance that has failed its load polls this "
+                                  "long (a hung, stopped or overloaded process) has its running chunks given "
+                                  "up and sent elsewhere; it gets work again once it answers "
+                                  "(default: %(default)s)")
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,20 @@ def kill_tree(proc: psutil.Process) -> None:
         p.kill()
 
 
-def kill_instance(url: str, launcher_pid: int) -> int:
-    """SIGKILL the launcher's first SGLang instance and its children; returns its index in ``/instances``."""
+def first_instance(url: str, launcher_pid: int) -> tuple[psutil.Process, int]:
+    """The launcher's first SGLang instance process, and its index in the frontend's ``/instances``."""
     victim = instance_processes(launcher_pid)[0]
     cmd = victim.cmdline()
     victim_url = f"http://127.0.0.1:{cmd[cmd.index('--port') + 1]}"
     urls = [i["url"] for i in httpx.get(f"{url}/instances", timeout=10).json()["instances"]]
+    return victim, urls.index(victim_url)
+
+
+def kill_instance(url: str, launcher_pid: int) -> int:
+    """SIGKILL the launcher's first SGLang instance and its children; returns its index in ``/instances``."""
+    victim, index = first_instance(url, launcher_pid)
     kill_tree(victim)
-    return urls.index(victim_url)
+    return index
 
 
 def moved_chunks(samples: list[dict], victim: int) -> list[tuple[dict, dict]]:

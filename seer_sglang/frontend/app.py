@@ -71,7 +71,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
                             find_stop=tokenizer.find_stop, pool_probe=pool.probe(),
                             on_weight_version=weights_changed)
         engine = RolloutEngine(clients, policy, hooks=hooks,
-                               mixed_weight_versions=config.rollout.mixed_weight_versions)
+                               mixed_weight_versions=config.rollout.mixed_weight_versions,
+                               instance_down_s=config.rollout.instance_down_s)
         await engine.start()
         sweeper = None
         if pool.file_pool is not None:

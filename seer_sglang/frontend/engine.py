@@ -68,13 +68,17 @@ class RolloutEngine:
     def __init__(self, clients: list[InstanceClient], policy: SchedulingPolicy, *,
                  poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
                  hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8,
-                 mixed_weight_versions: bool = ROLLOUT.mixed_weight_versions):
+                 mixed_weight_versions: bool = ROLLOUT.mixed_weight_versions,
+                 instance_down_s: float = ROLLOUT.instance_down_s):
         self.clients = clients
         self.policy = policy
         self.buffer = RequestBuffer()
         self.views = [InstanceView(index=i) for i in range(len(clients))]
         self.poll_interval_s = poll_interval_s
         self.unavailable_timeout_s = unavailable_timeout_s
+        self.instance_down_s = instance_down_s
+        self._down_since: dict[int, float] = {}  # instance -> when its polls began to fail
+        self._given_up: set[str] = set()  # samples whose chunk on a stalled instance was given up
         self.hooks = hooks or EngineHooks()
         self.max_chunk_failures = max_chunk_failures
         # False: a sample whose weights change under it restarts from its prompt (one version per sample).
@@ -266,12 +270,29 @@ class RolloutEngine:
                 logger.warning("instance %d (%s) is %s", view.index, self.clients[view.index].url,
                                "back up" if view.healthy else "DOWN")
                 self._wake.set()
+            self._watch_stall(view)
             view.retractions = self.retractions[view.index]
             self.timeline.append(LoadPoint(time.time(), view.index, view.healthy, view.used_tokens,
                                            view.capacity_tokens, view.running, view.waiting, view.inflight,
                                            self.retractions[view.index]))
             if self.hooks.on_load:
                 self.hooks.on_load(view.index, view)
+
+    def _watch_stall(self, view: InstanceView) -> None:
+        """A request to an instance that stopped answering (SIGSTOP, a hung scheduler) never returns, and
+        its sample would wait for ever: once the instance has failed its polls for ``instance_down_s``,
+        its running chunks are given up and their samples re-dispatched from the tokens they have."""
+        if view.healthy:
+            self._down_since.pop(view.index, None)
+            return
+        since = self._down_since.setdefault(view.index, time.monotonic())
+        if time.monotonic() - since < self.instance_down_s:
+            return
+        for sample in self.buffer.running():
+            task = self._chunk_tasks.get(sample.rid)
+            if sample.instance == view.index and task is not None and sample.rid not in self._given_up:
+                self._given_up.add(sample.rid)
+                task.cancel()
 
     async def _poll_loop(self) -> None:
         while True:
@@ -364,15 +385,7 @@ class RolloutEngine:
         except InstanceUnavailable as e:
             self.views[instance].healthy = False
             self._settle(sample, instance, reserve, chunk)
-            sample.failures += 1
-            if sample.failures > self.max_chunk_failures:
-                sample.error, sample.error_status, sample.finish_reason = (
-                    f"gave up after {sample.failures} failed dispatches: {e}", 503, "error")
-                self._complete(sample, SampleState.FAILED)
-                return
-            logger.warning("chunk of %s lost on instance %d (%s); re-dispatching from %d tokens",
-                           sample.rid, instance, e, sample.generated)
-            self.buffer.requeue(sample)
+            self._redispatch(sample, instance, str(e))
             return
         except InstanceRejected as e:
             self._settle(sample, instance, reserve, chunk)
@@ -380,8 +393,12 @@ class RolloutEngine:
             self._complete(sample, SampleState.FAILED)
             return
         except asyncio.CancelledError:
+            given_up = sample.rid in self._given_up
             self._settle(sample, instance, reserve, chunk)
-            raise
+            if not given_up:
+                raise
+            self._redispatch(sample, instance, f"no answer for {self.instance_down_s:.0f} s")
+            return
         except Exception as e:  # never lose a sample silently
             logger.exception("chunk of %s failed", sample.rid)
             self._settle(sample, instance, reserve, chunk)
@@ -439,12 +456,25 @@ class RolloutEngine:
         self.retractions[instance] += retractions - chunk.retractions  # stream events are cumulative
         chunk.retractions = retractions
 
+    def _redispatch(self, sample: Sample, instance: int, why: str) -> None:
+        """The chunk was lost with its instance: the sample goes on elsewhere from the tokens it has."""
+        sample.failures += 1
+        if sample.failures > self.max_chunk_failures:
+            sample.error, sample.error_status, sample.finish_reason = (
+                f"gave up after {sample.failures} failed dispatches: {why}", 503, "error")
+            self._complete(sample, SampleState.FAILED)
+            return
+        logger.warning("chunk of %s lost on instance %d (%s); re-dispatching from %d tokens",
+                       sample.rid, instance, why, sample.generated)
+        self.buffer.requeue(sample)
+
     def _settle(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> None:
         view = self.views[instance]
         view.reserved_tokens -= reserve
         view.inflight -= 1
         chunk.end = time.time()
         self._chunk_tasks.pop(sample.rid, None)
+        self._given_up.discard(sample.rid)
         if self.hooks.on_chunk_done:
             self.hooks.on_chunk_done(chunk)
         self._wake.set()
