@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,23 @@ def wait_health(server: SeerServer, status: int = 200, timeout_s: float = STARTU
 
 def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
     wait_health(server, 200, timeout_s)
+
+
+class BackgroundRollout:
+    """``POST /v1/rollout`` in a thread, for tests that act on the server while it runs."""
+
+    def __init__(self, url: str, body: dict, timeout_s: float = 600):
+        self.response: httpx.Response | None = None
+        self._thread = threading.Thread(target=self._run, args=(url, body, timeout_s))
+        self._thread.start()
+
+    def _run(self, url: str, body: dict, timeout_s: float) -> None:
+        self.response = httpx.post(f"{url}/v1/rollout", json=body, timeout=timeout_s)
+
+    def wait(self, timeout_s: float = 600) -> httpx.Response:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"the rollout did not end within {timeout_s} s"
+        return self.response
 
 
 def stop_seer(server: SeerServer, sig: int = signal.SIGTERM, timeout_s: float = 60) -> list[psutil.Process]:

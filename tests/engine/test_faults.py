@@ -3,13 +3,12 @@ tokens of an undisturbed run, and the moved samples load their context from the 
 instance that stops answering (SIGSTOP) has its chunks sent elsewhere, and takes work again once it
 answers."""
 
-import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from conftest import start_seer, stop_seer, wait_server
+from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
 
 
@@ -58,10 +57,7 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
         wait_server(server)
         body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS,
                 "temperature": 0, "ignore_eos": True}
-        box: dict = {}
-        worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{server.url}/v1/rollout", json=body,
-                                                                         timeout=600)))
-        worker.start()
+        run = BackgroundRollout(server.url, body)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             inst = httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]
@@ -72,9 +68,7 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
         stopped = [victim] + victim.children(recursive=True)
         for p in stopped:  # hung, not dead: its connections stay open and never answer
             p.suspend()
-        worker.join(600)
-        assert not worker.is_alive()
-        r = box["r"]
+        r = run.wait()
         assert r.status_code == 200, r.text
         samples = r.json()["samples"]
         with httpx.Client(timeout=600) as http:

@@ -5,12 +5,13 @@ weights, so a sample that mixed them, or loaded KV computed by the old ones, wou
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from conftest import BackgroundRollout
 
 CHUNK = 16
 MAX_TOKENS = 160
@@ -63,13 +64,10 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
 
     before = httpx.get(f"{seer_url}/scheduler").json()
     httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": CHUNK}, timeout=30).raise_for_status()
-    box: dict = {}
     body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": MAX_TOKENS, "temperature": 0,
             "ignore_eos": True}
-    worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{seer_url}/v1/rollout", json=body,
-                                                                     timeout=900)))
     try:
-        worker.start()
+        run = BackgroundRollout(seer_url, body, timeout_s=900)
         deadline = time.monotonic() + 120
         while not _chunks_in_flight(seer_url) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -83,12 +81,10 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
             for inst in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]:
                 answer = _update(inst["url"], other_weights, weight_version=new_version).json()
                 assert answer["success"], answer
-        worker.join(900)
-        assert not worker.is_alive()
+        r = run.wait(900)
     finally:
         httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
         _update(seer_url, tiny_model, weight_version="restored")
-    r = box["r"]
     assert r.status_code == 200, r.text
     data = r.json()
     samples = data["samples"]

@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
+
+from conftest import BackgroundRollout
 
 CHUNK = 16
 
@@ -26,10 +27,7 @@ def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
     # 24 long samples: more than the instances run at once, so some wait in the frontend's queue
     body = {"prompts": [{"input_ids": [11 + p, 12, 13, 14]} for p in range(6)], "n": 4, "max_tokens": 4000,
             "temperature": 0, "ignore_eos": True}
-    box: dict = {}
-    worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{seer_url}/v1/rollout", json=body,
-                                                                     timeout=600)))
-    worker.start()
+    run = BackgroundRollout(seer_url, body)
     deadline = time.monotonic() + 120
     while sum(i["inflight_chunks"] for i in _instances(seer_url)) == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -38,9 +36,7 @@ def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
     urls = [w["url"] for w in httpx.get(f"{seer_url}/workers", timeout=10).json()["workers"]]
     for url in urls:
         assert httpx.post(f"{url}/abort_request", json={"abort_all": True}, timeout=60).status_code == 200
-    worker.join(120)
-    assert not worker.is_alive()
-    data = box["r"].json()
+    data = run.wait(120).json()
     assert len(data["samples"]) == 24
     assert all(s["finish_reason"] == "abort" for s in data["samples"]), [s["finish_reason"] for s in data["samples"]]
     assert all(len(s["output_ids"]) < 4000 for s in data["samples"])
