@@ -3,7 +3,7 @@ plain ``Dispatch`` decisions; the engine (or the simulator) carries them out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..config import SCHEDULER
@@ -25,13 +25,51 @@ class InstanceView:
     reserved_tokens: int = 0  # worst-case tokens of our chunks in flight there
     inflight: int = 0  # our chunks in flight there
     retractions: int = 0  # SGLang retractions our chunks there have seen (preemption pressure)
+    # Our chunks in flight there, per group. A group's samples share one prompt, and SGLang's radix
+    # cache holds it once for all of them: the prompt is reserved once per group and instance.
+    groups: dict[str, int] = field(default_factory=dict)
 
     @property
     def load(self) -> float:
         """Fraction of KV capacity our in-flight work can claim; the dispatch criterion."""
+        return self.load_with(0)
+
+    def load_with(self, tokens: int) -> float:
+        """The load once ``tokens`` more are reserved."""
         if self.capacity_tokens <= 0:
-            return float(self.reserved_tokens)
-        return self.reserved_tokens / self.capacity_tokens
+            return float(self.reserved_tokens + tokens)
+        return (self.reserved_tokens + tokens) / self.capacity_tokens
+
+    def claim_tokens(self, sample: Sample, max_new: int) -> int:
+        """The worst-case KV a chunk of ``max_new`` tokens adds here: the sample's generated tokens and
+        the chunk, and its prompt unless a sibling in flight here already holds it."""
+        shared = self.groups.get(sample.group_id, 0) > 0
+        return sample.generated + max_new + (0 if shared else len(sample.prompt_ids))
+
+    def claim(self, sample: Sample, max_new: int) -> int:
+        """Reserve a chunk's worst case here; returns the part that is the chunk's own (generated +
+        ``max_new``), which ``release`` gives back. The prompt stays reserved while any sibling runs."""
+        own = sample.generated + max_new
+        self.reserved_tokens += self.claim_tokens(sample, max_new)
+        self.groups[sample.group_id] = self.groups.get(sample.group_id, 0) + 1
+        self.inflight += 1
+        return own
+
+    def release(self, sample: Sample, own: int) -> None:
+        """The chunk came back (or was lost): its own reservation goes, and its prompt's with the last
+        sibling in flight here."""
+        self.reserved_tokens -= own
+        self.inflight -= 1
+        left = self.groups.get(sample.group_id, 0) - 1
+        if left > 0:
+            self.groups[sample.group_id] = left
+        else:
+            self.groups.pop(sample.group_id, None)
+            self.reserved_tokens -= len(sample.prompt_ids)
+
+    def snapshot(self) -> "InstanceView":
+        """A copy a policy may reserve on while it plans, leaving this view as it is."""
+        return replace(self, groups=dict(self.groups))
 
 
 @dataclass
@@ -56,6 +94,7 @@ def chunk_tokens(sample: Sample, chunk_size: int | None, page_size: int | None =
 
 
 def worst_case_tokens(sample: Sample, max_new: int) -> int:
+    """A chunk's KV with its prompt counted in full (an upper bound wherever it runs)."""
     return sample.context_len + max_new
 
 
@@ -100,8 +139,8 @@ class WholeGroupPolicy(SchedulingPolicy):
             if target is None:
                 break
             budgets = [chunk_tokens(s, None) for s in samples]
-            target.reserved_tokens += sum(worst_case_tokens(s, b) for s, b in zip(samples, budgets))
-            target.inflight += len(samples)
+            for s, b in zip(samples, budgets):
+                target.claim(s, b)
             decisions.append(Dispatch(target.index, samples, budgets))
         return decisions
 
@@ -165,16 +204,22 @@ class ChunkedPolicy(SchedulingPolicy):
             return True
         return view.reserved_tokens + tokens <= self.kv_headroom * view.capacity_tokens
 
-    def select_instance(self, instances: list[InstanceView], tokens: int, previous: int | None = None,
-                        move_share: float = 0.0) -> InstanceView | None:
-        """SELECT_INSTANCE: the least-loaded healthy instance with room for ``tokens``; the
-        sample's previous instance when moving would not pay (a device hit is free, a pool load or a
-        re-prefill is not: ``move_share`` is the share of the chunk's time a move adds)."""
-        best = least_loaded(instances, lambda view: self._fits(view, tokens))
-        if best is not None and previous is not None and previous != best.index and previous < len(instances):
+    def select_instance(self, instances: list[InstanceView], sample: Sample, budget: int,
+                        previous: int | None = None, move_share: float = 0.0) -> InstanceView | None:
+        """SELECT_INSTANCE: the healthy instance with room for the chunk that is least loaded once it
+        runs there (where a sibling already holds the prompt, the chunk costs less); the sample's
+        previous instance when moving would not pay (a device hit is free, a pool load or a re-prefill
+        is not: ``move_share`` is the share of the chunk's time a move adds)."""
+        cost = {v.index: v.claim_tokens(sample, budget) for v in instances if v.healthy}
+        fitting = [v for v in instances if v.index in cost and self._fits(v, cost[v.index])]
+        if not fitting:
+            return None
+        best = min(fitting, key=lambda v: (v.load_with(cost[v.index]), v.inflight, v.index))
+        if previous is not None and previous != best.index and previous < len(instances):
             prev = instances[previous]
             slack = self.affinity_slack + move_share
-            if prev.index == previous and self._fits(prev, tokens) and prev.load <= best.load + slack:
+            if (prev.index == previous and prev.index in cost and self._fits(prev, cost[previous])
+                    and prev.load_with(cost[previous]) <= best.load_with(cost[best.index]) + slack):
                 return prev
         return best
 
@@ -196,15 +241,14 @@ class ChunkedPolicy(SchedulingPolicy):
         chunk = None if self.whole_tail and ordered and self.in_tail(ordered, instances) else self.chunk_size
         for rank, sample in enumerate(ordered):
             budget = chunk_tokens(sample, chunk, self.page_size)
-            tokens = worst_case_tokens(sample, budget)
-            target = self.select_instance(instances, tokens, sample.chunks[-1].instance if sample.chunks else None,
+            target = self.select_instance(instances, sample, budget,
+                                          sample.chunks[-1].instance if sample.chunks else None,
                                           self.move_share(sample, budget))
             if target is None:
                 if not any(v.healthy and v.inflight == 0 for v in instances):
                     break  # every instance is full: the rest waits for chunks to come back
                 continue
-            target.reserved_tokens += tokens
-            target.inflight += 1
+            target.claim(sample, budget)
             self.on_dispatch(sample)
             d = by_instance.setdefault(target.index, Dispatch(target.index, []))
             d.samples.append(sample)

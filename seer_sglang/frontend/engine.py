@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..config import ROLLOUT
 from ..core.buffer import RequestBuffer
-from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
+from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import ChunkRecord, Group, Sample, SampleState
 from ..wire import chunk_rid, group_of_sample
 from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
@@ -309,7 +309,7 @@ class RolloutEngine:
             if self.paused or self.memory_released or not self.buffer.has_pending():
                 continue
             self._fail_if_no_instance()
-            snapshot = [dataclasses.replace(v) for v in self.views]
+            snapshot = [v.snapshot() for v in self.views]
             for decision in self.policy.schedule(self.buffer, snapshot):
                 priorities = decision.priorities or [0] * len(decision.samples)
                 for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):
@@ -330,9 +330,7 @@ class RolloutEngine:
 
     def _launch(self, sample: Sample, instance: int, max_new: int) -> None:
         view = self.views[instance]
-        reserve = worst_case_tokens(sample, max_new)
-        view.reserved_tokens += reserve
-        view.inflight += 1
+        reserve = view.claim(sample, max_new)
         self.buffer.mark_running(sample, instance)
         sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new,
                                          context_tokens=sample.context_len))
@@ -469,9 +467,7 @@ class RolloutEngine:
         self.buffer.requeue(sample)
 
     def _settle(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> None:
-        view = self.views[instance]
-        view.reserved_tokens -= reserve
-        view.inflight -= 1
+        self.views[instance].release(sample, reserve)
         chunk.end = time.time()
         self._chunk_tasks.pop(sample.rid, None)
         self._given_up.discard(sample.rid)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..core.buffer import RequestBuffer
 from ..core.migration import MigrationCost
-from ..core.policy import InstanceView, SchedulingPolicy, worst_case_tokens
+from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
 from ..speculative.budget import BudgetRequest, high_priority
 from .spec_model import SpecModel
@@ -154,15 +154,12 @@ class Simulation:
 
     # ---- router side: the real policy ---------------------------------------------------------
     def dispatch(self) -> None:
-        snapshot = [dataclasses.replace(v) for v in self.views]
+        snapshot = [v.snapshot() for v in self.views]
         for decision in self.policy.schedule(self.buffer, snapshot):
             inst = self.instances[decision.instance]
             priorities = decision.priorities or [None] * len(decision.samples)
             for sample, budget, priority in zip(decision.samples, decision.max_new_tokens, priorities):
-                reserve = worst_case_tokens(sample, budget)
-                view = self.views[decision.instance]
-                view.reserved_tokens += reserve
-                view.inflight += 1
+                reserve = self.views[decision.instance].claim(sample, budget)
                 self.buffer.mark_running(sample, decision.instance)
                 sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
                 inst.waiting.append(Slot(sample, budget, reserve, priority=priority))
@@ -172,8 +169,7 @@ class Simulation:
     def _return_chunk(self, inst: SimInstance, slot: Slot) -> None:
         sample = slot.sample
         view = self.views[inst.index]
-        view.reserved_tokens -= slot.reserve
-        view.inflight -= 1
+        view.release(sample, slot.reserve)
         sample.chunks[-1].end = self.now
         sample.chunks[-1].new_tokens = slot.produced
         inst.remember(f"s:{sample.rid}", slot.context)

@@ -108,7 +108,7 @@ def test_policy_moves_a_long_context_only_when_the_pool_holds_it():
         views = [InstanceView(0, capacity_tokens=100_000, reserved_tokens=30_000, inflight=3),
                  InstanceView(1, capacity_tokens=100_000, reserved_tokens=0, inflight=0)]
         budget = 64
-        return policy.select_instance(views, 4064, 0, policy.move_share(sample, budget)).index
+        return policy.select_instance(views, sample, budget, 0, policy.move_share(sample, budget)).index
 
     assert choose(0) == 0
     assert choose(4000) == 1

@@ -70,7 +70,8 @@ def test_whole_group_goes_to_one_least_loaded_instance():
     for d in decisions:
         assert len({s.group_id for s in d.samples}) == 1 and len(d.samples) == 4
         assert d.max_new_tokens == [100] * 4  # unchunked: the whole budget
-    assert views[0].reserved_tokens == 2 * 4 * 110 and views[0].inflight == 8
+    # each group's prompt once (its samples share it in the radix cache), each sample's budget
+    assert views[0].reserved_tokens == 2 * (10 + 4 * 100) and views[0].inflight == 8 and views[0].groups == {"a": 4, "c": 4}
 
 
 def test_round_robin_deals_whole_groups_in_turn_whatever_the_load():
@@ -121,7 +122,11 @@ def test_divided_sends_chunks_to_least_loaded_with_room():
     decisions = ChunkedPolicy(chunk_size=16).schedule(buf, views)
     placed = {s.rid: (d.instance, n) for d in decisions for s, n in zip(d.samples, d.max_new_tokens)}
     assert placed["a-0"][1] == 16 and placed["a-1"][1] == 5  # min(chunk, remaining)
-    assert sorted(i for i, _ in placed.values()) == [0, 0, 1, 1]  # balanced by reserved load
+    # Each goes where the load is least once it runs there, and a sibling already there holds the
+    # prompt: a-1 joins a-0 on instance 0 (126 tokens there, against 100 + 10 + 100 on instance 1);
+    # then a-2 pays the prompt on instance 1 (126 against 142) and a-3 evens out on instance 0.
+    assert [placed[f"a-{i}"][0] for i in range(4)] == [0, 0, 1, 0]
+    assert views[0].reserved_tokens == 10 + 16 + 100 + 16 and views[1].reserved_tokens == 100 + 10 + 16
 
 
 def test_admission_keeps_kv_below_headroom_but_idle_instance_takes_one():
@@ -129,8 +134,9 @@ def test_admission_keeps_kv_below_headroom_but_idle_instance_takes_one():
     buf.add_group(group("a", n=8, prompt_len=100, max_new=1000))
     views = [InstanceView(0, capacity_tokens=1000)]
     decisions = ChunkedPolicy(chunk_size=200, kv_headroom=0.9).schedule(buf, views)
-    assert sum(len(d.samples) for d in decisions) == 3  # 3 * 300 <= 900 < 4 * 300
-    assert views[0].reserved_tokens == 900
+    # the shared prompt once, then 200 per sample: 100 + 4 * 200 <= 900 < 100 + 5 * 200
+    assert sum(len(d.samples) for d in decisions) == 4
+    assert views[0].reserved_tokens == 900 and views[0].groups == {"a": 4}
     big = RequestBuffer()
     big.add_group(group("b", n=2, prompt_len=5000, max_new=100))
     decisions = ChunkedPolicy(chunk_size=200).schedule(big, [InstanceView(0, capacity_tokens=1000)])
@@ -314,3 +320,26 @@ def test_a_sibling_waits_a_batch_when_its_uncached_prompt_is_computed_by_another
     a = Req(rid="g1-0-c3", origin_input_ids=prompt + [1] * 64, prefix_len=704)
     b = Req(rid="g1-1-c3", origin_input_ids=prompt + [2] * 64, prefix_len=704)
     assert not shares_uncached_prefill(b, [a])
+
+
+def test_a_groups_prompt_is_reserved_once_per_instance_while_any_sibling_runs_there():
+    """SGLang's radix cache holds a prompt once for all the siblings running on an instance, so the
+    router reserves it once: with the first sibling, and it is given back with the last one."""
+    a, b = group("a", n=3, prompt_len=50), group("b", n=1, prompt_len=70)
+    view = InstanceView(0, capacity_tokens=1000)
+    a.samples[2].output_ids = [5] * 20
+    assert view.claim_tokens(a.samples[0], 16) == 50 + 16
+    own = [view.claim(a.samples[0], 16), view.claim(a.samples[1], 16), view.claim(a.samples[2], 16),
+           view.claim(b.samples[0], 8)]
+    assert own == [16, 16, 20 + 16, 8]
+    assert view.claim_tokens(a.samples[1], 16) == 16  # a sibling holds the prompt here
+    assert view.reserved_tokens == 50 + 16 + 16 + 36 + 70 + 8 and view.inflight == 4
+    plan = view.snapshot()
+    plan.claim(b.samples[0], 8)
+    assert view.groups == {"a": 3, "b": 1}  # planning on a snapshot leaves the view alone
+    view.release(a.samples[0], own[0])
+    view.release(a.samples[2], own[2])
+    assert view.reserved_tokens == 50 + 16 + 70 + 8  # the prompt stays while a-1 runs
+    view.release(a.samples[1], own[1])
+    view.release(b.samples[0], own[3])
+    assert view.reserved_tokens == 0 and view.inflight == 0 and view.groups == {}
