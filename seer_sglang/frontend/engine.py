@@ -256,6 +256,8 @@ class RolloutEngine:
         clients = self.active_clients()
         results = await asyncio.gather(*(c.load() for c in clients), return_exceptions=True)
         for client, result in zip(clients, results):
+            if client.index in self.removed:
+                continue  # removed while the poll was out: it stays out of dispatch
             view = self.views[client.index]
             was_healthy = view.healthy
             if isinstance(result, BaseException):
@@ -310,6 +312,8 @@ class RolloutEngine:
                 continue
             self._fail_if_no_instance()
             snapshot = [v.snapshot() for v in self.views]
+            for view in snapshot:
+                view.healthy = view.healthy and view.index not in self.removed
             for decision in self.policy.schedule(self.buffer, snapshot):
                 priorities = decision.priorities or [0] * len(decision.samples)
                 for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):
