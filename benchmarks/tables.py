@@ -550,6 +550,7 @@ ROLLOUT = r"cpu_(?!transfer).*"
 
 TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
+    "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
     "rollout_cpu_smollm2": lambda r: rollout_table([r["cpu_smollm2"]], ["cpu_smollm2"],
