@@ -36,10 +36,10 @@ def other_weights(tiny_model, tmp_path_factory) -> str:
     return str(out)
 
 
-def _greedy(url: str, prompts: list[list[int]]) -> list[list[int]]:
+def _greedy(url: str, prompts: list[list[int]], max_tokens: int = MAX_TOKENS) -> list[list[int]]:
     with httpx.Client(timeout=600) as http:
         return [http.post(f"{url}/generate", json={"input_ids": p, "sampling_params": {
-            "max_new_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}}).json()["output_ids"] for p in prompts]
+            "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}}).json()["output_ids"] for p in prompts]
 
 
 def _update(url: str, model_path: str, **extra) -> httpx.Response:
@@ -115,18 +115,19 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
     from conftest import start_seer, stop_seer, wait_server
 
     prompts = [[(29 * p + 5 * i) % 1900 + 40 for i in range(20 + 2 * p)] for p in range(4)]
-    old_tokens = _greedy(plain_url, prompts)
+    max_tokens = 3 * MAX_TOKENS  # long enough that the update lands while every sample is still running
+    old_tokens = _greedy(plain_url, prompts, max_tokens)
     server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32", "--kv-pool", "none",
                         "--scheduler", "context", "--chunk-size", str(CHUNK), "--mixed-weight-versions")
     try:
         wait_server(server)
-        body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": MAX_TOKENS, "temperature": 0,
+        body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": max_tokens, "temperature": 0,
                 "ignore_eos": True}
         run = BackgroundRollout(server.url, body, timeout_s=900)
         deadline = time.monotonic() + 120
         while not _chunks_in_flight(server.url) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(1.0)
+        time.sleep(0.3)
         new_version = _update(server.url, other_weights).headers["x-seer-weight-version"]
         r = run.wait(900)
     finally:
@@ -141,11 +142,11 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
         with httpx.Client(timeout=600) as http:
             for s in spanning:
                 (old, start, cut), (new, cut2, end) = s["weight_versions"]
-                assert (start, cut, cut2, end) == (0, cut, cut, MAX_TOKENS) and new == new_version != old
+                assert (start, cut, cut2, end) == (0, cut, cut, max_tokens) and new == new_version != old
                 prompt, out = prompts[s["prompt_index"]], s["output_ids"]
                 assert out[:cut] == old_tokens[s["prompt_index"]][:cut]
                 rest = http.post(f"{plain_url}/generate", json={"input_ids": prompt + out[:cut], "sampling_params": {
-                    "max_new_tokens": MAX_TOKENS - cut, "temperature": 0, "ignore_eos": True}}).json()["output_ids"]
+                    "max_new_tokens": max_tokens - cut, "temperature": 0, "ignore_eos": True}}).json()["output_ids"]
                 assert out[cut:] == rest, (s["rid"], cut)
     finally:
         _update(plain_url, tiny_model, weight_version="plain-a")
