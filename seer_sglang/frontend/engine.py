@@ -134,7 +134,8 @@ class RolloutEngine:
         self._wake.set()
 
     def remove_instance(self, index: int) -> None:
-        """An instance leaves: nothing more is dispatched to it; its chunks in flight finish there."""
+        """An instance leaves: nothing more is dispatched to it; its chunks in flight finish there. Its
+        view stays down, since load polls skip removed instances (``poll_loads``)."""
         self.removed.add(index)
         self.views[index].healthy = False
         self._wake.set()
@@ -312,8 +313,6 @@ class RolloutEngine:
                 continue
             self._fail_if_no_instance()
             snapshot = [v.snapshot() for v in self.views]
-            for view in snapshot:
-                view.healthy = view.healthy and view.index not in self.removed
             for decision in self.policy.schedule(self.buffer, snapshot):
                 priorities = decision.priorities or [0] * len(decision.samples)
                 for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import BackgroundRollout
+from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
 
 CHUNK = 16
 MAX_TOKENS = 160
@@ -112,8 +112,6 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
     is not generated again; it continues on the new weights, and reports which tokens each version
     made. Its old-version tokens are plain SGLang's on the old weights, and the rest are plain SGLang's
     continuation on the new weights from exactly that prefix."""
-    from conftest import start_seer, stop_seer, wait_server
-
     prompts = [[(29 * p + 5 * i) % 1900 + 40 for i in range(20 + 2 * p)] for p in range(4)]
     max_tokens = 3 * MAX_TOKENS  # long enough that the update lands while every sample is still running
     old_tokens = _greedy(plain_url, prompts, max_tokens)
