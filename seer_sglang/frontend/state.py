@@ -56,9 +56,13 @@ class Frontend:
 
     # ---- validation ------------------------------------------------------------------------
     def check_model(self, name: str | None) -> None:
-        if name and name not in self.model.aliases():
-            raise APIError(f"The model `{name}` does not exist. Served: `{self.model.served_name}`.",
-                           404, param="model", code="model_not_found")
+        """Any model name means the served model, as in SGLang: clients send ``default`` or a label of
+        their own. SGLang reads ``<model>:<adapter>`` as a LoRA adapter, which seer does not serve."""
+        if not name or name in self.model.aliases() or ":" not in name:
+            return
+        raise APIError(f"`{name}` names a LoRA adapter (SGLang's `<model>:<adapter>`); this server serves "
+                       f"`{self.model.served_name}` without adapters", 400, param="model",
+                       code="lora_not_supported")
 
     def check_available(self) -> None:
         if self.engine.healthy_count() == 0:

@@ -104,3 +104,20 @@ def test_logprobs_and_stop(client, model):
     cut = client.completions.create(model=model, prompt=PROMPT, max_tokens=10, temperature=0, stop=[stop])
     assert cut.choices[0].finish_reason == "stop"
     assert cut.choices[0].text == text[:text.find(stop)]
+
+
+def test_any_model_name_is_the_served_model_as_in_sglang(seer_url, plain_url):
+    """Clients written for SGLang send ``model: "default"`` (or their own label); SGLang serves its model
+    whatever the name, and so does seer. ``<model>:<adapter>`` asks for a LoRA adapter: refused by name."""
+    body = {"messages": [{"role": "user", "content": "What is 2+3?"}], "max_tokens": 8, "temperature": 0}
+    answers = {}
+    for url in (seer_url, plain_url):
+        r = httpx.post(f"{url}/v1/chat/completions", json={**body, "model": "default"}, timeout=300)
+        assert r.status_code == 200, r.text
+        answers[url] = r.json()["choices"][0]["message"]["content"]
+    assert answers[seer_url] == answers[plain_url]
+    r = httpx.post(f"{seer_url}/v1/chat/completions", json={**body, "model": "default:my-adapter"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "lora_not_supported", r.text
+    assert r.json()["error"]["param"] == "model"
+    plain = httpx.post(f"{plain_url}/v1/chat/completions", json={**body, "model": "default:my-adapter"}, timeout=60)
+    assert 400 <= plain.status_code < 500  # SGLang refuses it too (no adapter loaded)
