@@ -496,7 +496,10 @@ class RolloutEngine:
         sample.chunks[-1].new_tokens += len(new_ids)
         if sample.first_token_at is None:
             sample.first_token_at = time.time()
-        if sample.on_tokens is not None:
+        # The tokens that end a sample reach a streaming client with its final event (and finish
+        # reason), as in SGLang's stream; sent here as well, that event would repeat them.
+        ends = (meta.get("finish_reason") or {}).get("type") in ("stop", "abort") or sample.remaining <= 0
+        if sample.on_tokens is not None and not ends:
             sample.on_tokens(sample, new_ids)
 
     @staticmethod

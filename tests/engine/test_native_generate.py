@@ -152,7 +152,7 @@ def test_stream_is_cumulative_and_ends_like_the_plain_answer(seer_url, plain_url
     assert events[-1] == "[DONE]"
     outs = [json.loads(e) for e in events[:-1]]
     lengths = [len(o["output_ids"]) for o in outs]
-    assert lengths == sorted(lengths) and lengths[-1] == 12
+    assert all(a < b for a, b in zip(lengths, lengths[1:])) and lengths[-1] == 12  # no event repeats
     assert all(o["meta_info"]["finish_reason"] is None for o in outs[:-1])
     plain = httpx.post(f"{plain_url}/generate", json={**body, "stream": False}, timeout=300).json()
     _same_sample(outs[-1], plain)
@@ -209,6 +209,41 @@ def test_a_late_sibling_joins_its_running_group(seer_url):
 
     metas = [a.json()["meta_info"] for a in asyncio.run(send())]
     assert len({m["group_id"] for m in metas}) == 1 and all(m["group_size"] == 4 for m in metas)
+
+
+def test_per_sample_siblings_draft_from_their_group(seer_url):
+    """Group drafts reach per-sample traffic: siblings sent one request each, after the first is well
+    ahead, join its group and take its tokens as drafts (temperature 0, so their tokens are the same).
+    The speculative counts in ``meta_info`` are SGLang's: verify steps and accepted draft tokens."""
+    new_tokens = 160
+    body = {"input_ids": [8, 21, 5, 34], "return_logprob": False,
+            "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}}
+
+    async def send():
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            async with c.stream("POST", "/generate", json={**body, "stream": True}) as first:
+                lead = None
+                late = []
+                async for line in first.aiter_lines():
+                    if not line.startswith("data:") or line.endswith("[DONE]"):
+                        continue
+                    lead = json.loads(line[5:])
+                    if not late and len(lead["output_ids"]) >= new_tokens * 2 // 3:
+                        late = [asyncio.create_task(c.post("/generate", json=body)) for _ in range(3)]
+            return lead, [(await t).json() for t in late]
+
+    lead, late = asyncio.run(send())
+    assert late, "the first sibling finished before it was two thirds through"
+    assert len({o["meta_info"]["group_id"] for o in [lead, *late]}) == 1
+    assert all(o["output_ids"] == lead["output_ids"] for o in late)
+
+    def tokens_per_step(o: dict) -> float:
+        return (len(o["output_ids"]) - 1) / max(1, o["meta_info"].get("spec_verify_ct", 0))
+
+    assert all(o["meta_info"]["spec_verify_ct"] > 0 and o["meta_info"]["spec_accept_token_num"] > 0 for o in late)
+    # the lead drafts from its own tokens only; the late siblings verify its tokens two thirds of the way
+    assert all(tokens_per_step(o) > 2.0 and tokens_per_step(o) > tokens_per_step(lead) for o in late), \
+        ([tokens_per_step(o) for o in late], tokens_per_step(lead))
 
 
 def test_named_groups_form_when_complete(seer_url):

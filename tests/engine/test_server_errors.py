@@ -17,11 +17,11 @@ BAD = [
     ("/v1/completions", {"prompt": "x", "max_tokens": CTX}, 400),  # prompt + max_tokens > context
     ("/v1/completions", {"prompt": "hello " * (CTX + 10), "max_tokens": 4}, 400),
     ("/v1/completions", {"prompt": [99999999], "max_tokens": 4}, 400),
-    ("/v1/completions", {"prompt": "x", "model": "no-such-model"}, 404),
+    ("/v1/completions", {"prompt": "x", "model": "no-such-model:adapter"}, 400),
     ("/v1/completions", {"prompt": "x", "temperature": -1}, 400),
     ("/v1/chat/completions", {"messages": []}, 400),
     ("/v1/chat/completions", {"messages": "hi"}, 400),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "model": "gpt-5"}, 404),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "model": "gpt-5:lora"}, 400),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}, 400),
     ("/v1/rollout", {"prompts": []}, 400),
     ("/v1/rollout", {"prompts": [{"text": "a", "input_ids": [1]}]}, 400),

@@ -93,15 +93,21 @@ async def _stream(fe: Frontend, req: NativeRequest, explicit: str | None, size: 
             return
         fe.name_samples(req.samples)
         remaining = len(req.samples)
+        sent: dict[int, int] = {}  # tokens already streamed, per sample
         while remaining:
             kind, native = await queue.get()
             sample = native.sample
             if kind == "tokens":
+                # Events are cumulative: one queued behind newer tokens, or before the sample's final
+                # event (which carries the finish reason), would repeat what the client has.
+                if sample.done or sent.get(native.position) == len(sample.output_ids):
+                    continue
                 text = fe.tokenizer.decode(sample.output_ids, sample.params.skip_special_tokens,
                                            sample.params.spaces_between_special_tokens)
                 if text.endswith("\ufffd"):  # an incomplete character: wait for the next token
                     continue
                 out = response(native, req, fe.tokenizer, text)
+                sent[native.position] = len(sample.output_ids)
             else:
                 remaining -= 1
                 if sample.state == SampleState.FAILED:
