@@ -339,6 +339,18 @@ class RolloutEngine:
                                          context_tokens=sample.context_len))
         task = asyncio.create_task(self._run_chunk(sample, instance, max_new, reserve))
         self._chunk_tasks[sample.rid] = task
+        task.add_done_callback(lambda t: self._cancelled_before_start(t, sample, instance, reserve))
+
+    def _cancelled_before_start(self, task: asyncio.Task, sample: Sample, instance: int, reserve: int) -> None:
+        """A chunk task cancelled before its first step (an abort or a stall give-up in the same loop
+        turn as the dispatch) never runs ``_run_chunk``, whose handlers settle every other ending: settle
+        it here, or its instance keeps the claim for ever and a given-up sample is never sent again."""
+        if self._chunk_tasks.get(sample.rid) is not task:
+            return  # the chunk settled itself
+        given_up = sample.rid in self._given_up
+        self._settle(sample, instance, reserve, sample.chunks[-1])
+        if given_up:
+            self._redispatch(sample, instance, f"no answer for {self.instance_down_s:.0f} s")
 
     def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
         payload: dict[str, Any] = {

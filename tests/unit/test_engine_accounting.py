@@ -1,0 +1,82 @@
+"""The engine's bookkeeping of chunks in flight when a chunk is cancelled before its task first runs.
+
+The instance client here is a stand-in that never answers, so the test controls exactly when a chunk
+task gets to run; the engine's behaviour with real SGLang instances is tested in tests/engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+from seer_sglang.core.policy import WholeGroupPolicy
+from seer_sglang.core.request import Group, Sample, SamplingParams, SampleState
+from seer_sglang.frontend.engine import RolloutEngine
+from seer_sglang.frontend.instance_client import InstanceLoad
+from seer_sglang.wire import sample_rid
+
+
+class SilentInstance:
+    """Answers load polls; a chunk sent to it waits until it is cancelled."""
+
+    def __init__(self, index: int):
+        self.index, self.url = index, f"http://127.0.0.1:{40000 + index}"
+        self.chunks = 0
+
+    async def load(self) -> InstanceLoad:
+        return InstanceLoad(max_total_tokens=4096)
+
+    async def generate(self, payload):
+        self.chunks += 1
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        pass
+
+
+def _group(gid: str, n: int = 2) -> Group:
+    samples = [Sample(rid=sample_rid(gid, k), group_id=gid, index=k, prompt_ids=[1, 2, 3],
+                      params=SamplingParams(max_new_tokens=8)) for k in range(n)]
+    return Group(group_id=gid, prompt_ids=[1, 2, 3], samples=samples)
+
+
+def _engine(instances: int = 1) -> RolloutEngine:
+    return RolloutEngine([SilentInstance(i) for i in range(instances)], WholeGroupPolicy(), poll_interval_s=3600)
+
+
+def test_an_abort_in_the_dispatch_turn_releases_the_instance():
+    async def run():
+        engine = _engine()
+        await engine.poll_loads()
+        group = _group("g1")
+        engine.buffer.add_group(group)
+        sample = group.samples[0]
+        engine._launch(sample, 0, 8)
+        assert engine.views[0].inflight == 1
+        engine.abort_sample(sample)  # before the chunk task has run a single step
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert sample.state == SampleState.ABORTED
+        assert engine.views[0].inflight == 0 and not engine._chunk_tasks
+        assert engine.clients[0].chunks == 0  # it never reached the instance
+        await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_a_chunk_given_up_before_it_ran_is_sent_again():
+    async def run():
+        engine = _engine(2)
+        await engine.poll_loads()
+        group = _group("g2", n=1)
+        engine.buffer.add_group(group)
+        sample = group.samples[0]
+        engine._launch(sample, 0, 8)
+        engine._given_up.add(sample.rid)  # what _watch_stall does for a stalled instance
+        engine._chunk_tasks[sample.rid].cancel()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert engine.views[0].inflight == 0
+        assert sample.failures == 1 and sample.state == SampleState.PENDING  # back in the buffer
+        assert engine.buffer.has_pending()
+        await engine.stop()
+
+    asyncio.run(run())
