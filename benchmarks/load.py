@@ -377,17 +377,25 @@ def footprint(proc: psutil.Process) -> dict:
 
 
 async def soak_phase(url: str, proc: psutil.Process, args) -> dict:
+    """``--soak-rounds`` rounds of the soak, each drained; the footprint after each round shows whether
+    memory, processes or file descriptors grow with the work done (a leak) or settle (bounded)."""
     ledger = Ledger()
     before = footprint(proc)
     memory: list[tuple[float, float]] = []
     t0 = time.perf_counter()
     sampler = asyncio.create_task(sample_memory(proc, 0.5, memory, t0))
     soak = Soak(url, args, ledger)
-    wall = await soak.run()
-    drained_s, instances = await drain(url, timeout_s=120)
-    await asyncio.sleep(5.0)  # idle keep-alive connections to the instance expire
+    rounds = []
+    for k in range(args.soak_rounds):
+        wall = await soak.run()
+        drained_s, instances = await drain(url, timeout_s=120)
+        await asyncio.sleep(5.0)  # idle keep-alive connections to the instance expire
+        rounds.append({"wall_s": wall, "ended_at_s": time.perf_counter() - t0, "drained_s": drained_s,
+                       "instances_after": instances,
+                       "requests": sum(ledger.outcomes.values()), "footprint": footprint(proc)})
+        print(f"[soak] round {k + 1}/{args.soak_rounds}: {rounds[-1]}", flush=True)
     sampler.cancel()
-    after = footprint(proc)
+    wall = sum(r["wall_s"] for r in rounds)
     answered = sum(v for k, v in ledger.outcomes.items() if k != "lost")
     return {
         "wall_s": wall, "requests": sum(ledger.outcomes.values()), "outcomes": dict(ledger.outcomes),
@@ -396,9 +404,11 @@ async def soak_phase(url: str, proc: psutil.Process, args) -> dict:
         "samples_per_s": sum(ledger.samples.values()) / wall,
         "lost": ledger.outcomes["lost"], "duplicated": ledger.duplicated, "missing": ledger.missing,
         "wrong_length": ledger.wrong_length, "server_errors": ledger.server_errors, "problems": ledger.problems,
-        "pauses": soak.pauses, "paused_s": soak.paused_s,
-        "drained_s": drained_s, "instances_after": instances, "before": before, "after": after,
+        "pauses": soak.pauses, "paused_s": soak.paused_s, "rounds": rounds,
+        "drained_s": None if any(r["drained_s"] is None for r in rounds) else max(r["drained_s"] for r in rounds),
+        "before": before, "after_first": rounds[0]["footprint"], "after": rounds[-1]["footprint"],
         "memory_mb": {"start": memory[0][1], "peak": max(m for _, m in memory), "end": memory[-1][1],
+                      "after_each_round": [r["footprint"]["rss_mb"] for r in rounds],
                       "series": [[round(t, 2), round(m, 1)] for t, m in memory]},
     }
 
@@ -413,7 +423,10 @@ def checks(latency: dict, soak: dict) -> dict:
         "no_server_error": soak["server_errors"] == 0,
         "no_chunk_left_running": soak["drained_s"] is not None,
         "no_process_leaked": soak["after"]["processes"] == soak["before"]["processes"],
-        "no_file_leaked": soak["after"]["fds"] <= soak["before"]["fds"],
+        # after the first round (which opens what a server opens once, lazily), no round adds any
+        "no_file_leaked": soak["after"]["fds"] <= soak["after_first"]["fds"],
+        # memory settles: the last round ends within 10% of where the first ended
+        "memory_bounded": soak["after"]["rss_mb"] <= 1.1 * soak["after_first"]["rss_mb"],
         "latency_phase_without_failures": all(r["failures"] == 0 for t in latency["targets"].values()
                                               for r in t["runs"]),
     }
@@ -436,7 +449,8 @@ def plot(result: dict, path: Path) -> None:
     a.legend()
     series = result["soak"]["memory_mb"]["series"]
     b.plot([t for t, _ in series], [m for _, m in series])
-    b.axvline(result["soak"]["wall_s"], color="grey", linestyle="--", label="clients stop")
+    for k, r in enumerate(result["soak"]["rounds"]):
+        b.axvline(r["ended_at_s"], color="grey", linestyle="--", label="round drained" if k == 0 else None)
     b.set_xlabel("seconds")
     b.set_ylabel("frontend RSS (MiB)")
     b.set_title(f"soak: {result['config']['clients']} clients, {result['soak']['requests']} requests")
@@ -449,7 +463,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny")
     p.add_argument("--clients", type=int, default=2000, help="concurrent clients in the soak")
-    p.add_argument("--soak-s", type=float, default=60.0)
+    p.add_argument("--soak-s", type=float, default=45.0, help="seconds clients start requests, per round")
+    p.add_argument("--soak-rounds", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=16, help="tokens per sample in the soak")
     p.add_argument("--long-tokens", type=int, default=400, help="tokens of the requests that get aborted")
     p.add_argument("--group-size", type=int, default=4)
@@ -482,7 +497,7 @@ def main() -> None:
                    "frontend": seer_url}
         latency = latency_phase(targets, args, rng)
         stop_instances([plain])  # the soak has the machine to itself
-        print(f"[soak] {args.clients} clients for {args.soak_s:.0f} s ...", flush=True)
+        print(f"[soak] {args.clients} clients, {args.soak_rounds} rounds of {args.soak_s:.0f} s ...", flush=True)
         soak = asyncio.run(soak_phase(seer_url, psutil.Process(seer_proc.pid), args))
         print(f"[soak] {soak['requests']} requests: {soak['outcomes']}; samples {soak['samples']}; "
               f"lost {soak['lost']}, duplicated {soak['duplicated']}, drained in {soak['drained_s']} s", flush=True)

@@ -391,6 +391,44 @@ def default_pool_table(results: Results, stems: list[str]) -> str:
                      + ["", caption])
 
 
+def load_table(results: Results, stem: str) -> str:
+    """``benchmarks.load``: the frontend's added latency, the load it held, its memory and the account."""
+    d = results[stem]
+    lat, soak, c = d["latency"], d["soak"], d["config"]
+    t = lat["targets"]
+    names = {"plain": "plain SGLang", "instance": "seer's instance, direct", "frontend": "through the frontend"}
+    rows = [[names[k], f"{fnum(v['requests_per_s'])} req/s", f"{fint(v['p50_ms'])} ms", f"{fint(v['p99_ms'])} ms"]
+            for k, v in t.items()]
+    for base in ("plain", "instance"):
+        added = lat[f"added_vs_{base}"]
+        rows.append([f"frontend added, vs {names[base]}", "", f"{added['p50_ms']:+,.0f} ms",
+                     f"{added['p99_ms']:+,.0f} ms"])
+    latency = table(["target", "held", "p50", "p99"], rows)
+    o, m = soak["outcomes"], soak["memory_mb"]
+    rows = [["requests held", f"{fint(soak['requests'])} in {fsec(soak['wall_s'], 0)} of rounds "
+             f"({fnum(soak['requests_per_s'])}/s), {fint(sum(soak['samples'].values()))} samples "
+             f"({fnum(soak['samples_per_s'])}/s)"],
+            ["outcomes", ", ".join(f"{k} {fint(v)}" for k, v in sorted(o.items()))],
+            ["lost / duplicated / missing / cut short", f"{soak['lost']} / {soak['duplicated']} / {soak['missing']} / "
+             f"{soak['wrong_length']} (server errors: {soak['server_errors']})"],
+            ["pause / continue", f"{soak['pauses']} times, {fsec(soak['paused_s'])} in all"],
+            ["drained after the clients stopped", "-" if soak["drained_s"] is None else fsec(soak["drained_s"])],
+            ["frontend memory (RSS)", f"{fint(m['start'])} MiB at start, {fint(m['peak'])} peak; after each round: "
+             + ", ".join(f"{fint(x)}" for x in m["after_each_round"]) + " MiB"],
+            ["frontend processes / file descriptors", f"{soak['before']['processes']} / {soak['before']['fds']} before; "
+             "after each round: " + ", ".join(f"{r['footprint']['processes']} / {r['footprint']['fds']}"
+                                              for r in soak["rounds"])]]
+    checks = ", ".join(f"{k.replace('_', ' ')}: {'yes' if v else 'NO'}" for k, v in d["checks"].items())
+    caption = (f"{d['hardware']}, {d['cpus']} cores shared by the instance(s), the frontend and the load generator; "
+               f"model `{c['model']}`, one instance. Latency: {c['latency_clients']} closed-loop clients, chat "
+               f"completions of {c['latency_tokens']} tokens, {c['latency_s']:.0f} s per run, {c['repeats']} "
+               f"repeats per target in random order (means). Soak: {fint(c['clients'])} concurrent clients for "
+               f"{c['soak_rounds']} rounds of {c['soak_s']:.0f} s (each drained), samples of {c['max_tokens']} tokens, {c['drop_share']:.0%} of streams dropped "
+               f"by their client, aborts by rid and by group on {c['long_tokens']}-token requests. "
+               f"Checks: {checks}. Source: {source([stem])}.")
+    return "\n".join(latency + [""] + table(["soak", ""], rows) + ["", caption])
+
+
 # ---------------------------------------------------------------- drafters and draft server (CPU)
 
 IMPL = {"ext": "C extension", "ctypes": "C core via ctypes", "python": "pure Python"}
@@ -564,6 +602,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
+    "load": lambda r: load_table(r, "load_cpu"),
     "default_pool": lambda r: default_pool_table(r, pick(r, r"default_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),

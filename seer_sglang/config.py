@@ -127,6 +127,25 @@ class RolloutConfig:
                                   "long (a hung, stopped or overloaded process) has its running chunks given "
                                   "up and sent elsewhere; it gets work again once it answers "
                                   "(default: %(default)s)")
+    # Calls to the instances. Connection failures are retried by httpx's transport (nothing was sent,
+    # so a retry cannot run a request twice); a chunk that still fails is sent to another instance.
+    connect_timeout_s: float = flag(5.0, "--instance-connect-timeout-s", "longest wait to connect to an "
+                                    "instance (default: %(default)s)")
+    instance_retries: int = flag(2, "--instance-retries", "times a connection to an instance that failed is "
+                                 "tried again before the call fails (default: %(default)s)")
+    poll_timeout_s: float = flag(5.0, "--instance-poll-timeout-s", "longest wait for an instance's load poll, "
+                                 "health check or metrics; one that takes longer counts as failed "
+                                 "(default: %(default)s)")
+    chunk_timeout_s: float = flag(0.0, "--chunk-timeout-s", "longest wait for the next bytes of a chunk's "
+                                  "answer, after which the chunk goes to another instance from the tokens it "
+                                  "has; 0 = no limit, a stalled instance is found by its polls "
+                                  "(--instance-down-s) (default: %(default)s)")
+    info_timeout_s: float = flag(60.0, "--instance-info-timeout-s", "longest wait for an instance to answer a "
+                                 "read the frontend forwards (server and model info, health_generate, weight "
+                                 "version) (default: %(default)s)")
+    admin_timeout_s: float = flag(0.0, "--admin-timeout-s", "longest wait for an instance to answer an admin "
+                                  "call fanned out to it (weight update, flush, pause, sleep mode); 0 = no "
+                                  "limit, since loading weights may take minutes (default: %(default)s)")
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,17 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
                          config.frontend.port, time.monotonic() - t0)
 
         server.startup = startup
+        original_exit = server.handle_exit
+
+        def handle_exit(sig, frame):
+            """uvicorn then closes the port and waits up to its grace period for open requests: fail
+            the unfinished samples now, so those requests end within it with a clear 503."""
+            frontend = getattr(app.state, "frontend", None)
+            if frontend is not None and not frontend.shutting_down:
+                app.state.loop.call_soon_threadsafe(frontend.begin_shutdown)
+            original_exit(sig, frame)
+
+        server.handle_exit = handle_exit
         server.run(sockets=[listen_socket])
     except (InstanceStartError, ValueError) as e:
         log.error("%s", e)

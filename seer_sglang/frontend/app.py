@@ -57,7 +57,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        keys = {"api_key": config.frontend.api_key, "admin_api_key": config.frontend.admin_api_key}
+        keys = {"api_key": config.frontend.api_key, "admin_api_key": config.frontend.admin_api_key,
+                "config": config.rollout}
         clients = [InstanceClient(url, i, **keys) for i, url in enumerate(instance_urls)]
         model = await describe_model(clients[0], model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
@@ -82,7 +83,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
                                       group_window_s=config.frontend.group_window_ms / 1000,
                                       max_request_samples=config.frontend.max_request_samples,
                                       max_samples_in_flight=config.frontend.max_samples_in_flight,
-                                      instance_keys=keys)
+                                      instance_args=keys)
+        app.state.loop = asyncio.get_running_loop()
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
                     len(clients), policy.name, model.served_name, model.context_length)
         try:

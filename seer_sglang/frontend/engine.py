@@ -217,6 +217,17 @@ class RolloutEngine:
         sample.finish_reason = "abort"
         self._complete(sample, SampleState.ABORTED)
 
+    def fail_all(self, message: str, status: int) -> int:
+        """Every unfinished sample fails with ``message`` (its chunk is cancelled); returns how many."""
+        live = [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
+        for sample in live:
+            task = self._chunk_tasks.get(sample.rid)
+            if task is not None:
+                task.cancel()
+            sample.error, sample.error_status, sample.finish_reason = message, status, "error"
+            self._complete(sample, SampleState.FAILED)
+        return len(live)
+
     def abort_all(self) -> int:
         live = [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
         for sample in live:

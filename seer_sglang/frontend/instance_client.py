@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from ..client import bearer
+from ..config import ROLLOUT, RolloutConfig
 
 
 class InstanceUnavailable(RuntimeError):
@@ -68,19 +69,28 @@ def _error_message(response: httpx.Response) -> str:
 KEEPALIVE_EXPIRY_S = 2.0
 
 
+def _timeout(seconds: float, config: RolloutConfig) -> httpx.Timeout:
+    """``seconds`` for reading, writing and the pool (0 = no limit), and the connect timeout."""
+    return httpx.Timeout(seconds or None, connect=config.connect_timeout_s)
+
+
 class InstanceClient:
     """``api_key`` goes with every call, ``admin_api_key`` (else ``api_key``) with admin calls: SGLang's
     rules for its normal and admin-optional routes, so instances started with ``--api-key`` answer."""
 
-    def __init__(self, url: str, index: int, timeout_s: float | None = None, *, api_key: str | None = None,
+    def __init__(self, url: str, index: int, config: RolloutConfig = ROLLOUT, *, api_key: str | None = None,
                  admin_api_key: str | None = None):
         self.url = url.rstrip("/")
         self.index = index
         self._admin_headers = bearer(admin_api_key or api_key)
-        self._http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0),
+        self._poll_timeout = _timeout(config.poll_timeout_s, config)
+        self._info_timeout = _timeout(config.info_timeout_s, config)
+        self._admin_timeout = _timeout(config.admin_timeout_s, config)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=_timeout(config.chunk_timeout_s, config),
                                        headers=bearer(api_key),
-                                       limits=httpx.Limits(max_connections=None, max_keepalive_connections=64,
-                                                           keepalive_expiry=KEEPALIVE_EXPIRY_S))
+                                       transport=httpx.AsyncHTTPTransport(retries=config.instance_retries,
+                                                                          limits=limits))
 
     def __repr__(self) -> str:
         return f"InstanceClient({self.index}, {self.url})"
@@ -125,7 +135,7 @@ class InstanceClient:
 
     async def load(self) -> InstanceLoad:
         try:
-            r = await self._http.get("/v1/loads", timeout=5.0)
+            r = await self._http.get("/v1/loads", timeout=self._poll_timeout)
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise InstanceUnavailable(f"{self.url}: {e}") from e
@@ -133,27 +143,28 @@ class InstanceClient:
 
     async def healthy(self) -> bool:
         try:
-            return (await self._http.get("/health", timeout=5.0)).status_code == 200
+            return (await self._http.get("/health", timeout=self._poll_timeout)).status_code == 200
         except httpx.HTTPError:
             return False
 
     async def server_info(self) -> dict[str, Any]:
-        r = await self._http.get("/server_info", timeout=30.0)
+        r = await self._http.get("/server_info", timeout=self._info_timeout)
         r.raise_for_status()
         return r.json()
 
     async def post_admin(self, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
         """Forward an admin call (abort / pause / continue / update_weights); returns (status, body)."""
-        return await self._call("POST", path, json=body or {}, headers=self._admin_headers, timeout=None)
+        return await self._call("POST", path, json=body or {}, headers=self._admin_headers,
+                                timeout=self._admin_timeout)
 
-    async def get(self, path: str, params: dict[str, Any] | None = None, timeout_s: float = 60.0) -> tuple[int, Any]:
+    async def get(self, path: str, params: dict[str, Any] | None = None) -> tuple[int, Any]:
         """Forward a read-only call (server and model info, loads, health); returns (status, body)."""
-        return await self._call("GET", path, params=params, timeout=timeout_s)
+        return await self._call("GET", path, params=params, timeout=self._info_timeout)
 
     async def metrics(self) -> str | None:
         """The instance's Prometheus text (SGLang's ``/metrics``, with ``--enable-metrics``), or None."""
         try:
-            r = await self._http.get("/metrics", timeout=10.0)
+            r = await self._http.get("/metrics", timeout=self._poll_timeout)
         except httpx.HTTPError:
             return None
         return r.text if r.status_code == 200 else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import time
 import uuid
@@ -20,6 +21,8 @@ from .kv_pool import PoolAccess
 from .metrics import Metrics
 from .native import NativeSample
 from .tokenizer import PromptTokenizer
+
+logger = logging.getLogger("seer_sglang.frontend")
 
 
 @dataclass
@@ -39,8 +42,8 @@ class Frontend:
                  pool: PoolAccess | None = None, group_window_s: float = FRONTEND.group_window_ms / 1000,
                  max_request_samples: int = FRONTEND.max_request_samples,
                  max_samples_in_flight: int = FRONTEND.max_samples_in_flight,
-                 instance_keys: dict[str, str | None] | None = None):
-        self.instance_keys = instance_keys or {}  # api_key / admin_api_key for instances added later
+                 instance_args: dict[str, Any] | None = None):
+        self.instance_args = instance_args or {}  # InstanceClient's keys and config, for instances added later
         self.max_request_samples = max_request_samples
         self.max_samples_in_flight = max_samples_in_flight
         self.engine = engine
@@ -53,6 +56,14 @@ class Frontend:
         self.native_rids: dict[str, Sample] = {}  # the rids /generate callers gave their samples
         self._live_groups: dict[str, Group] = {}  # group key of per-sample requests -> its running group
         self.weight_session_open = False  # a trainer's /begin_weight_update without its /end_weight_update yet
+        self.shutting_down = False
+
+    def begin_shutdown(self) -> None:
+        """The server was told to stop: every sample still running fails with a 503 that says so, and new
+        requests get one too, while the server lets its answers out before it closes."""
+        self.shutting_down = True
+        failed = self.engine.fail_all("the server is shutting down before this sample finished; send it again", 503)
+        logger.warning("shutting down: %d unfinished samples answered with 503", failed)
 
     # ---- validation ------------------------------------------------------------------------
     def check_model(self, name: str | None) -> None:
@@ -65,6 +76,8 @@ class Frontend:
                        code="lora_not_supported")
 
     def check_available(self) -> None:
+        if self.shutting_down:
+            raise APIError("the server is shutting down", 503, type_="server_error", code="shutting_down")
         if self.engine.healthy_count() == 0:
             raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
                            code="no_healthy_instance")

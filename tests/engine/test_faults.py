@@ -1,12 +1,13 @@
 """An instance dies mid-rollout: its chunks move to the survivor, every sample completes with the
 tokens of an undisturbed run, and the moved samples load their context from the global KV pool. An
 instance that stops answering (SIGSTOP) has its chunks sent elsewhere, and takes work again once it
-answers."""
+answers; so do an instance that answers errors and one restarted on its own port."""
 
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
@@ -93,3 +94,81 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
         for p in stopped:
             p.resume()
         assert stop_seer(server) == []
+
+
+def _reference(plain_url: str) -> list[list[int]]:
+    with httpx.Client(timeout=600) as http:
+        return [out["output_ids"] for out in http.post(f"{plain_url}/generate", json={
+            "input_ids": PROMPTS, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0,
+                                                      "ignore_eos": True}}).json()]
+
+
+def _wait_instances(url: str, ready, timeout_s: float = 300) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        inst = httpx.get(f"{url}/instances", timeout=10).json()["instances"]
+        if ready(inst):
+            return inst
+        time.sleep(0.05)
+    raise AssertionError(f"instances never got there: {inst}")
+
+
+def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_model, plain_url, tmp_path):
+    """Instance A answers 500 to every chunk for a while (its load polls still answer), then instance B
+    is killed and started again on the same port. Chunks go elsewhere and continue from their tokens;
+    every sample is plain SGLang's, once; both instances take work again once they are well."""
+    from fault_proxy import FaultProxy
+
+    from conftest import start_healthy
+    from seer_sglang.benchmarking.kill import kill_tree
+    from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances
+
+    def start(name: str, port: int | None = None):
+        return start_healthy(InstanceSpec(model_path=tiny_model, port=port or free_port(),
+                                          sglang_args=["--dtype", "float32"], log_path=tmp_path / f"{name}.log",
+                                          cpu_threads=1))
+
+    instances = [start("a"), start("b")]
+    try:
+        with FaultProxy(instances[0].url) as proxy:
+            server = start_seer(tiny_model, tmp_path / "seer", "--instance-urls", proxy.url, instances[1].url,
+                                "--scheduler", "context", "--chunk-size", "32", "--instance-down-s", "3")
+            try:
+                wait_server(server)
+                body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS,
+                        "temperature": 0, "ignore_eos": True}
+                run = BackgroundRollout(server.url, body)
+                _wait_instances(server.url, lambda inst: all(i["inflight_chunks"] for i in inst))
+                proxy.failing = True  # A: every chunk sent to it fails, while its polls answer
+                deadline = time.monotonic() + 60
+                while proxy.refused < 6 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(1.0)
+                proxy.failing = False
+                assert proxy.refused >= 6, proxy.refused
+                forwarded = proxy.forwarded
+                # B dies and a new process comes up on its port while the rollout runs on A
+                port = instances[1].spec.port
+                kill_tree(psutil.Process(instances[1].pid))
+                instances[1].popen.wait(timeout=30)
+                instances[1] = start("b-again", port)
+                r = run.wait()
+                assert r.status_code == 200, r.text
+                samples = r.json()["samples"]
+                assert sorted(s["prompt_index"] for s in samples) == list(range(len(PROMPTS)))  # each once
+                ref = _reference(plain_url)
+                for s in samples:
+                    assert s["finish_reason"] == "length" and s["error"] is None, s["error"]
+                    assert len(s["output_ids"]) == MAX_TOKENS == len(s["logprobs"])
+                    assert s["output_ids"] == ref[s["prompt_index"]]
+                assert proxy.forwarded > forwarded  # A took chunks again once it answered them
+                # B is readmitted: a second rollout runs chunks on it
+                _wait_instances(server.url, lambda inst: all(i["healthy"] for i in inst))
+                again = httpx.post(f"{server.url}/v1/rollout", json={**body, "max_tokens": 64}, timeout=600)
+                assert again.status_code == 200
+                assert {c["instance"] for s in again.json()["samples"] for c in s["chunks"]} == {0, 1}
+                assert all(s["output_ids"] == ref[s["prompt_index"]][:64] for s in again.json()["samples"])
+            finally:
+                assert stop_seer(server) == []
+    finally:
+        stop_instances(instances)

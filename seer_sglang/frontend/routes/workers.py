@@ -52,14 +52,14 @@ async def workers(request: Request):
 async def _not_an_instance_of(fe, client: InstanceClient) -> APIError | None:
     """Why the server at ``client.url`` cannot join: not SGLang, another model, or a seer frontend
     (which would send the chunks back to itself)."""
-    status, info = await client.get("/model_info", timeout_s=30.0)
+    status, info = await client.get("/model_info")
     if status != 200 or not isinstance(info, dict):
         return APIError(f"{client.url} did not answer /model_info as an SGLang server does (HTTP {status})",
                         param="url", code="worker_unreachable")
     if not {fe.model.model_path, fe.model.served_name} & {info.get("model_path"), info.get("served_model_name")}:
         return APIError(f"{client.url} serves {info.get('model_path')!r}; this server serves "
                         f"{fe.model.model_path!r}", param="url", code="model_mismatch")
-    status, server = await client.get("/server_info", timeout_s=30.0)
+    status, server = await client.get("/server_info")
     if status == 200 and isinstance(server, dict) and "seer" in server:
         return APIError(f"{client.url} is a seer_sglang frontend, not an SGLang instance", param="url",
                         code="not_an_instance")
@@ -77,7 +77,7 @@ async def add_worker(request: Request, url: str = ""):
     if known is not None and known.index not in fe.engine.removed:
         return {"status": "already a worker", "url": url, "instance": known.index}
     index = known.index if known is not None else len(fe.engine.clients)
-    client = InstanceClient(url, index, **fe.instance_keys)
+    client = InstanceClient(url, index, **fe.instance_args)
     refusal = await _not_an_instance_of(fe, client)
     if refusal is not None:
         await client.close()
