@@ -43,6 +43,7 @@ import psutil
 
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
+from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
 from seer_sglang.models import resolve_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +111,7 @@ async def closed_loop(url: str, clients: int, duration_s: float, max_tokens: int
     latencies: list[float] = []
     failures = 0
     deadline = time.perf_counter() + duration_s
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients, keepalive_expiry=KEEPALIVE_EXPIRY_S)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
         async def client(k: int) -> None:
             nonlocal failures
@@ -199,9 +200,13 @@ class Soak:
         self.http: httpx.AsyncClient | None = None
         self.paused_s = 0.0
         self.pauses = 0
+        self.pause_calls: list[dict] = []  # how long each /pause_generation and /continue_generation took
 
     async def run(self) -> float:
-        limits = httpx.Limits(max_connections=self.args.clients * 2, max_keepalive_connections=self.args.clients)
+        # A fresh connection per request: a reused idle one can be closed by the server's keep-alive
+        # timer while a load generator this busy is still about to write on it, and the request would
+        # be lost before the server ever saw it. So every lost request here is the server's doing.
+        limits = httpx.Limits(max_connections=self.args.clients * 2, max_keepalive_connections=0)
         async with httpx.AsyncClient(base_url=self.url, timeout=600, limits=limits) as self.http:
             deadline = time.perf_counter() + self.args.soak_s
             t0 = time.perf_counter()
@@ -215,9 +220,13 @@ class Soak:
             await asyncio.sleep(self.args.pause_every_s)
             t0 = time.perf_counter()
             await self.http.post("/pause_generation", json={})
+            t1 = time.perf_counter()
             await asyncio.sleep(self.args.pause_s)
+            t2 = time.perf_counter()
             await self.http.post("/continue_generation", json={})
-            self.paused_s += time.perf_counter() - t0
+            t3 = time.perf_counter()
+            self.pause_calls.append({"pause_s": t1 - t0, "continue_s": t3 - t2})
+            self.paused_s += t3 - t0
             self.pauses += 1
 
     async def client(self, k: int, deadline: float) -> None:
@@ -333,17 +342,21 @@ class Soak:
     async def abort_rid(self, rng: random.Random, kind: str) -> None:
         rid = f"load-{uuid.uuid4().hex}"
         task = asyncio.create_task(self.generate(rng, kind, rid=rid, max_tokens=self.args.long_tokens))
-        await asyncio.sleep(rng.uniform(0.05, 1.0))
-        await self.http.post("/abort_request", json={"rid": rid})
-        await task
+        try:
+            await asyncio.sleep(rng.uniform(0.05, 1.0))
+            await self.http.post("/abort_request", json={"rid": rid})
+        finally:
+            await task
 
     async def abort_group(self, rng: random.Random, kind: str) -> None:
         gid = f"load-{uuid.uuid4().hex}"
         body = self._rollout_body(rng, self.args.long_tokens, group_id=gid)
         task = asyncio.create_task(self.http.post("/v1/rollout", json=body))
-        await asyncio.sleep(rng.uniform(0.05, 1.0))
-        await self.http.post("/abort_request", json={"rid": gid})
-        r = await task
+        try:
+            await asyncio.sleep(rng.uniform(0.05, 1.0))
+            await self.http.post("/abort_request", json={"rid": gid})
+        finally:
+            r = await task
         if self._status(kind, r):
             self.ledger.record(kind, self.ledger.check_samples(kind, r.json()["samples"], self.args.group_size,
                                                                self.args.long_tokens))
@@ -404,7 +417,7 @@ async def soak_phase(url: str, proc: psutil.Process, args) -> dict:
         "samples_per_s": sum(ledger.samples.values()) / wall,
         "lost": ledger.outcomes["lost"], "duplicated": ledger.duplicated, "missing": ledger.missing,
         "wrong_length": ledger.wrong_length, "server_errors": ledger.server_errors, "problems": ledger.problems,
-        "pauses": soak.pauses, "paused_s": soak.paused_s, "rounds": rounds,
+        "pauses": soak.pauses, "paused_s": soak.paused_s, "pause_calls": soak.pause_calls, "rounds": rounds,
         "drained_s": None if any(r["drained_s"] is None for r in rounds) else max(r["drained_s"] for r in rounds),
         "before": before, "after_first": rounds[0]["footprint"], "after": rounds[-1]["footprint"],
         "memory_mb": {"start": memory[0][1], "peak": max(m for _, m in memory), "end": memory[-1][1],

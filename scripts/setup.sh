@@ -74,6 +74,16 @@ if ! stamp_ok project "$KEY"; then
   stamp_set project "$KEY"
 fi
 
+# veRL's own SGLang client (HttpServerAdapter), which the drop-in tests drive seer_sglang with. Without
+# its dependencies (ray, tensordict, ...): the tests load that one module, which needs requests, aiohttp
+# and SGLang only.
+KEY="verl==0.9.1"
+if ! stamp_ok trainer-clients "$KEY"; then
+  step "install veRL 0.9.1 (no deps: its HTTP client module only)"
+  "${PIP[@]}" -q --no-deps "verl==0.9.1"
+  stamp_set trainer-clients "$KEY"
+fi
+
 SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 if [[ $MODE == cpu ]]; then
   step "install CPU shims (sgl_kernel stand-in, torchvision op schemas)"

@@ -159,6 +159,7 @@ def plain_url(servers: Servers) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: the rest keep their order
     if has_cuda():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")

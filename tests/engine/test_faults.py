@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
@@ -172,3 +173,49 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
                 assert stop_seer(server) == []
     finally:
         stop_instances(instances)
+
+
+@pytest.mark.last
+def test_draft_server_killed_and_restarted_mid_rollout(servers, plain_url, request):
+    """The shared server's draft server dies mid-rollout: drafting degrades to each instance's own
+    replica, every token is unchanged (temperature 0, float32); a new draft server on the same address
+    gets the instances' groups and tokens again."""
+    import subprocess
+
+    from seer_sglang.draft_server.client import call, wait_ready
+
+    server = servers.seer
+    drafts = [p for p in server.descendants() if "seer_sglang.draft_server" in " ".join(p.cmdline())]
+    assert len(drafts) == 1, drafts
+    cmdline, cwd = drafts[0].cmdline(), drafts[0].cwd()
+    address = cmdline[cmdline.index("--bind") + 1]
+    prompts = PROMPTS[:8]
+    body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": 160, "temperature": 0,
+            "ignore_eos": True}
+    ref = [out["output_ids"] for out in httpx.post(f"{plain_url}/generate", timeout=600, json={
+        "input_ids": prompts, "sampling_params": {"max_new_tokens": 160, "temperature": 0, "ignore_eos": True}}).json()]
+
+    def same_as_plain(r: httpx.Response) -> None:
+        assert r.status_code == 200, r.text
+        samples = r.json()["samples"]
+        assert sorted((s["prompt_index"], s["index"]) for s in samples) == [(i, k) for i in range(8) for k in range(2)]
+        for s in samples:
+            assert s["finish_reason"] == "length" and s["output_ids"] == ref[s["prompt_index"]]
+
+    run = BackgroundRollout(server.url, body)
+    deadline = time.monotonic() + 120
+    while not all(i["inflight_chunks"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]):
+        assert time.monotonic() < deadline, "the rollout never ran on both instances"
+        time.sleep(0.05)
+    drafts[0].kill()  # dead (a zombie until the launcher exits: nothing reaps it)
+    while drafts[0].is_running() and drafts[0].status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.05)
+    same_as_plain(run.wait())
+    # A new draft server on the same address (what a supervisor would start)
+    with open(server.log_dir / "draft-server-restarted.log", "ab") as log:
+        again = subprocess.Popen(cmdline, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    request.config.add_cleanup(lambda: (again.terminate(), again.wait(timeout=30)))
+    wait_ready(address, timeout_s=60)
+    same_as_plain(httpx.post(f"{server.url}/v1/rollout", json=body, timeout=600))
+    stats = call(address, "stats")
+    assert stats["groups"] >= len(prompts) and stats["tokens_in"] >= len(prompts) * 2 * 100, stats

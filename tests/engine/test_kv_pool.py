@@ -163,6 +163,42 @@ def test_pool_down_falls_back_to_recompute(seer_url, plain_url, instance_urls, p
     assert _wait_pooled(pool, prompt + first, 224, a) >= 224
 
 
+def test_a_full_or_read_only_pool_falls_back_to_recompute(seer_url, plain_url, instance_urls, pool_info, tiny_model):
+    """The pool's filesystem full (a 64 KiB tmpfs over its directory, filled up), then read-only: moves
+    recompute, with no error and the tokens of an unmoved run; once the directory is back, the pool
+    serves again and both instances are healthy."""
+    import subprocess
+
+    a, b = instance_urls
+    directory = Path(pool_info["directory"])
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(directory)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs over the pool here: {mounted.stderr.strip()}")
+    try:
+        with open(directory / "filler", "wb") as f, pytest.raises(OSError):
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+        for state in ("full", "read-only"):
+            if state == "read-only":
+                subprocess.run(["mount", "-o", "remount,ro", str(directory)], check=True)
+            prompt = [(31 * i + len(state)) % 1700 + 20 for i in range(200)]
+            first = _generate(a, prompt, 32)["output_ids"]
+            moved = _generate(b, prompt + first, 32)
+            assert (moved["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) == 0, state
+            assert first + moved["output_ids"] == _generate(plain_url, prompt, 64)["output_ids"], state
+    finally:
+        subprocess.run(["umount", str(directory)], check=False)
+    prompt = list(range(600, 800))
+    first = _generate(a, prompt, 32)["output_ids"]
+    pool = FilePool(directory, tiny_model, pool_info["page_size"], 1.0)
+    assert _wait_pooled(pool, prompt + first, 224, a) >= 224
+    moved = _generate(b, prompt + first, 8)["meta_info"]
+    assert (moved.get("cached_tokens_details") or {}).get("storage", 0) >= 224 - PAGE, moved
+    health = httpx.get(f"{seer_url}/health", timeout=10).json()
+    assert health["healthy_instances"] == 2, health
+
+
 def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, tmp_path):
     """An instance is killed while it decodes and writes pages to a pool; one restarted on the same pool
     loads the pages that were finished, with the tokens of plain SGLang. Half-written page files such a

@@ -1,0 +1,85 @@
+"""A trainer's own SGLang client driving seer_sglang: veRL 0.9.1's ``HttpServerAdapter`` and
+``AsyncHttpServerAdapter`` (verl/workers/rollout/sglang_rollout/http_server_engine.py), the HTTP client
+of veRL's SGLang rollout, pointed at seer and at plain SGLang side by side. Every request here is made
+by veRL's code: generate (sync and async), GET /flush_cache with its retries, sleep mode, abort.
+
+AReaL's and slime's clients also install without a GPU, but only with ray, hydra and a pinned
+transformers (AReaL) or from a git checkout (slime); their request bodies are replayed from their
+source in test_native_generate.py."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16}
+
+
+@pytest.fixture(scope="module")
+def verl_http():
+    """The adapter module alone: ``verl/__init__`` imports ray and tensordict, which this client does
+    not use (scripts/setup.sh installs verl without its dependencies)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None:
+        pytest.skip("verl is not installed (bash scripts/setup.sh installs it)")
+    path = Path(spec.submodule_search_locations[0]) / "workers" / "rollout" / "sglang_rollout" / "http_server_engine.py"
+    module_spec = importlib.util.spec_from_file_location("verl_http_server_engine", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _concrete(cls):
+    """veRL 0.9.1 was written against SGLang 0.5.12; 0.5.23's ``EngineBase`` has abstract methods the
+    adapter lacks (in-process weight-update hooks, which an HTTP client never calls)."""
+    def unused(self, *args, **kwargs):
+        raise NotImplementedError("not part of veRL's HTTP client")
+
+    missing = {name: unused for name in getattr(cls, "__abstractmethods__", ())}
+    return type(cls.__name__, (cls,), missing) if missing else cls
+
+
+def _adapter(verl_http, url: str, tiny_model: str, asynchronous: bool = False):
+    address = urlparse(url)
+    cls = _concrete(verl_http.AsyncHttpServerAdapter if asynchronous else verl_http.HttpServerAdapter)
+    return cls(launch_server=False, host=address.hostname, port=address.port, model_path=tiny_model,
+               device="cpu", timeout=300)
+
+
+def test_verl_generate_flush_and_sleep_mode(verl_http, seer_url, plain_url, tiny_model):
+    seer, plain = _adapter(verl_http, seer_url, tiny_model), _adapter(verl_http, plain_url, tiny_model)
+    answers = [a.generate(input_ids=PROMPT_IDS, sampling_params=GREEDY, return_logprob=True) for a in (seer, plain)]
+    got, want = answers
+    assert got["output_ids"] == want["output_ids"] and got["text"] == want["text"]
+    assert got["meta_info"]["finish_reason"] == want["meta_info"]["finish_reason"]
+    assert [e[1] for e in got["meta_info"]["output_token_logprobs"]] == got["output_ids"]
+    for a, b in zip(got["meta_info"]["output_token_logprobs"], want["meta_info"]["output_token_logprobs"]):
+        assert abs(a[0] - b[0]) < 1e-3
+    seer.flush_cache()  # veRL's GET, retried until SGLang's 200
+    seer.release_memory_occupation(tags=["kv_cache", "weights"])
+    seer.resume_memory_occupation(tags=["weights"])
+    seer.resume_memory_occupation(tags=["kv_cache"])
+    again = seer.generate(input_ids=PROMPT_IDS, sampling_params=GREEDY)
+    assert again["output_ids"] == want["output_ids"]
+
+
+def test_verl_async_generate_and_abort(verl_http, seer_url, tiny_model):
+    adapter = _adapter(verl_http, seer_url, tiny_model, asynchronous=True)
+
+    async def run():
+        short = await adapter.async_generate(input_ids=PROMPT_IDS, sampling_params=GREEDY)
+        long = asyncio.create_task(adapter.async_generate(
+            input_ids=PROMPT_IDS, sampling_params={"max_new_tokens": 3000, "ignore_eos": True}))
+        await asyncio.sleep(1.0)
+        aborted = await adapter.abort_request(abort_all=True)
+        return short, aborted, await long
+
+    short, aborted, long = asyncio.run(run())
+    assert len(short["output_ids"]) == GREEDY["max_new_tokens"]
+    assert aborted is not None
+    assert long["meta_info"]["finish_reason"]["type"] == "abort" and len(long["output_ids"]) < 3000
