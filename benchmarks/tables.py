@@ -391,6 +391,10 @@ def default_pool_table(results: Results, stems: list[str]) -> str:
                      + ["", caption])
 
 
+def _span(values: list[float]) -> str:
+    return "-" if not values else f"{min(values):.1f}–{max(values):.1f} s"
+
+
 def load_table(results: Results, stem: str) -> str:
     """``benchmarks.load``: the frontend's added latency, the load it held, its memory and the account."""
     d = results[stem]
@@ -411,7 +415,9 @@ def load_table(results: Results, stem: str) -> str:
             ["outcomes", ", ".join(f"{k} {fint(v)}" for k, v in sorted(o.items()))],
             ["lost / duplicated / missing / cut short", f"{soak['lost']} / {soak['duplicated']} / {soak['missing']} / "
              f"{soak['wrong_length']} (server errors: {soak['server_errors']})"],
-            ["pause / continue", f"{soak['pauses']} times, {fsec(soak['paused_s'])} in all"],
+            ["pause / continue", f"{soak['pauses']} times, {fsec(soak['paused_s'])} in all; the pause call took "
+             + _span([c["pause_s"] for c in soak["pause_calls"]]) + ", the continue call "
+             + _span([c["continue_s"] for c in soak["pause_calls"]])],
             ["drained after the clients stopped", "-" if soak["drained_s"] is None else fsec(soak["drained_s"])],
             ["frontend memory (RSS)", f"{fint(m['start'])} MiB at start, {fint(m['peak'])} peak; after each round: "
              + ", ".join(f"{fint(x)}" for x in m["after_each_round"]) + " MiB"],
