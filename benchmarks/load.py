@@ -31,7 +31,6 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -41,6 +40,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from benchmarks.rollout import launch_seer
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
@@ -67,26 +67,6 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 # ---- servers -----------------------------------------------------------------------------------
-
-def start_seer(model: str, sglang_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model, "--port", str(port),
-           "--num-instances", "1", "--draft", "none", "--log-dir", str(log_dir), *sglang_args]
-    proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 900
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError(f"seer server did not start; see {log_dir}")
-
 
 def stop_seer(proc: subprocess.Popen) -> None:
     family = psutil.Process(proc.pid).children(recursive=True)
@@ -504,7 +484,8 @@ def main() -> None:
     seer_proc = None
     try:
         wait_healthy([plain], timeout_s=900, progress=False)
-        seer_proc, seer_url = start_seer(model, sglang_args, log_dir / "seer")
+        seer_proc, seer_url = launch_seer(model, ["--num-instances", "1", "--draft", "none", *sglang_args],
+                                          log_dir / "seer")
         instance_url = httpx.get(f"{seer_url}/instances", timeout=30).json()["instances"][0]["url"]
         targets = {"plain": f"http://127.0.0.1:{plain.spec.port}", "instance": instance_url,
                    "frontend": seer_url}

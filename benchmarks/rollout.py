@@ -376,12 +376,18 @@ def server_config(mode: str, default_draft: str) -> tuple[str, str]:
 
 
 def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
+    return launch_seer(model_path, ["--num-instances", str(args.instances), "--chunk-size", str(args.chunk_size),
+                                    *engine_args], log_dir)
+
+
+def launch_seer(model_path: str, flags: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
+    """``python -m seer_sglang.launch_server`` on a free port with ``flags``; returns once it is healthy."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model_path, "--port", str(port),
-           "--num-instances", str(args.instances), "--log-dir", str(log_dir), "--chunk-size", str(args.chunk_size),
-           *engine_args]
-    proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT)
+           "--log-dir", str(log_dir), *flags]
+    proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 1800
     while time.time() < deadline:
