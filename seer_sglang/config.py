@@ -178,7 +178,9 @@ class KVPoolConfig:
     moves_per_sample: float = 0.5  # moves to an instance that lacks the sample's context (2+ instances)
     noise_share: float = 0.05  # what the pool may cost a rollout where nothing moves, of its compute
     auto_page_sizes: tuple[int, ...] = (16, 32, 64, 128, 256)
-    prefetch_timeout_s: float = 5.0  # a slow pool falls back to recompute after this
+    prefetch_timeout_s: float = flag(5.0, "--kv-pool-prefetch-timeout-s", "a continuation waits at most this "
+                                     "long, plus 0.5 s per 1,024 tokens, for its pages from the pool, then "
+                                     "recomputes them (default: %(default)s)")
     prefetch_timeout_per_ki_token_s: float = 0.5
     # SGLang only looks in L3 for a miss of at least this many tokens (its default, 256, would leave
     # short continuations recomputing).
@@ -206,6 +208,9 @@ class DraftConfig:
     group_ttl_s: float = 600.0  # a group idle this long leaves the draft server and the instances' drafters
     min_score: float = 0.01  # draft nodes whose estimated acceptance is below this are not drafted
     sync_interval_s: float = 0.02  # how often an instance's draft client syncs with the draft server
+    server_timeout_s: float = flag(2.0, "--draft-server-timeout-s", "an instance's call to the draft server "
+                                   "that gets no answer this long counts as lost: the instance drafts from "
+                                   "its own replica and reconnects (default: %(default)s)")
 
 
 @dataclass(frozen=True)
@@ -227,6 +232,8 @@ class PluginConfig:
 
     drafter: str = env_only(DraftConfig.drafter, "SEER_SPEC_DRAFTER", "drafter name, or module:callable")
     draft_server: Optional[str] = env_only(None, "SEER_DRAFT_SERVER", "the draft server's ZeroMQ address")
+    draft_server_timeout_s: float = env_only(DraftConfig.server_timeout_s, "SEER_DRAFT_SERVER_TIMEOUT_S",
+                                             "a draft-server call without an answer this long is lost")
     budget: str = env_only(DraftConfig.budget, "SEER_DRAFT_BUDGET", "draft budget")
     cost_path: Optional[str] = env_only(None, "SEER_DRAFT_COST", "profile file of the adaptive budget")
     transfer_scheduler: bool = env_only(False, "SEER_TRANSFER_SCHEDULER", "pool transfers yield to decode")

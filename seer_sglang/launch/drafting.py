@@ -30,6 +30,7 @@ class RunningDrafts:
     address: str | None = None
     budget: str = DRAFT.budget  # how many drafts each request verifies per step (speculative.budget)
     cost_path: str | None = None  # the adaptive budget's profile; without one each instance fits its own
+    server_timeout_s: float = DRAFT.server_timeout_s  # an instance's call to the draft server
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -58,6 +59,7 @@ class RunningDrafts:
         if not self.enabled:
             return {}
         return {"drafter": self.drafter, "budget": self.budget, "draft_server": self.address,
+                "draft_server_timeout_s": self.server_timeout_s,
                 "cost_path": str(Path(self.cost_path).resolve()) if self.cost_path else None}
 
     def stop(self) -> None:
@@ -82,7 +84,7 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
     if log_dir is None or not with_plugin:
         drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
     drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
-                           cost_path=config.cost_path)
+                           cost_path=config.cost_path, server_timeout_s=config.server_timeout_s)
     if not drafts.enabled:
         return drafts
     from ..draft_server.client import wait_ready

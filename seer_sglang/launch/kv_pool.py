@@ -39,6 +39,7 @@ class PoolSetup:
     mla: bool = False  # ... except an MLA model's latent, one file for all ranks
     cpu: bool = True
     reason: str = ""  # --kv-pool auto: why the cost model chose this kind and page size
+    prefetch_timeout_s: float = KV_POOL.prefetch_timeout_s  # then a continuation recomputes
 
     def __post_init__(self) -> None:
         if self.kind not in KV_POOLS or self.kind == "auto":
@@ -49,7 +50,7 @@ class PoolSetup:
         return self.kind != "none"
 
     def storage_extra_config(self) -> dict:
-        extra: dict = {"prefetch_timeout_base": KV_POOL.prefetch_timeout_s,
+        extra: dict = {"prefetch_timeout_base": self.prefetch_timeout_s,
                        "prefetch_timeout_per_ki_token": KV_POOL.prefetch_timeout_per_ki_token_s,
                        "prefetch_threshold": max(self.page_size, KV_POOL.prefetch_threshold)}
         if self.kind == "file":
@@ -148,7 +149,8 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
         raise ValueError("--kv-pool on CPU needs the seer plugin (it makes HiCache run there); drop --no-plugin")
     served = flag_value(sglang_args, "--served-model-name") or model_path
     setup = PoolSetup(kind=kind, size_gb=config.size_gb, page_size=page_size, served_model_name=served, cpu=cpu,
-                      reason=reason, tp_size=tp_size(sglang_args), mla=is_mla(model_path))
+                      reason=reason, tp_size=tp_size(sglang_args), mla=is_mla(model_path),
+                      prefetch_timeout_s=config.prefetch_timeout_s)
     pool = RunningPool(setup, transfer_starvation_steps=config.transfer_starvation_steps,
                        write_wait_ms=config.write_wait_ms)
     if kind == "file":

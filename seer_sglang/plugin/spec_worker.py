@@ -124,7 +124,7 @@ def make_drafter(config: PluginConfig, server_args) -> Drafter:
     if config.draft_server:
         from ..draft_server.client import DraftClient
 
-        return DraftClient(config.draft_server, config.drafter)
+        return DraftClient(config.draft_server, config.drafter, timeout_s=config.draft_server_timeout_s)
     from ..speculative.drafters import make_drafter as make_named
 
     return make_named(config.drafter)
