@@ -3,7 +3,8 @@ transfer engine do not bind to loopback only): start seer_sglang with ``--kv-poo
 2 instances, move a request from A to B, print what B loaded and whether the tokens match; then
 update both instances' weights (no cache flush) and print what a continuation then loaded: nothing,
 since every page is keyed by the weights that computed it; then kill one instance mid-rollout and
-print how much of the moved samples' KV came from the store."""
+print how much of the moved samples' KV came from the store; then kill the Mooncake master and print
+what a move then does (recompute, same tokens) and, with a new master, whether the store serves again."""
 
 from __future__ import annotations
 
@@ -48,6 +49,51 @@ def stale_after_update(a: str, b: str) -> dict:
             "again_cached": again["cached_tokens"], "again_details": again.get("cached_tokens_details") or {}}
 
 
+def master_killed(server, url: str) -> dict:
+    """The Mooncake master dies: a continuation on the instance still answers, with the same tokens and
+    nothing from the store, and the instance stays healthy; then a new master starts on the same
+    address and the same is tried again. (SGLang keeps the context on the device through
+    ``/flush_cache`` here, so the device serves it; the figures say where each token came from.)"""
+    import subprocess
+
+    import psutil
+
+    def cmdline(p: psutil.Process) -> list[str]:
+        try:
+            return p.cmdline()
+        except psutil.Error:  # the instance killed earlier is a zombie until the launcher exits
+            return []
+
+    masters = [p for p in psutil.Process(server.proc.pid).children(recursive=True)
+               if "mooncake_master" in " ".join(cmdline(p))]
+    command = cmdline(masters[0])
+    for p in masters:
+        p.kill()
+    time.sleep(2.0)
+
+    def move(seed: int) -> dict:
+        prompt = [(41 * i + seed) % 1300 + 40 for i in range(260)]
+        first = generate(url, prompt, 32)["output_ids"]
+        time.sleep(4.0)
+        httpx.get(f"{url}/flush_cache", timeout=60)
+        moved = generate(url, prompt + first, 32)
+        unmoved = generate(url, prompt, 64)["output_ids"]
+        return {"identical": first + moved["output_ids"] == unmoved,
+                "details": moved["meta_info"].get("cached_tokens_details") or {}}
+
+    down = move(1)
+    healthy = httpx.get(f"{url}/health", timeout=30).status_code
+    with open(server.log_dir / "mooncake-master-restarted.log", "ab") as log:
+        again = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(10.0)
+        back = move(2)
+    finally:
+        again.terminate()
+        again.wait(timeout=30)
+    return {"down": down, "healthy_while_down": healthy, "back": back}
+
+
 def main(log_dir: str) -> None:
     server = start_seer(str(prepare("tiny")), Path(log_dir), "--num-instances", "2", "--dtype", "float32",
                         "--kv-pool", "mooncake", "--kv-pool-size-gb", "1", "--scheduler", "context",
@@ -74,6 +120,7 @@ def main(log_dir: str) -> None:
             "samples": len(kill.samples), "moved": len(kill.moved), "kv_pages": kill.kv_pages,
             "pool_pages": kill.pool_pages, "victim": kill.victim,
             "identical": all(s["output_ids"] == ref[s["prompt_index"]] for s in kill.samples)}), flush=True)
+        print("MASTER " + json.dumps(master_killed(server, survivor)), flush=True)
     finally:
         stop_seer(server)
 

@@ -54,3 +54,11 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     kill = json.loads(kills[-1][len("KILL "):])
     assert kill["samples"] == 24 and kill["moved"] and kill["identical"], json.dumps(kill)
     assert kill["pool_pages"] >= 0.9 * kill["kv_pages"], json.dumps(kill)
+    # The Mooncake master killed: moves recompute, with no error and the same tokens.
+    masters = [l for l in out.stdout.splitlines() if l.startswith("MASTER ")]
+    assert masters, f"no master-kill result (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    master = json.loads(masters[-1][len("MASTER "):])
+    print("master killed:", json.dumps(master))
+    assert master["healthy_while_down"] == 200 and master["down"]["identical"], master
+    assert master["down"]["details"].get("storage", 0) == 0, master
+    assert master["back"]["identical"], master

