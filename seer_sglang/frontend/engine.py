@@ -208,28 +208,33 @@ class RolloutEngine:
             self.abort_sample(sample)
         return True
 
+    def _end_early(self, sample: Sample, state: SampleState) -> None:
+        """End a sample that has not finished; its running chunk, if any, is cancelled (closing the HTTP
+        request makes SGLang abort the chunk)."""
+        task = self._chunk_tasks.get(sample.rid)
+        if task is not None:
+            task.cancel()
+        self._complete(sample, state)
+
     def abort_sample(self, sample: Sample) -> None:
         if sample.done:
             return
-        task = self._chunk_tasks.get(sample.rid)
-        if task is not None:
-            task.cancel()  # closing the HTTP request makes SGLang abort the chunk
         sample.finish_reason = "abort"
-        self._complete(sample, SampleState.ABORTED)
+        self._end_early(sample, SampleState.ABORTED)
+
+    def _unfinished(self) -> list[Sample]:
+        return [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
 
     def fail_all(self, message: str, status: int) -> int:
         """Every unfinished sample fails with ``message`` (its chunk is cancelled); returns how many."""
-        live = [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
+        live = self._unfinished()
         for sample in live:
-            task = self._chunk_tasks.get(sample.rid)
-            if task is not None:
-                task.cancel()
             sample.error, sample.error_status, sample.finish_reason = message, status, "error"
-            self._complete(sample, SampleState.FAILED)
+            self._end_early(sample, SampleState.FAILED)
         return len(live)
 
     def abort_all(self) -> int:
-        live = [s for g in list(self.buffer.groups.values()) for s in g.samples if not s.done]
+        live = self._unfinished()
         for sample in live:
             self.abort_sample(sample)
         return len(live)
@@ -356,12 +361,17 @@ class RolloutEngine:
         """A chunk task cancelled before its first step (an abort or a stall give-up in the same loop
         turn as the dispatch) never runs ``_run_chunk``, whose handlers settle every other ending: settle
         it here, or its instance keeps the claim for ever and a given-up sample is never sent again."""
-        if self._chunk_tasks.get(sample.rid) is not task:
-            return  # the chunk settled itself
+        if self._chunk_tasks.get(sample.rid) is task:  # else the chunk settled itself
+            self._settle_cancelled(sample, instance, reserve, sample.chunks[-1])
+
+    def _settle_cancelled(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> bool:
+        """Settle a cancelled chunk. One given up on a stalled instance (``_watch_stall``) goes back to
+        the buffer and returns True; any other cancellation was an abort or a shutdown."""
         given_up = sample.rid in self._given_up
-        self._settle(sample, instance, reserve, sample.chunks[-1])
+        self._settle(sample, instance, reserve, chunk)
         if given_up:
             self._redispatch(sample, instance, f"no answer for {self.instance_down_s:.0f} s")
+        return given_up
 
     def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -417,11 +427,8 @@ class RolloutEngine:
             self._complete(sample, SampleState.FAILED)
             return
         except asyncio.CancelledError:
-            given_up = sample.rid in self._given_up
-            self._settle(sample, instance, reserve, chunk)
-            if not given_up:
+            if not self._settle_cancelled(sample, instance, reserve, chunk):
                 raise
-            self._redispatch(sample, instance, f"no answer for {self.instance_down_s:.0f} s")
             return
         except Exception as e:  # never lose a sample silently
             logger.exception("chunk of %s failed", sample.rid)
