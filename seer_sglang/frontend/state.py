@@ -75,9 +75,12 @@ class Frontend:
                        f"`{self.model.served_name}` without adapters", 400, param="model",
                        code="lora_not_supported")
 
-    def check_available(self) -> None:
+    def check_open(self) -> None:
         if self.shutting_down:
             raise APIError("the server is shutting down", 503, type_="server_error", code="shutting_down")
+
+    def check_available(self) -> None:
+        self.check_open()
         if self.engine.healthy_count() == 0:
             raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
                            code="no_healthy_instance")

@@ -103,7 +103,7 @@ async def rollout(req: RolloutRequest, request: Request):
 
     fe.submit(groups)
     await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
-    fe.check_available()  # stopped before the samples finished: a 503, not half a rollout
+    fe.check_open()  # stopped before the samples finished: a 503, not half a rollout
     failed = [s for g in groups for s in g.samples if s.error]
     if failed and len(failed) == sum(len(g.samples) for g in groups) and all(s.error_status < 500 for s in failed):
         fe.raise_if_failed(s for g in groups for s in g.samples)  # the instances refused the request itself (a 4xx for every sample)
