@@ -30,7 +30,6 @@ import json
 import platform
 import random
 import statistics
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -44,6 +43,7 @@ from benchmarks.rollout import launch_seer
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
+from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,19 +64,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-# ---- servers -----------------------------------------------------------------------------------
-
-def stop_seer(proc: subprocess.Popen) -> None:
-    family = psutil.Process(proc.pid).children(recursive=True)
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    for p in psutil.wait_procs(family, timeout=15)[1]:
-        p.kill()
 
 
 # ---- phase 1: added latency --------------------------------------------------------------------
@@ -156,15 +143,18 @@ class Ledger:
         if note and len(self.problems) < 20:
             self.problems.append(f"{kind}: {note}")
 
+    def note_rid(self, rid: str) -> None:
+        """A sample's rid: one seen before is a duplicate."""
+        self.duplicated += rid in self.rids
+        self.rids.add(rid)
+
     def check_samples(self, kind: str, samples: list[dict], n: int, max_tokens: int) -> str:
         """A rollout's answer: indices 0..n-1 once each; a finished sample has all its tokens."""
         indices = Counter(s["index"] for s in samples)
         self.duplicated += sum(c - 1 for c in indices.values() if c > 1)
         self.missing += len(set(range(n)) - set(indices))
         for s in samples:
-            if s["rid"] in self.rids:
-                self.duplicated += 1
-            self.rids.add(s["rid"])
+            self.note_rid(s["rid"])
             if s["finish_reason"] == "abort":
                 self.samples["aborted"] += 1
             else:
@@ -298,26 +288,23 @@ class Soak:
                                                            self.args.max_tokens))
 
     async def generate(self, rng: random.Random, kind: str, rid: str | None = None,
-                       max_tokens: int | None = None) -> httpx.Response | None:
+                       max_tokens: int | None = None) -> None:
         max_tokens = max_tokens or self.args.max_tokens
         body = {"rid": rid or uuid.uuid4().hex, "text": prompt(rng),
                 "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0}}
         r = await self.http.post("/generate", json=body)
         if not self._status(kind, r):
-            return None
-        meta = r.json()["meta_info"]
-        if meta["id"] in self.ledger.rids:
-            self.ledger.duplicated += 1
-        self.ledger.rids.add(meta["id"])
-        finish = meta["finish_reason"]["type"]
-        if finish == "abort":
+            return
+        answer = r.json()
+        meta = answer["meta_info"]
+        self.ledger.note_rid(meta["id"])
+        if meta["finish_reason"]["type"] == "abort":
             self.ledger.samples["aborted"] += 1
             self.ledger.record(kind, "aborted")
         else:
             self.ledger.samples["complete"] += 1
-            self.ledger.wrong_length += len(r.json()["output_ids"]) != max_tokens
+            self.ledger.wrong_length += len(answer["output_ids"]) != max_tokens
             self.ledger.record(kind, "complete")
-        return r
 
     async def abort_rid(self, rng: random.Random, kind: str) -> None:
         rid = f"load-{uuid.uuid4().hex}"
@@ -497,7 +484,7 @@ def main() -> None:
               f"lost {soak['lost']}, duplicated {soak['duplicated']}, drained in {soak['drained_s']} s", flush=True)
     finally:
         if seer_proc is not None:
-            stop_seer(seer_proc)
+            stop_processes([seer_proc], grace_s=60)
         stop_instances([plain])
 
     result = {

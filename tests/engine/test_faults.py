@@ -14,6 +14,24 @@ from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
 
 
+def _reference(plain_url: str, prompts: list[list[int]] = PROMPTS, max_tokens: int = MAX_TOKENS) -> list[list[int]]:
+    """Plain SGLang's greedy output of each prompt, unchunked."""
+    with httpx.Client(timeout=600) as http:
+        return [out["output_ids"] for out in http.post(f"{plain_url}/generate", json={
+            "input_ids": prompts, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0,
+                                                      "ignore_eos": True}}).json()]
+
+
+def _wait_instances(url: str, ready, timeout_s: float = 300) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        inst = httpx.get(f"{url}/instances", timeout=10).json()["instances"]
+        if ready(inst):
+            return inst
+        time.sleep(0.05)
+    raise AssertionError(f"instances never got there: {inst}")
+
+
 def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp_path):
     server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32",
                         "--kv-pool", "file", "--scheduler", "context", "--chunk-size", "32")
@@ -23,10 +41,7 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         result = kill_mid_rollout(server)
         samples = result.samples
         assert len(samples) == 24 and len({(s["prompt_index"], s["index"]) for s in samples}) == 24
-        with httpx.Client(timeout=600) as http:
-            ref = [out["output_ids"] for out in http.post(f"{plain_url}/generate", json={
-                "input_ids": PROMPTS, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0,
-                                                          "ignore_eos": True}}).json()]
+        ref = _reference(plain_url)
         for s in samples:
             assert s["finish_reason"] == "length" and s["error"] is None
             assert len(s["output_ids"]) == MAX_TOKENS == len(s["logprobs"])  # nothing lost, nothing twice
@@ -73,10 +88,7 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
         r = run.wait()
         assert r.status_code == 200, r.text
         samples = r.json()["samples"]
-        with httpx.Client(timeout=600) as http:
-            ref = [out["output_ids"] for out in http.post(f"{plain_url}/generate", json={
-                "input_ids": PROMPTS, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0,
-                                                          "ignore_eos": True}}).json()]
+        ref = _reference(plain_url)
         assert len(samples) == 24
         for s in samples:
             assert s["finish_reason"] == "length" and s["output_ids"] == ref[s["prompt_index"]]
@@ -84,34 +96,11 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
         for p in stopped:
             p.resume()
         stopped = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            inst = httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]
-            if inst[index]["healthy"]:
-                break
-            time.sleep(0.5)
-        assert inst[index]["healthy"], inst  # answers again: readmitted
+        _wait_instances(server.url, lambda inst: inst[index]["healthy"], timeout_s=120)  # answers again: readmitted
     finally:
         for p in stopped:
             p.resume()
         assert stop_seer(server) == []
-
-
-def _reference(plain_url: str) -> list[list[int]]:
-    with httpx.Client(timeout=600) as http:
-        return [out["output_ids"] for out in http.post(f"{plain_url}/generate", json={
-            "input_ids": PROMPTS, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0,
-                                                      "ignore_eos": True}}).json()]
-
-
-def _wait_instances(url: str, ready, timeout_s: float = 300) -> list[dict]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        inst = httpx.get(f"{url}/instances", timeout=10).json()["instances"]
-        if ready(inst):
-            return inst
-        time.sleep(0.05)
-    raise AssertionError(f"instances never got there: {inst}")
 
 
 def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_model, plain_url, tmp_path):
@@ -192,8 +181,7 @@ def test_draft_server_killed_and_restarted_mid_rollout(servers, plain_url, reque
     prompts = PROMPTS[:8]
     body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": 160, "temperature": 0,
             "ignore_eos": True}
-    ref = [out["output_ids"] for out in httpx.post(f"{plain_url}/generate", timeout=600, json={
-        "input_ids": prompts, "sampling_params": {"max_new_tokens": 160, "temperature": 0, "ignore_eos": True}}).json()]
+    ref = _reference(plain_url, prompts, 160)
 
     def same_as_plain(r: httpx.Response) -> None:
         assert r.status_code == 200, r.text
@@ -203,10 +191,7 @@ def test_draft_server_killed_and_restarted_mid_rollout(servers, plain_url, reque
             assert s["finish_reason"] == "length" and s["output_ids"] == ref[s["prompt_index"]]
 
     run = BackgroundRollout(server.url, body)
-    deadline = time.monotonic() + 120
-    while not all(i["inflight_chunks"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]):
-        assert time.monotonic() < deadline, "the rollout never ran on both instances"
-        time.sleep(0.05)
+    _wait_instances(server.url, lambda inst: all(i["inflight_chunks"] for i in inst), timeout_s=120)
     drafts[0].kill()  # dead (a zombie until the launcher exits: nothing reaps it)
     while drafts[0].is_running() and drafts[0].status() != psutil.STATUS_ZOMBIE:
         time.sleep(0.05)
