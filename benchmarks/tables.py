@@ -435,6 +435,29 @@ def load_table(results: Results, stem: str) -> str:
     return "\n".join(latency + [""] + table(["soak", ""], rows) + ["", caption])
 
 
+def slo_table(results: Results, stem: str) -> str:
+    """``benchmarks.slo``: SLO attainment, refusals and the rollout's throughput, seer vs plain SGLang."""
+    d = results[stem]
+    c, modes = d["config"], d["modes"]
+    names = {"plain": "plain SGLang, priority scheduling", "seer": "seer (credit batching, VBS admission)"}
+    classes = list(d["slo_classes"])
+    rows = [[names[m], fratio(v["slo_attainment"]), *(fratio(v["per_class"][k]["slo_attainment"]) for k in classes),
+             fint(v["admitted"]), fint(v["rejected"]), spread(v["goodput_req_s"]["runs"], lambda x: f"{x:.2f}"),
+             spread(v["rollout_throughput_tok_s"]["runs"], fint)]
+            for m, v in modes.items()]
+    header = ["mode", "SLO attainment", *(f"{k} ({d['slo_classes'][k]['tpot_ms']:.0f} ms TPOT)" for k in classes),
+              "admitted", "refused (429)", "goodput (req/s)", "rollout tok/s"]
+    goal = ", ".join(f"{k.replace('_', ' ')}: {'yes' if v else 'NO'}" for k, v in d["goal"].items())
+    caption = (f"{d['hardware']}; model `{c['model']}`, {c['instances']} instances. A rollout of {c['prompts']} x "
+               f"{c['group_size']} samples of {c['max_tokens']} tokens; beside it interactive requests of "
+               f"{c['interactive_tokens']} tokens, half strict and half loose (TTFT SLO {c['ttft_ms']:.0f} ms), "
+               f"arriving at {', '.join(f'{r:g}' for r in c['rates'])} req/s for {c['phase_s']:.0f} s each. "
+               f"{c['repeats']} runs per mode in random order (spread: min–max). SLO attainment: share of admitted "
+               f"requests that met both SLOs. Rollout throughput seer / plain: {fratio(d['ratios']['rollout_throughput'])}. "
+               f"Goal: {goal}. Source: {source([stem])}.")
+    return "\n".join(table(header, rows) + ["", caption])
+
+
 # ---------------------------------------------------------------- drafters and draft server (CPU)
 
 IMPL = {"ext": "C extension", "ctypes": "C core via ctypes", "python": "pure Python"}

@@ -214,6 +214,18 @@ class DraftConfig:
 
 
 @dataclass(frozen=True)
+class SLOConfig:
+    """Requests with an ``slo`` beside a rollout (credit batching, VBS admission, TTFT guard)."""
+
+    headroom: float = flag(0.8, "--slo-headroom", "share of the tightest TPOT SLO that one decode step may "
+                           "take by the instance's step-time model, when it decides how many best-effort "
+                           "samples share a step and whether an SLO request is admitted; the rest is left for "
+                           "the prefills between decode steps (default: %(default)s)")
+    min_fit_steps: int = 16  # decode steps an instance times before it trusts its own step-time fit
+    report_interval_s: float = 1.0  # how often the frontend reads the instances' step-time fits
+
+
+@dataclass(frozen=True)
 class EmulationConfig:
     profile: Optional[str] = flag(None, "--emulate", "EMULATION, not a GPU measurement: pad every forward step "
                                   "of every instance to the time a step-time profile gives for its batch "
@@ -246,6 +258,8 @@ class PluginConfig:
                                          "factor on every emulated time")
     emulate_length_scale: float = env_only(EmulationConfig.length_scale, "SEER_EMULATE_LENGTH_SCALE",
                                            "the workload's lengths relative to the profile's")
+    slo_headroom: float = env_only(SLOConfig.headroom, "SEER_SLO_HEADROOM", "share of the tightest TPOT SLO "
+                                   "a decode step may take")
     emulation_only: bool = env_only(False, "SEER_EMULATION_ONLY", "install the step emulation and no other "
                                     "hook: plain SGLang on emulated steps (the benchmark baseline)")
 
@@ -288,16 +302,19 @@ class SeerConfig:
     kv_pool: KVPoolConfig = field(default_factory=KVPoolConfig)
     draft: DraftConfig = field(default_factory=DraftConfig)
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    slo: SLOConfig = field(default_factory=SLOConfig)
 
 
 SECTIONS = {"frontend": FrontendConfig, "instances": InstancesConfig, "scheduler": SchedulerConfig,
-            "rollout": RolloutConfig, "kv_pool": KVPoolConfig, "draft": DraftConfig, "emulation": EmulationConfig}
+            "rollout": RolloutConfig, "kv_pool": KVPoolConfig, "draft": DraftConfig, "emulation": EmulationConfig,
+            "slo": SLOConfig}
 
 # The defaults, for pure code that takes them as keyword defaults.
 FRONTEND = FrontendConfig()
 SCHEDULER = SchedulerConfig()
 ROLLOUT = RolloutConfig()
 KV_POOL = KVPoolConfig()
+SLO_CONFIG = SLOConfig()
 DRAFT = DraftConfig()
 INSTANCES = InstancesConfig()
 EMULATION = EmulationConfig()

@@ -144,3 +144,15 @@ class SampleJSON:
                    rid=d.get("rid", ""), spec=d.get("spec"), top_logprobs=d.get("top_logprobs"),
                    submitted_at=timing.get("submitted_at", 0.0), weight_version=d.get("weight_version"),
                    weight_versions=d.get("weight_versions"), regenerations=d.get("regenerations", 0))
+
+# ---- SLO requests ------------------------------------------------------------------------------------
+# Sent in a chunk's custom params when its request carries an ``slo``: the TPOT and TTFT objectives in
+# seconds (either may be null) and the unix time by which its first token is due (null without a TTFT
+# SLO). The plugin's credit batching, VBS admission and deadline order read it.
+SLO_PARAM = "__seer_slo__"
+# The message of an abort by which an instance refuses an SLO request; the frontend answers it with 429.
+SLO_REJECTED = "seer_slo_rejected"
+
+
+def slo_param(tpot_s: float | None, ttft_s: float | None, deadline: float | None) -> dict[str, float | None]:
+    return {"tpot_s": tpot_s, "ttft_s": ttft_s, "deadline": deadline}

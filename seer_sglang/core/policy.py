@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..config import SCHEDULER
+from ..config import SCHEDULER, SLO_CONFIG
 from .migration import MigrationCost
 from .buffer import RequestBuffer
 from .request import Sample
+from .slo import Admission, StepTime, admit
 
 
 @dataclass
@@ -28,6 +29,9 @@ class InstanceView:
     # Our chunks in flight there, per group. A group's samples share one prompt, and SGLang's radix
     # cache holds it once for all of them: the prompt is reserved once per group and instance.
     groups: dict[str, int] = field(default_factory=dict)
+    # SLO samples in flight there: rid -> (TPOT SLO in seconds, context tokens), for VBS admission.
+    slo_requests: dict[str, tuple[float, int]] = field(default_factory=dict)
+    step_s: StepTime | None = None  # the instance's own decode step-time fit, once it has one
 
     @property
     def load(self) -> float:
@@ -53,6 +57,9 @@ class InstanceView:
         self.reserved_tokens += self.claim_tokens(sample, max_new)
         self.groups[sample.group_id] = self.groups.get(sample.group_id, 0) + 1
         self.inflight += 1
+        slo = sample.params.slo
+        if slo is not None and slo.tpot_s is not None:
+            self.slo_requests[sample.rid] = (slo.tpot_s, sample.context_len)
         return own
 
     def release(self, sample: Sample, own: int) -> None:
@@ -60,6 +67,7 @@ class InstanceView:
         sibling in flight here."""
         self.reserved_tokens -= own
         self.inflight -= 1
+        self.slo_requests.pop(sample.rid, None)
         left = self.groups.get(sample.group_id, 0) - 1
         if left > 0:
             self.groups[sample.group_id] = left
@@ -69,7 +77,7 @@ class InstanceView:
 
     def snapshot(self) -> "InstanceView":
         """A copy a policy may reserve on while it plans, leaving this view as it is."""
-        return replace(self, groups=dict(self.groups))
+        return replace(self, groups=dict(self.groups), slo_requests=dict(self.slo_requests))
 
 
 @dataclass
@@ -114,6 +122,11 @@ class SchedulingPolicy:
         """Hook: the group left the buffer; forget what was kept about it."""
 
 
+def best_effort(samples: list[Sample]) -> list[Sample]:
+    """The samples the rollout policies place: those without an SLO (``route_slo`` places the others)."""
+    return [s for s in samples if s.params.slo is None]
+
+
 def least_loaded(instances: list[InstanceView],
                  eligible: Callable[[InstanceView], bool] = lambda v: v.healthy) -> InstanceView | None:
     candidates = [v for v in instances if eligible(v)]
@@ -131,7 +144,7 @@ class WholeGroupPolicy(SchedulingPolicy):
 
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_group: dict[str, list[Sample]] = {}
-        for sample in buffer.pending():
+        for sample in best_effort(buffer.pending()):
             by_group.setdefault(sample.group_id, []).append(sample)
         decisions = []
         for samples in by_group.values():
@@ -163,6 +176,32 @@ class RoundRobinPolicy(WholeGroupPolicy):
             return None
         self.turn += 1
         return healthy[(self.turn - 1) % len(healthy)]
+
+
+def route_slo(instances: list[InstanceView], sample: Sample,
+              headroom: float = SLO_CONFIG.headroom) -> tuple[InstanceView | None, Admission | None]:
+    """Where a sample with an SLO runs, whole (never chunked): among the healthy instances whose VBS
+    admission holds for it, the one with the smallest virtual batch, then the least loaded. An
+    instance without a step-time fit yet admits it (its own admission still decides). Returns the
+    instance, or None and the refusal of the instance that came closest."""
+    slo = sample.params.slo
+    candidates, refused = [], []
+    for v in instances:
+        if not v.healthy:
+            continue
+        tpots = [t for t, _ in v.slo_requests.values()]
+        if slo is None or slo.tpot_s is None or v.step_s is None:
+            candidates.append((sum(min([*tpots, 1e9]) / t for t in tpots), v.load, v.index, v, None))
+            continue
+        verdict = admit(tpots, [kv for _, kv in v.slo_requests.values()], slo.tpot_s, sample.context_len,
+                        v.step_s, headroom)
+        (candidates if verdict.admitted else refused).append((verdict.virtual_batch, v.load, v.index, v, verdict))
+    if candidates:
+        best = min(candidates, key=lambda c: c[:3])
+        return best[3], best[4]
+    if refused:
+        return None, min(refused, key=lambda c: c[4].estimated_tpot_s / c[4].bound_s)[4]
+    return None, None
 
 
 class ChunkedPolicy(SchedulingPolicy):
@@ -237,7 +276,7 @@ class ChunkedPolicy(SchedulingPolicy):
 
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_instance: dict[int, Dispatch] = {}
-        ordered = self.order(buffer.pending(), buffer)
+        ordered = self.order(best_effort(buffer.pending()), buffer)
         chunk = None if self.whole_tail and ordered and self.in_tail(ordered, instances) else self.chunk_size
         for rank, sample in enumerate(ordered):
             budget = chunk_tokens(sample, chunk, self.page_size)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..wire import PRIOR_OUTPUT_PARAM, sample_rid
+from .slo import SLO
 
 
 @dataclass
@@ -36,6 +37,8 @@ class SamplingParams:
     # How the frontend turns the sample's ids into text (SGLang's detokenizer options).
     no_stop_trim: bool = False  # keep a matched stop string / stop token in the text
     spaces_between_special_tokens: bool = True
+    # Service objectives of an interactive request beside a rollout; None: best-effort (rollout samples).
+    slo: SLO | None = None
 
     @property
     def penalized(self) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
+from ..config import SLO_CONFIG
 from .step_model import StepModel
 
 StepTime = Callable[[float, float], float]  # (sequences in the step, KV tokens each) -> seconds
@@ -35,6 +36,12 @@ EPS = 1e-9  # credit rounding: three steps of TRP 1/3 make one whole credit
 def step_time(model: StepModel) -> StepTime:
     """A decode step of ``batch`` sequences with ``kv`` KV tokens each, by the simulator's model."""
     return lambda batch, kv: model.decode_step(batch, batch * kv)
+
+
+def fitted_step_time(base_s: float, per_seq_s: float) -> StepTime:
+    """A plain decode step by an instance's own fit (the draft budget's ``CostModel`` at one token per
+    request: ``base_s`` and ``per_seq_s`` with its per-token term folded in); it has no KV term."""
+    return lambda batch, kv: base_s + per_seq_s * batch
 
 
 @dataclass(frozen=True)
@@ -99,14 +106,16 @@ def virtual_batch(tpots: Sequence[float]) -> tuple[float, float]:
     return bound, sum(bound / t for t in tpots)
 
 
-def best_effort_room(tpots: Sequence[float], kv_tokens: float, step_s: StepTime, limit: int) -> Optional[int]:
+def best_effort_room(tpots: Sequence[float], kv_tokens: float, step_s: StepTime, limit: int,
+                     headroom: float = SLO_CONFIG.headroom) -> Optional[int]:
     """How many best-effort sequences may share a step with SLO requests of TPOT SLOs ``tpots``
-    while the strictest still meets its SLO (at most ``limit``); ``None`` without SLO requests."""
+    while the strictest still meets its SLO (at most ``limit``; a step may take ``headroom`` of the
+    SLO); ``None`` without SLO requests."""
     if not tpots:
         return None
     bound, vbs = virtual_batch(tpots)
     room = 0
-    while room < limit and step_s(vbs + room + 1, kv_tokens) <= bound:
+    while room < limit and step_s(vbs + room + 1, kv_tokens) <= headroom * bound:
         room += 1
     return room
 
@@ -121,15 +130,16 @@ class Admission:
 
 
 def admit(running_tpots: Sequence[float], running_kv: Sequence[float], tpot_s: float, kv_tokens: float,
-          step_s: StepTime) -> Admission:
+          step_s: StepTime, headroom: float = SLO_CONFIG.headroom) -> Admission:
     """VBS admission of a request with TPOT SLO ``tpot_s`` and ``kv_tokens`` of context, beside SLO
-    requests with ``running_tpots`` and ``running_kv``. Best-effort requests do not count: they
-    only fill the room the SLO requests leave (:func:`best_effort_room`)."""
+    requests with ``running_tpots`` and ``running_kv``; a step may take ``headroom`` of the tightest
+    SLO. Best-effort requests do not count: they only fill the room the SLO requests leave
+    (:func:`best_effort_room`)."""
     tpots = [*running_tpots, tpot_s]
     kvs = [*running_kv, kv_tokens]
     bound, vbs = virtual_batch(tpots)
     estimate = step_s(vbs, sum(kvs) / len(kvs))
-    ok = estimate <= bound
+    ok = estimate <= headroom * bound
     reason = (f"a step of {vbs:.2f} virtual sequences takes {estimate * 1e3:.1f} ms, "
               f"{'within' if ok else 'over'} the tightest TPOT SLO of {bound * 1e3:.1f} ms")
     return Admission(ok, vbs, estimate, bound, reason)
@@ -163,3 +173,34 @@ def order_waiting(waiting: Sequence[Waiting], now_s: float) -> WaitingOrder:
             timed.append((slack, w.arrival_s, w.rid))
     best_effort = sorted((w for w in waiting if w.ttft_s is None), key=lambda w: w.arrival_s)
     return WaitingOrder([rid for _, _, rid in sorted(timed)] + [w.rid for w in best_effort], rejected)
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """How a finished SLO request did against its objectives (``None``: it had no such SLO)."""
+
+    ttft_s: Optional[float]
+    tpot_s: Optional[float]
+    ttft_met: Optional[bool]
+    tpot_met: Optional[bool]
+
+    @property
+    def met(self) -> bool:
+        return self.ttft_met is not False and self.tpot_met is not False
+
+
+def attainment(slo: SLO, submitted_s: float, first_token_s: Optional[float], finished_s: float,
+               tokens: int) -> Attainment:
+    """TTFT from submission to the first token; TPOT the mean gap between the later tokens."""
+    ttft = None if first_token_s is None else first_token_s - submitted_s
+    tpot = (finished_s - first_token_s) / (tokens - 1) if first_token_s is not None and tokens > 1 else 0.0
+    return Attainment(ttft, tpot,
+                      None if slo.ttft_s is None else ttft is not None and ttft <= slo.ttft_s,
+                      None if slo.tpot_s is None else tpot <= slo.tpot_s)
+
+
+def slo_class(slo: SLO) -> str:
+    """A label for the request's SLO class: its TPOT SLO in ms (else its TTFT SLO)."""
+    if slo.tpot_s is not None:
+        return f"tpot_{slo.tpot_s * 1e3:g}ms"
+    return f"ttft_{slo.ttft_s * 1e3:g}ms"

@@ -68,12 +68,12 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
             asyncio.get_running_loop().create_task(pool.clear())
 
         hooks = EngineHooks(on_sample_done=metrics.on_sample_done, on_chunk_done=metrics.on_chunk_done,
-                            on_load=metrics.on_load,
+                            on_load=metrics.on_load, on_slo_report=metrics.on_slo_report,
                             find_stop=tokenizer.find_stop, pool_probe=pool.probe(),
                             on_weight_version=weights_changed)
         engine = RolloutEngine(clients, policy, hooks=hooks,
                                mixed_weight_versions=config.rollout.mixed_weight_versions,
-                               instance_down_s=config.rollout.instance_down_s)
+                               instance_down_s=config.rollout.instance_down_s, slo_headroom=config.slo.headroom)
         await engine.start()
         sweeper = None
         if pool.file_pool is not None:

@@ -15,11 +15,12 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..config import ROLLOUT
+from ..config import ROLLOUT, SLO_CONFIG
 from ..core.buffer import RequestBuffer
-from ..core.policy import InstanceView, SchedulingPolicy
+from ..core.policy import InstanceView, SchedulingPolicy, route_slo
 from ..core.request import ChunkRecord, Group, Sample, SampleState
-from ..wire import chunk_rid, group_of_sample
+from ..core.slo import fitted_step_time
+from ..wire import SLO_PARAM, SLO_REJECTED, chunk_rid, group_of_sample, slo_param
 from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
 
 logger = logging.getLogger("seer_sglang.frontend")
@@ -36,6 +37,7 @@ class EngineHooks:
     on_sample_done: Callable[[Sample], None] | None = None
     on_chunk_done: Callable[[ChunkRecord], None] | None = None  # returned, answered or lost
     on_load: Callable[[int, InstanceView], None] | None = None
+    on_slo_report: Callable[[int, dict[str, Any]], None] | None = None  # an instance's seer_slo counters
     # Finds a stop string that SGLang could not see because it spans a chunk boundary; returns
     # (tokens to keep, matched string) or None. Set by the frontend, which owns the tokenizer.
     find_stop: Callable[[Sample], tuple[int, str] | None] | None = None
@@ -69,7 +71,7 @@ class RolloutEngine:
                  poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
                  hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8,
                  mixed_weight_versions: bool = ROLLOUT.mixed_weight_versions,
-                 instance_down_s: float = ROLLOUT.instance_down_s):
+                 instance_down_s: float = ROLLOUT.instance_down_s, slo_headroom: float = SLO_CONFIG.headroom):
         self.clients = clients
         self.policy = policy
         self.buffer = RequestBuffer()
@@ -95,6 +97,10 @@ class RolloutEngine:
         self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
         self.retractions = [0] * len(clients)
         self.removed: set[int] = set()  # instances taken out (POST /remove_worker): never dispatched to
+        self.slo_headroom = slo_headroom
+        self._slo_seen = False  # an SLO request came: the instances' step-time fits are read with their loads
+        self._slo_fits_at = 0.0
+        self.slo_reports: dict[int, dict[str, Any]] = {}  # instance -> its plugin's seer_slo report
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -177,6 +183,8 @@ class RolloutEngine:
             raise NoHealthyInstance("no healthy SGLang instance")
         self.buffer.add_group(group)
         self._group_done[group.group_id] = asyncio.Event()
+        if any(s.params.slo is not None for s in group.samples):
+            self._slo_seen = True
         self._wake.set()
 
     def add_samples(self, group: Group, samples: list[Sample]) -> bool:
@@ -296,6 +304,27 @@ class RolloutEngine:
                                            self.retractions[view.index]))
             if self.hooks.on_load:
                 self.hooks.on_load(view.index, view)
+        if self._slo_seen and time.monotonic() - self._slo_fits_at >= SLO_CONFIG.report_interval_s:
+            self._slo_fits_at = time.monotonic()
+            await self.read_slo_fits(clients)
+
+    def slo_counters(self) -> dict[str, int]:
+        """The instances' best-effort decode slots in steps with SLO requests, summed (last reports)."""
+        return {key: sum(int(r.get(key, 0)) for r in self.slo_reports.values())
+                for key in ("best_effort_decoded", "best_effort_deferred")}
+
+    async def read_slo_fits(self, clients: list[InstanceClient]) -> None:
+        """Each instance's own decode step-time fit (the plugin's ``seer_slo`` report), for routing."""
+        infos = await asyncio.gather(*(c.server_info() for c in clients), return_exceptions=True)
+        for client, info in zip(clients, infos):
+            if isinstance(info, BaseException):
+                continue
+            report = ((info.get("internal_states") or [{}])[0] or {}).get("seer_slo") or {}
+            self.slo_reports[client.index] = report
+            if self.hooks.on_slo_report:
+                self.hooks.on_slo_report(client.index, report)
+            fit = report.get("fit")
+            self.views[client.index].step_s = fitted_step_time(fit["base_s"], fit["per_seq_s"]) if fit else None
 
     def _watch_stall(self, view: InstanceView) -> None:
         """A request to an instance that stopped answering (SIGSTOP, a hung scheduler) never returns, and
@@ -329,11 +358,31 @@ class RolloutEngine:
                 continue
             self._fail_if_no_instance()
             snapshot = [v.snapshot() for v in self.views]
+            self._dispatch_slo(snapshot)
             for decision in self.policy.schedule(self.buffer, snapshot):
                 priorities = decision.priorities or [0] * len(decision.samples)
                 for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):
                     sample.priority = priority
                     self._launch(sample, decision.instance, max_new)
+
+    def _dispatch_slo(self, snapshot: list[InstanceView]) -> None:
+        """Samples with an SLO first, each whole (never chunked) to an instance where its VBS admission
+        holds; one that no instance can serve within its TPOT SLO is refused with 429."""
+        for sample in self.buffer.pending():
+            if sample.params.slo is None:
+                continue
+            target, verdict = route_slo([v for v in snapshot if v.index not in self.removed], sample,
+                                        self.slo_headroom)
+            if target is not None:
+                target.claim(sample, sample.remaining)
+                self._launch(sample, target.index, sample.remaining)
+            elif verdict is not None:
+                self._refuse_slo(sample, f"TPOT SLO of {sample.params.slo.tpot_s * 1e3:g} ms cannot be met "
+                                         f"on any instance: {verdict.reason}")
+
+    def _refuse_slo(self, sample: Sample, why: str) -> None:
+        sample.error, sample.error_status, sample.finish_reason = why, 429, "error"
+        self._complete(sample, SampleState.FAILED)
 
     def _fail_if_no_instance(self) -> None:
         if self.healthy_count() > 0:
@@ -392,6 +441,12 @@ class RolloutEngine:
         if sample.custom_params is not None:  # every chunk gets them, as SGLang would the whole request
             params = payload["sampling_params"]
             params["custom_params"] = {**sample.custom_params, **params.get("custom_params", {})}
+        slo = sample.params.slo
+        if slo is not None:  # read by the plugin's credit batching, admission and deadline order
+            deadline = None if slo.ttft_s is None else sample.submitted_at + slo.ttft_s
+            params = payload["sampling_params"]
+            params["custom_params"] = {**params.get("custom_params", {}),
+                                       SLO_PARAM: slo_param(slo.tpot_s, slo.ttft_s, deadline)}
         return payload
 
     async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:
@@ -402,7 +457,8 @@ class RolloutEngine:
         last_meta: dict[str, Any] = {}
         try:
             payload = self._payload(sample, max_new)
-            if sample.on_tokens is not None:
+            # an SLO sample streams from its instance, so that its first token's time is known
+            if sample.on_tokens is not None or sample.params.slo is not None:
                 async for event in client.generate_stream(payload):
                     self._absorb(sample, base, event)
                     last_meta = event["meta_info"]
@@ -556,7 +612,11 @@ class RolloutEngine:
             if self.paused:  # a pause (mode "abort") cut the chunk short: resume it later, lose nothing
                 self.buffer.requeue(sample)
                 return
-            sample.finish_reason, sample.error = "abort", str(finish.get("message", "aborted by SGLang"))
+            message = str(finish.get("message", "aborted by SGLang"))
+            if message.startswith(SLO_REJECTED):  # the instance refused it: its SLO cannot be met
+                self._refuse_slo(sample, message[len(SLO_REJECTED):].lstrip(": "))
+                return
+            sample.finish_reason, sample.error = "abort", message
             self._complete(sample, SampleState.ABORTED)
             return
         elif sample.remaining <= 0:

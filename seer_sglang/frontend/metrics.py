@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from ..core.accounting import KV_SOURCES, rollout_sources, spec_totals
 from ..core.policy import InstanceView
 from ..core.request import ChunkRecord, Sample
+from ..core.slo import attainment, slo_class
 
 
 class Metrics:
@@ -46,11 +47,30 @@ class Metrics:
                                        registry=r)
         self.generate_grouped_samples = Counter("seer_generate_grouped_samples", "POST /generate samples that ran "
                                                 "in a group of more than one", registry=r)
+        self.slo_requests = Counter("seer_slo_samples", "Finished samples with an SLO, by class (their TPOT SLO) "
+                                    "and outcome: met (every SLO it has), missed_ttft, missed_tpot, rejected "
+                                    "(refused with 429)", ["slo_class", "outcome"], registry=r)
+        self.slo_best_effort = Gauge("seer_slo_best_effort_slots", "Best-effort (rollout) decode slots in steps "
+                                     "that ran SLO requests, by instance: decoded, or deferred to make room for "
+                                     "the SLO requests (the rollout's throughput given up)",
+                                     ["instance", "kind"], registry=r)
         self.instance_retractions = Gauge("seer_instance_retractions", "SGLang retractions seen by our chunks",
                                           ["instance"], registry=r)
 
     def on_sample_done(self, sample: Sample) -> None:
         self.samples.labels(sample.finish_reason or "unknown").inc()
+        slo = sample.params.slo
+        if slo is not None:
+            if sample.error_status == 429:
+                outcome = "rejected"
+            elif sample.finish_reason in ("stop", "length"):
+                got = attainment(slo, sample.submitted_at, sample.first_token_at, sample.finished_at or 0.0,
+                                 sample.generated)
+                outcome = "met" if got.met else ("missed_ttft" if got.ttft_met is False else "missed_tpot")
+            else:
+                outcome = None  # aborted or failed otherwise: neither served nor refused
+            if outcome is not None:
+                self.slo_requests.labels(slo_class(slo), outcome).inc()
         self.prompt_tokens.inc(len(sample.prompt_ids))
         self.generation_tokens.inc(sample.generated)
         kv = rollout_sources([sample])
@@ -76,6 +96,10 @@ class Metrics:
         self.instance_kv_usage.labels(label).set(used)
         self.instance_inflight.labels(label).set(view.inflight)
         self.instance_retractions.labels(label).set(view.retractions)
+
+    def on_slo_report(self, index: int, report: dict) -> None:
+        for kind in ("decoded", "deferred"):
+            self.slo_best_effort.labels(str(index), kind).set(report.get(f"best_effort_{kind}", 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.request import Sample, SamplingParams, derive_seed, group_seed_key
+from ..core.slo import SLO
 from .errors import APIError
 
 # Top-level fields seer applies (see ``parse_generate``).
@@ -132,7 +133,8 @@ def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     return parsed
 
 
-def parse_generate(body: Any, *, encode, check_prompt, vocab_size: int, context_length: int) -> NativeRequest:
+def parse_generate(body: Any, *, encode, check_prompt, vocab_size: int, context_length: int,
+                   slo: SLO | None = None) -> NativeRequest:
     """The samples a ``/generate`` body asks for, in SGLang's response order. ``check_prompt(ids,
     max_new, param, budget_param)`` checks a prompt and its budget (``Frontend.check_prompt``)."""
     if not isinstance(body, dict):
@@ -177,7 +179,7 @@ def parse_generate(body: Any, *, encode, check_prompt, vocab_size: int, context_
             presence_penalty=sp.presence_penalty, repetition_penalty=sp.repetition_penalty,
             min_tokens=sp.min_new_tokens, logit_bias={str(int(k)): float(v) for k, v in sp.logit_bias.items()}
             if sp.logit_bias else None, no_stop_trim=sp.no_stop_trim,
-            spaces_between_special_tokens=sp.spaces_between_special_tokens)
+            spaces_between_special_tokens=sp.spaces_between_special_tokens, slo=slo)
         for j in range(n):
             k = i * n + j
             if raw_rid is None:

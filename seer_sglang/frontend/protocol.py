@@ -7,7 +7,25 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.request import SamplingParams
+from ..core.slo import SLO
 from .errors import APIError
+
+
+class SLOField(BaseModel):
+    """A request's service objectives beside a rollout. A request with one runs whole on one instance,
+    decodes by credit (its TPOT SLO against the others') and goes first in the prefill queue by
+    deadline; one that cannot meet it is refused with 429. Without one a request is best-effort."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: Optional[float] = Field(None, gt=0.0, le=3.6e6, description="time to first token, in ms")
+    tpot_ms: Optional[float] = Field(None, gt=0.0, le=6e4, description="mean time per output token, in ms")
+
+    def to_slo(self) -> SLO | None:
+        if self.ttft_ms is None and self.tpot_ms is None:
+            return None
+        return SLO(ttft_s=None if self.ttft_ms is None else self.ttft_ms / 1e3,
+                   tpot_s=None if self.tpot_ms is None else self.tpot_ms / 1e3)
 
 
 class SamplingFields(BaseModel):
@@ -32,6 +50,7 @@ class SamplingFields(BaseModel):
     min_tokens: Optional[int] = Field(None, ge=0)
     # OpenAI's: token id (as a string) -> bias added to its logit before sampling, in [-100, 100].
     logit_bias: Optional[dict[str, float]] = None
+    slo: Optional[SLOField] = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -64,7 +83,8 @@ class SamplingFields(BaseModel):
             ignore_eos=self.ignore_eos, frequency_penalty=self.frequency_penalty or 0.0,
             presence_penalty=self.presence_penalty or 0.0,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            min_tokens=self.min_tokens or 0, logit_bias=bias or None, **kwargs)
+            min_tokens=self.min_tokens or 0, logit_bias=bias or None,
+            slo=self.slo.to_slo() if self.slo is not None else None, **kwargs)
 
 
 # Fields of SGLang's OpenAI protocol that change what is sampled (or the prompt it is sampled from),

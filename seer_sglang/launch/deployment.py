@@ -105,7 +105,8 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
                                  chunk_size=config.scheduler.chunk_size)
         dep.drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin)
         plugin = PluginConfig(**{**dep.pool.plugin_settings(), **dep.drafts.plugin_settings(),
-                                 **emulation.plugin_settings(config.emulation)})
+                                 **emulation.plugin_settings(config.emulation),
+                                 "slo_headroom": config.slo.headroom})
         # SGLang's own metrics on every instance: the frontend re-exports them (sglang:*, per instance)
         metrics_args = [] if has_flag(sglang_args, "--enable-metrics") else ["--enable-metrics"]
         instance_args = (sglang_args + metrics_args + emulation.instance_args(config.emulation, sglang_args)

@@ -2,7 +2,7 @@
 
 SGLang calls :func:`register` early in every one of its processes (launcher, tokenizer manager,
 scheduler, detokenizer). Everything in this package runs inside an SGLang process: the queue order,
-seeded sampling, penalties across chunks, step emulation, the KV pool's CPU support, transfer
+SLO credit batching and admission, seeded sampling, penalties across chunks, step emulation, the KV pool's CPU support, transfer
 gate and write-before-answer, and the speculative pieces (the SEER
 worker, its verify backends and sampling, the CPU kernel stand-ins).
 A plain SGLang run (the benchmark baseline) skips it with ``SGLANG_PLUGINS=none``.
@@ -47,7 +47,7 @@ def register() -> None:
     _ensure_log_handler()
     from ..config import PluginConfig
     from . import (emulation, hicache_cpu, penalties, pool_hash, pool_writes, queue_order, seeded_sampling,
-                   spec_registry, transfer_gate, weight_namespace)
+                   slo_batching, spec_registry, transfer_gate, weight_namespace)
 
     if PluginConfig.from_env().emulation_only:  # plain SGLang on emulated steps (a benchmark baseline)
         emulation.register_hooks()
@@ -63,4 +63,5 @@ def register() -> None:
     pool_writes.register_hooks()
     weight_namespace.register_hooks()
     emulation.register_hooks()
+    slo_batching.register_hooks()
     logger.info("seer_sglang plugin loaded (pid=%d, role=%s)", os.getpid(), _caller_role())

@@ -3,7 +3,8 @@
 The router sends each chunk with a priority (its rank in the router's length-context order) and a
 rid ``<group>-<index>-c<chunk>``. After SGLang's own policy has sorted the waiting queue, this hook
 re-sorts it, stably: groups by the best priority among their waiting members, then the members of
-a group together. Requests that carry no priority keep SGLang's order among themselves.
+a group together. Requests that carry no priority keep SGLang's order among themselves. Requests with
+an SLO go before all of them, earliest TTFT deadline first (``slo_batching.deadline_first``).
 
 Siblings share their prompt in the radix cache, but only once it is there: SGLang's prefill batch
 computes each request's uncached tokens on its own, so siblings admitted in the same batch would
@@ -21,6 +22,7 @@ import logging
 from typing import Any, Sequence
 
 from ..wire import parse_chunk_rid
+from .slo_batching import deadline_first
 
 TARGET = "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority"
 ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req"
@@ -66,6 +68,9 @@ def calc_priority_with_length_context(original, self, waiting_queue, *args, **kw
         if not _announced:
             _announced = True
             logger.info("length-context queue order active (%d waiting)", len(ordered))
+    slo_first = deadline_first(waiting_queue)  # requests with an SLO go before the rollout's
+    if slo_first is not None:
+        waiting_queue[:] = slo_first
     return result
 
 

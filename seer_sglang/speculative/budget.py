@@ -190,15 +190,23 @@ class OnlineCost:
     Step times come from a sliding window of (batch, verified tokens per request, seconds); the
     widths vary by themselves because a request verifies only the drafts it has. The acceptance curve
     counts, per draft position i, how often a request that verified at least i drafts accepted them.
-    ``model()`` is None until the window shows at least two widths. A step of width 1 is a plain decode
-    step (no drafts anywhere in the batch).
+    ``model()`` is None until the window shows at least ``min_widths`` widths (two for the draft budget,
+    which must tell verify steps from plain ones; one for SLO admission, which prices plain decode
+    steps). A step of width 1 is a plain decode step (no drafts anywhere in the batch).
     """
 
-    def __init__(self, gamma_max: int = 8, window: int = 256, min_points: int = 32):
+    def __init__(self, gamma_max: int = 8, window: int = 256, min_points: int = 32, min_widths: int = 2,
+                 per_batch: int | None = None):
         self.gamma_max = gamma_max
         self.points: list[tuple[int, float, float]] = []
         self.window = window
         self.min_points = min_points
+        self.min_widths = min_widths
+        # With per_batch, the window keeps the last per_batch steps of each batch size instead of the last
+        # ``window`` steps: a long run at one batch size (a rollout) does not push out the few steps at
+        # other sizes that tell the per-sequence cost from the fixed one.
+        self.per_batch = per_batch
+        self._by_batch: dict[int, list[tuple[int, float, float]]] = {}
         self.tried = np.zeros(gamma_max, dtype=np.float64)
         self.accepted = np.zeros(gamma_max, dtype=np.float64)
         self._fitted: CostModel | None = None
@@ -206,8 +214,15 @@ class OnlineCost:
 
     def record_step(self, batch: int, tokens_per_request: float, seconds: float) -> None:
         """One step; ``tokens_per_request`` is the mean over the batch (a ragged verify's total / B)."""
-        self.points.append((batch, float(tokens_per_request), seconds))
-        del self.points[:-self.window]
+        point = (batch, float(tokens_per_request), seconds)
+        if self.per_batch is None:
+            self.points.append(point)
+            del self.points[:-self.window]
+        else:
+            kept = self._by_batch.setdefault(batch, [])
+            kept.append(point)
+            del kept[:-self.per_batch]
+            self.points = [p for ps in self._by_batch.values() for p in ps]
         self._stale = True
 
     def record_acceptance(self, verified: Sequence[int], accepted: Sequence[int]) -> None:
@@ -226,7 +241,7 @@ class OnlineCost:
         if self._stale:
             self._stale = False
             widths = {n for _, n, _ in self.points}
-            if len(self.points) >= self.min_points and len(widths) >= 2:
+            if len(self.points) >= self.min_points and len(widths) >= self.min_widths:
                 self._fitted = CostModel.fit(self.points, self.curve())
         return self._fitted
 

@@ -48,10 +48,10 @@ def test_room_for_best_effort_shrinks_as_slo_requests_arrive():
                       prefill_per_token_s=1e-4, capacity_tokens=100_000)
     step_s = step_time(model)
     assert best_effort_room([], 100, step_s, 64) is None
-    one = best_effort_room([0.040], 100, step_s, 64)
-    two = best_effort_room([0.040, 0.040], 100, step_s, 64)
+    one = best_effort_room([0.040], 100, step_s, 64, 1.0)
+    two = best_effort_room([0.040, 0.040], 100, step_s, 64, 1.0)
     assert one == 29 and two == 28  # 0.010 + 0.001 * 30 = 0.040: the strictest SLO still holds
-    assert best_effort_room([0.040], 100, step_s, 10) == 10
+    assert best_effort_room([0.040], 100, step_s, 10, 1.0) == 10
     assert best_effort_room([0.005], 100, step_s, 64) == 0
 
 
@@ -59,13 +59,13 @@ def test_admission_holds_the_tightest_tpot_slo():
     model = StepModel(name="t", decode_base_s=0.010, decode_per_seq_s=0.001, decode_per_kv_token_s=1e-6,
                       prefill_per_token_s=1e-4, capacity_tokens=100_000)
     step_s = step_time(model)
-    ok = admit([0.02, 0.04], [1000, 1000], 0.04, 1000, step_s)
+    ok = admit([0.02, 0.04], [1000, 1000], 0.04, 1000, step_s, 1.0)
     assert ok.admitted and ok.virtual_batch == pytest.approx(2.0)
     assert ok.estimated_tpot_s == pytest.approx(0.010 + 0.002 + 2000e-6) and ok.bound_s == 0.02
     # Loose newcomers cost a fraction of a sequence each; a strict one makes everyone a full sequence.
     crowd = [0.5] * 200
-    assert admit(crowd, [1000] * 200, 0.5, 1000, step_s).admitted
-    tight = admit(crowd, [1000] * 200, 0.012, 1000, step_s)
+    assert admit(crowd, [1000] * 200, 0.5, 1000, step_s, 1.0).admitted
+    tight = admit(crowd, [1000] * 200, 0.012, 1000, step_s, 1.0)
     assert not tight.admitted and "over the tightest TPOT SLO of 12.0 ms" in tight.reason
 
 
@@ -81,3 +81,77 @@ def test_slo_values_must_be_positive():
     assert SLO(tpot_s=0.05).ttft_s is None
     with pytest.raises(ValueError):
         SLO(ttft_s=0)
+
+
+def _sample(rid: str, tpot_ms: float | None, prompt: int = 100):
+    from seer_sglang.core.request import Sample, SamplingParams
+
+    slo = SLO(tpot_s=tpot_ms / 1e3) if tpot_ms is not None else None
+    return Sample(rid=rid, group_id=rid, index=0, prompt_ids=[1] * prompt,
+                  params=SamplingParams(max_new_tokens=32, slo=slo))
+
+
+def test_slo_samples_go_where_admission_holds_and_are_refused_where_it_holds_nowhere():
+    from seer_sglang.core.policy import InstanceView, route_slo
+
+    fast = step_time(StepModel(name="f", decode_base_s=0.010, decode_per_seq_s=0.001, decode_per_kv_token_s=0.0,
+                               prefill_per_token_s=1e-4, capacity_tokens=100_000))
+    slow = step_time(StepModel(name="s", decode_base_s=0.030, decode_per_seq_s=0.001, decode_per_kv_token_s=0.0,
+                               prefill_per_token_s=1e-4, capacity_tokens=100_000))
+    views = [InstanceView(0, step_s=slow), InstanceView(1, step_s=fast)]
+    target, verdict = route_slo(views, _sample("a", 20), 1.0)
+    assert target.index == 1 and verdict.admitted  # 30 ms steps miss a 20 ms SLO; 11 ms ones do not
+    target.claim(_sample("a", 20), 32)
+    assert views[1].slo_requests == {"a": (0.020, 100)}
+    # the fast instance now runs one 20 ms request; a second one fits (12 ms), a 5 ms one fits nowhere
+    assert route_slo(views, _sample("b", 20), 1.0)[0].index == 1
+    none, why = route_slo(views, _sample("c", 5), 1.0)
+    assert none is None and not why.admitted and "over the tightest TPOT SLO of 5.0 ms" in why.reason
+    views[1].release(_sample("a", 20), 32)
+    assert views[1].slo_requests == {}
+    # without a fit yet an instance admits (its own admission decides); best-effort samples never go here
+    assert route_slo([InstanceView(0)], _sample("d", 5))[0].index == 0
+    assert route_slo([InstanceView(0, healthy=False)], _sample("e", 5)) == (None, None)
+
+
+def test_attainment_measures_ttft_from_submission_and_tpot_between_later_tokens():
+    from seer_sglang.core.slo import attainment, slo_class
+
+    slo = SLO(ttft_s=0.5, tpot_s=0.05)
+    ok = attainment(slo, 10.0, 10.4, 10.4 + 0.04 * 9, 10)
+    assert ok.ttft_s == pytest.approx(0.4) and ok.tpot_s == pytest.approx(0.04) and ok.met
+    late = attainment(slo, 10.0, 10.6, 10.6 + 0.04 * 9, 10)
+    assert late.ttft_met is False and late.tpot_met and not late.met
+    slow = attainment(SLO(tpot_s=0.05), 10.0, 10.1, 10.1 + 0.06 * 9, 10)
+    assert slow.ttft_met is None and slow.tpot_met is False
+    assert slo_class(slo) == "tpot_50ms" and slo_class(SLO(ttft_s=1.0)) == "ttft_1000ms"
+
+
+def test_plugin_puts_slo_requests_first_by_deadline_and_refuses_the_hopeless():
+    import time
+    from types import SimpleNamespace as NS
+
+    from seer_sglang.plugin import slo_batching
+    from seer_sglang.wire import SLO_PARAM, slo_param
+
+    def req(rid, tpot=None, ttft=None, deadline=None, prompt=10):
+        custom = {SLO_PARAM: slo_param(tpot, ttft, deadline)} if (tpot or ttft) else None
+        return NS(rid=rid, sampling_params=NS(custom_params=custom), origin_input_ids=[0] * prompt,
+                  output_ids=[], finished=lambda: False)
+
+    now = time.time()
+    queue = [req("rollout-0"), req("late", ttft=1.0, deadline=now + 0.9), req("soon", ttft=1.0, deadline=now + 0.2),
+             req("rollout-1"), req("tpot-only", tpot=0.05)]
+    assert [r.rid for r in slo_batching.deadline_first(queue)] == ["soon", "late", "tpot-only", "rollout-0", "rollout-1"]
+    assert slo_batching.deadline_first([req("rollout-0")]) is None
+
+    model = StepModel(name="t", decode_base_s=0.010, decode_per_seq_s=0.001, decode_per_kv_token_s=0.0,
+                      prefill_per_token_s=1e-3, capacity_tokens=100_000)
+    state = slo_batching._State(1.0, step_time(model), model)
+    gone = req("gone", ttft=0.5, deadline=now - 0.1)  # its TTFT deadline has passed
+    big = req("big", ttft=0.5, deadline=now + 0.3, prompt=1000)  # needs a 1 s prefill
+    strict = req("strict", tpot=0.005)  # a step takes at least 10 ms
+    fine = req("fine", tpot=0.05, ttft=0.5, deadline=now + 0.4)
+    refused = slo_batching._refusals(state, [gone, big, strict, fine], NS(reqs=[]))
+    assert {id(gone), id(big), id(strict)} == set(refused) and id(fine) not in refused
+    assert refused[id(gone)][1] == refused[id(big)][1] == "ttft" and refused[id(strict)][1] == "tpot"

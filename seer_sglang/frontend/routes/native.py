@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
 
 from ...core.request import SampleState
 from ..errors import APIError
-from ..native import NativeRequest, NativeSample, group_key, parse_generate, response
+from ..protocol import SLOField
+from ..native import NativeRequest, group_key, parse_generate, response
 from ..state import Frontend
 from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER
 from .common import frontend, json_body
@@ -39,6 +42,19 @@ def _group_hint(request: Request, body: Any) -> tuple[str | None, int | None]:
     return key, size
 
 
+def _slo(body: Any) -> Any:
+    """seer's ``slo`` object (dropped before SGLang's parse, which does not know it)."""
+    raw = body.pop("slo", None) if isinstance(body, dict) else None
+    if raw is None:
+        return None
+    try:
+        return SLOField.model_validate(raw).to_slo()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in ("slo", *first.get("loc", ())))
+        raise APIError(f"{where}: {first.get('msg')}", param=where) from None
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
@@ -48,9 +64,12 @@ async def generate(request: Request):
     fe = frontend(request)
     body = await json_body(request)
     explicit, size = _group_hint(request, body)
+    slo = _slo(body)
     fe.check_available()
     req = parse_generate(body, encode=fe.tokenizer.encode_text, check_prompt=fe.check_prompt,
-                         vocab_size=fe.tokenizer.vocab_size, context_length=fe.model.context_length)
+                         vocab_size=fe.tokenizer.vocab_size, context_length=fe.model.context_length, slo=slo)
+    if slo is not None:  # no wait for siblings from other calls: the request's own samples form its group
+        explicit, size = f"slo-{uuid.uuid4().hex}", len(req.samples)
     fe.check_samples(len(req.samples))  # before any joins a group: a refused request leaves nothing behind
     if req.stream:
         return StreamingResponse(_stream(fe, req, explicit, size), media_type="text/event-stream")

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...core.accounting import rollout_sources, spec_totals
 from ...core.request import Group, Sample
+from ...core.slo import attainment
 from ..errors import APIError
 from ..protocol import RolloutPrompt, RolloutRequest
 from ..state import Frontend
@@ -53,7 +54,21 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
     return groups, prompt_index
 
 
-def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: float) -> dict:
+def _slo_summary(fe: Frontend, samples: list[Sample], at_start: dict[str, int]) -> dict:
+    """SLO requests beside this rollout: how its own SLO samples did, and the best-effort decode slots
+    the instances deferred for SLO requests while it ran (the rollout's throughput given up)."""
+    now = fe.engine.slo_counters()
+    decoded, deferred = (now[k] - at_start.get(k, 0) for k in ("best_effort_decoded", "best_effort_deferred"))
+    own = [attainment(s.params.slo, s.submitted_at, s.first_token_at, s.finished_at or 0.0, s.generated)
+           for s in samples if s.params.slo is not None and s.finish_reason in ("stop", "length")]
+    return {"best_effort_decoded": decoded, "best_effort_deferred": deferred,
+            "deferred_share": deferred / (decoded + deferred) if decoded + deferred else 0.0,
+            "slo_samples": len(own), "slo_met": sum(1 for a in own if a.met),
+            "slo_rejected": sum(1 for s in samples if s.params.slo is not None and s.error_status == 429)}
+
+
+def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: float,
+             slo_at_start: dict[str, int]) -> dict:
     samples = [s for g in groups for s in g.samples]
     tokens = sum(s.generated for s in samples)
     elapsed = time.time() - started
@@ -68,6 +83,7 @@ def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: fl
             "regenerations": sum(s.regenerations for s in samples),
             "kv": rollout_sources(samples, fe.engine.policy.migration),
             "spec": spec_totals(samples),
+            "slo": _slo_summary(fe, samples, slo_at_start),
             **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline_since(started)]}
                if req.return_timeline else {})}
 
@@ -79,6 +95,7 @@ async def rollout(req: RolloutRequest, request: Request):
     fe.check_available()
     groups, prompt_index = _build_groups(fe, req)
     rollout_id, started = f"rollout-{uuid.uuid4().hex[:12]}", time.time()
+    slo_at_start = fe.engine.slo_counters()
 
     if req.stream:
         queue: asyncio.Queue[Sample] = asyncio.Queue()
@@ -93,7 +110,7 @@ async def rollout(req: RolloutRequest, request: Request):
                     sample = await queue.get()
                     line = {"type": "sample", **fe.sample_json(sample, prompt_index[sample.group_id])}
                     yield json.dumps(line).encode() + b"\n"
-                yield json.dumps({"type": "summary", "id": rollout_id, **_summary(fe, req, groups, started)}).encode() + b"\n"
+                yield json.dumps({"type": "summary", "id": rollout_id, **_summary(fe, req, groups, started, slo_at_start)}).encode() + b"\n"
             finally:
                 for group in groups:
                     if not group.done:
@@ -109,4 +126,4 @@ async def rollout(req: RolloutRequest, request: Request):
         fe.raise_if_failed(s for g in groups for s in g.samples)  # the instances refused the request itself (a 4xx for every sample)
     samples = [fe.sample_json(s, prompt_index[g.group_id]) for g in groups for s in g.samples]
     return JSONResponse({"id": rollout_id, "model": fe.model.served_name, "samples": samples,
-                         "summary": _summary(fe, req, groups, started)})
+                         "summary": _summary(fe, req, groups, started, slo_at_start)})
