@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.rollout import launch_seer
-from seer_sglang.config import EmulationConfig, PluginConfig
+from seer_sglang.config import SLO_CONFIG, EmulationConfig, PluginConfig
 from seer_sglang.core.slo import SLO, attainment
 from seer_sglang.launch.emulation import instance_args, instance_env
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
@@ -219,18 +219,19 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "slo_cpu.json"))
     p.add_argument("--emulate", default=None, help="EMULATION: pad every instance's steps to this profile")
     p.add_argument("--emulate-time-scale", type=float, default=EmulationConfig.time_scale)
-    p.add_argument("--prompts", type=int, default=16, help="rollout prompts")
+    p.add_argument("--prompts", type=int, default=64, help="rollout prompts")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=768, help="tokens per rollout sample")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens per rollout sample")
     p.add_argument("--interactive-tokens", type=int, default=32)
     p.add_argument("--rates", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="interactive req/s per phase")
-    p.add_argument("--phase-s", type=float, default=12.0)
-    p.add_argument("--lead-s", type=float, default=4.0, help="seconds the rollout runs before interactive load")
+    p.add_argument("--phase-s", type=float, default=8.0)
+    p.add_argument("--lead-s", type=float, default=3.0, help="seconds the rollout runs before interactive load")
     p.add_argument("--ttft-ms", type=float, default=2000.0)
     p.add_argument("--strict-alone-factor", type=float, default=2.5)
     p.add_argument("--strict-beside-factor", type=float, default=0.5)
     p.add_argument("--loose-factor", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--slo-headroom", type=float, default=SLO_CONFIG.headroom, help="seer's --slo-headroom")
     p.add_argument("--log-dir", default="/tmp/seer_slo_logs")
     args = p.parse_args()
 
@@ -250,7 +251,8 @@ def main() -> None:
                           log_path=log_dir / f"plain-{i}.log", extra_env=plain_env,
                           cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
              for i in range(args.instances)]
-    seer_flags = ["--num-instances", str(args.instances), "--draft", "none", *sglang_args]
+    seer_flags = ["--num-instances", str(args.instances), "--draft", "none", "--slo-headroom",
+                  str(args.slo_headroom), *sglang_args]
     if args.emulate:
         seer_flags += ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale)]
 

@@ -441,7 +441,8 @@ def slo_table(results: Results, stem: str) -> str:
     c, modes = d["config"], d["modes"]
     names = {"plain": "plain SGLang, priority scheduling", "seer": "seer (credit batching, VBS admission)"}
     classes = list(d["slo_classes"])
-    rows = [[names[m], fratio(v["slo_attainment"]), *(fratio(v["per_class"][k]["slo_attainment"]) for k in classes),
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    rows = [[names[m], pct(v["slo_attainment"]), *(pct(v["per_class"][k]["slo_attainment"]) for k in classes),
              fint(v["admitted"]), fint(v["rejected"]), spread(v["goodput_req_s"]["runs"], lambda x: f"{x:.2f}"),
              spread(v["rollout_throughput_tok_s"]["runs"], fint)]
             for m, v in modes.items()]
@@ -632,6 +633,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),
+    "slo": lambda r: slo_table(r, "slo_cpu"),
     "default_pool": lambda r: default_pool_table(r, pick(r, r"default_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),

@@ -176,6 +176,26 @@ def order_waiting(waiting: Sequence[Waiting], now_s: float) -> WaitingOrder:
 
 
 @dataclass(frozen=True)
+class Pace:
+    """A running SLO request's progress: since ``since_s`` it has decoded ``tokens`` tokens."""
+
+    tpot_s: float
+    since_s: float
+    tokens: int
+
+    def slack_s(self, now_s: float) -> float:
+        """Time banked against its TPOT SLO: positive when it runs ahead of one token per SLO."""
+        return self.since_s + self.tokens * self.tpot_s - now_s
+
+
+def prefill_fits(paces: Sequence[Pace], now_s: float, prefill_s: float) -> bool:
+    """Whether a best-effort prefill of ``prefill_s`` may run between decode steps: every running SLO
+    request has banked at least that much time against its TPOT SLO. Steps that take less than the
+    SLO (``headroom``) bank time; a prefill spends it. Without SLO requests it always may."""
+    return all(p.slack_s(now_s) >= prefill_s for p in paces)
+
+
+@dataclass(frozen=True)
 class Attainment:
     """How a finished SLO request did against its objectives (``None``: it had no such SLO)."""
 

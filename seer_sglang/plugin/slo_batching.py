@@ -35,7 +35,8 @@ import weakref
 from typing import Any, Optional
 
 from ..config import SLO_CONFIG, PluginConfig
-from ..core.slo import CreditBatcher, StepTime, Waiting, admit, best_effort_room, order_waiting, step_time
+from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, admit, best_effort_room, order_waiting,
+                        prefill_fits, step_time)
 from ..core.step_model import emulated_model
 from ..speculative.budget import OnlineCost
 from ..wire import SLO_PARAM, SLO_REJECTED
@@ -61,9 +62,10 @@ class _State:
         self.step_start: float | None = None  # when the last decode step began (None after a prefill)
         self.step_batch = 0  # sequences in it
         self.prefill_s_per_token: float | None = None
+        self.paces: dict[str, tuple[float, int]] = {}  # SLO rid -> (when first seen decoding, its tokens then)
         self.warned_spec = False
         self.stats = {"slo_steps": 0, "parked": 0, "best_effort_decoded": 0, "best_effort_deferred": 0,
-                      "admitted": 0, "rejected_ttft": 0, "rejected_tpot": 0}
+                      "admitted": 0, "rejected_ttft": 0, "rejected_tpot": 0, "prefills_held": 0}
 
     def step_s(self) -> Optional[StepTime]:
         if self.model_step is not None:
@@ -142,6 +144,8 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
     st.step_start, st.step_batch = now, len(batch.reqs)
     running = {req.rid: _tpot(req) for req in batch.reqs}
     tpots = [t for t in running.values() if t is not None]
+    st.paces = {rid: st.paces.get(rid) or (now, len(req.output_ids))
+                for rid, req in ((r.rid, r) for r in batch.reqs) if running[rid] is not None}
     if not tpots:
         st.batcher.credits.clear()
         return original(scheduler, batch, *args, **kwargs)
@@ -244,6 +248,27 @@ def _refusals(st: _State, waiting: list[Any], running_batch: Any) -> dict[int, t
     return refused
 
 
+def _hold_best_effort(st: _State, scheduler: Any, running_batch: Any) -> list[Any]:
+    """Take the best-effort requests out of the waiting queue for this prefill round when a running SLO
+    request has not banked the time their prefill would take (``prefill_fits``); returns them."""
+    if not st.paces or running_batch is None:
+        return []
+    best_effort = [r for r in scheduler.waiting_queue if not slo_of(r)]
+    if not best_effort:
+        return []
+    now = time.perf_counter()
+    by_rid = {r.rid: r for r in running_batch.reqs}
+    paces = [Pace(_tpot(by_rid[rid]), since, len(by_rid[rid].output_ids) - tokens)
+             for rid, (since, tokens) in st.paces.items() if rid in by_rid and not by_rid[rid].finished()]
+    budget = getattr(scheduler, "max_prefill_tokens", 16384)
+    tokens = min(budget, sum(len(r.origin_input_ids) for r in best_effort))
+    if prefill_fits(paces, now, st.prefill_s(tokens)):
+        return []
+    st.stats["prefills_held"] += 1
+    scheduler.waiting_queue[:] = [r for r in scheduler.waiting_queue if slo_of(r)]
+    return best_effort
+
+
 def screen_waiting(original, scheduler, running_batch, *args, **kwargs):
     """AROUND hook on ``Scheduler.get_new_batch_prefill``: refuse the waiting SLO requests that would
     miss their TTFT or whose TPOT SLO would not hold; time the prefill batch that comes out."""
@@ -257,7 +282,11 @@ def screen_waiting(original, scheduler, running_batch, *args, **kwargs):
             for req in waiting_slo:
                 if id(req) in refused:
                     _reject(scheduler, req, *refused[id(req)])
-    plan = original(scheduler, running_batch, *args, **kwargs)
+    held = _hold_best_effort(st, scheduler, running_batch)
+    try:
+        plan = original(scheduler, running_batch, *args, **kwargs)
+    finally:
+        scheduler.waiting_queue.extend(held)
     batch = getattr(plan, "batch_to_run", None)
     if batch is not None:
         st.step_start = None  # a prefill between two decode steps: that period is not a decode step's

@@ -155,3 +155,14 @@ def test_plugin_puts_slo_requests_first_by_deadline_and_refuses_the_hopeless():
     refused = slo_batching._refusals(state, [gone, big, strict, fine], NS(reqs=[]))
     assert {id(gone), id(big), id(strict)} == set(refused) and id(fine) not in refused
     assert refused[id(gone)][1] == refused[id(big)][1] == "ttft" and refused[id(strict)][1] == "tpot"
+
+
+def test_a_best_effort_prefill_waits_until_every_slo_request_has_banked_its_time():
+    from seer_sglang.core.slo import Pace, prefill_fits
+
+    ahead = Pace(tpot_s=0.020, since_s=0.0, tokens=10)  # 10 tokens in 150 ms: 50 ms banked at t=0.15
+    assert ahead.slack_s(0.15) == pytest.approx(0.05)
+    assert prefill_fits([ahead], 0.15, 0.04) and not prefill_fits([ahead], 0.15, 0.06)
+    behind = Pace(tpot_s=0.020, since_s=0.0, tokens=5)  # 5 tokens in 150 ms: 50 ms late
+    assert not prefill_fits([ahead, behind], 0.15, 0.0)
+    assert prefill_fits([], 0.15, 10.0)
