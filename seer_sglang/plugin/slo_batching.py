@@ -19,8 +19,11 @@ The decisions are ``core.slo``'s pure objects; this module carries them out in S
 - **The step-time model.** With ``--emulate`` the profile's (the simulator's) model; otherwise the
   instance times its own decode steps (the period between two back-to-back decode steps: what a
   request that decodes every step sees, the scheduler's own work included) and fits the draft
-  budget's ``CostModel`` to them (``OnlineCost``, the last 16 steps of each batch size). Until it has a fit nothing is parked and every SLO request is admitted. The fit
-  and the counters are reported in ``/server_info`` as ``seer_slo``; the frontend routes by the fit.
+  budget's ``CostModel`` to them (``OnlineCost``, the last 16 steps of each batch size). Until it
+  has a fit nothing is parked and every SLO request is admitted. The fit and the counters are
+  reported in ``/server_info`` as ``seer_slo``; the frontend routes by the fit.
+- **Prefill pacing.** A best-effort prefill between decode steps waits until every running SLO request
+  has banked, against its TPOT SLO, the time the prefill takes (``core.slo.prefill_fits``).
 
 Parking needs a batch without speculative state: while an instance decodes speculatively every
 running request decodes each step (admission and deadline order still apply).
