@@ -178,7 +178,11 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
         st.step_batch = len(keep)
     result = original(scheduler, batch, *args, **kwargs)
     if result is None or result.is_empty():
-        restore(batch)  # nothing decodes this step: the parked requests are running again
+        # Nothing decodes this step (the rows kept were all finishing, or memory is short): the parked
+        # requests rejoin the running batch, and the step is skipped, since SGLang did not prepare
+        # them for a decode.
+        restore(batch)
+        return None
     return result
 
 

@@ -93,11 +93,11 @@ def test_strict_request_keeps_its_tpot_beside_a_rollout_and_no_token_changes(slo
     assert all(r[0] == 200 for r in lone)
     alone = min(r[3] for r in lone)
     time.sleep(2.5)
-    # A TPOT SLO that the instance's own step-time fit can hold with a few rollout samples beside the
+    # A TPOT SLO that the instance's own step-time fit can hold with 8 rollout samples beside the
     # strict request, and that the rollout's full batch would break.
     report = httpx.get(f"{slo_url}/server_info", timeout=30).json()["internal_states"][0]["seer_slo"]
     fit = report["fit"]
-    slo_ms = 1e3 * (fit["base_s"] + 4 * fit["per_seq_s"]) / report["headroom"]
+    slo_ms = 1e3 * (fit["base_s"] + 8 * fit["per_seq_s"]) / report["headroom"]
     print(f"TPOT alone {alone * 1e3:.1f} ms, beside the rollout {contended * 1e3:.1f} ms; SLO {slo_ms:.1f} ms; "
           f"the instance's decode steps: {report}")
     if contended < 1.2 * slo_ms / 1e3:
