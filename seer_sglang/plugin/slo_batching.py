@@ -38,8 +38,8 @@ import weakref
 from typing import Any, Optional
 
 from ..config import SLO_CONFIG, PluginConfig
-from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, admit, best_effort_room, order_waiting,
-                        prefill_fits, step_time)
+from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, admit, best_effort_room, fitted_step_time,
+                        order_waiting, prefill_fits, step_time)
 from ..core.step_model import emulated_model
 from ..speculative.budget import OnlineCost
 from ..wire import SLO_PARAM, SLO_REJECTED
@@ -74,10 +74,7 @@ class _State:
         if self.model_step is not None:
             return self.model_step
         fit = self.cost.model()
-        if fit is None:
-            return None
-        per_seq = fit.per_seq_s + fit.per_token_s
-        return lambda batch, kv: fit.base_s + per_seq * batch
+        return None if fit is None else fitted_step_time(fit.base_s, fit.per_seq_s + fit.per_token_s)
 
     def prefill_s(self, tokens: int) -> float:
         if self.prefill_model is not None:
