@@ -7,22 +7,27 @@ Each mode runs on ``--instances`` instances of the same model and flags:
   fairest use of what SGLang has: they jump the queue, but share every decode step).
 - **seer**: one seer server (``--draft none``); the rollout is one ``/v1/rollout``, the interactive
   requests ``/generate`` with an ``slo`` object.
-While the rollout runs, interactive requests of two TPOT classes (strict and loose, half each) arrive
-as a Poisson process whose rate rises phase by phase. Each is streamed, so TTFT and TPOT are the
-client's own. The SLOs are set from a calibration on this machine (plain SGLang): the strict TPOT SLO
+While the rollout runs, interactive requests of two TPOT classes (strict and loose, in turn) arrive
+as a Poisson process whose rate rises phase by phase (``sim.workload.slo_arrivals``, the schedule the
+simulator replays). Each is streamed, so TTFT and TPOT are the client's own. Rollout samples run
+``--max-tokens`` each, or, with ``--workload``, that workload's long-tailed lengths scaled to
+``--max-tokens`` (forced by a logit processor no scheduler sees). The SLOs are set from a calibration on this machine (plain SGLang): the strict TPOT SLO
 lies between what a lone request gets and what it gets beside the rollout.
 
 Reported per mode: SLO attainment (share of admitted SLO requests that met both SLOs), per class and
 per phase, admitted, rejected, goodput (SLO-meeting requests per second), and the rollout's
 throughput; ``ratios.rollout_throughput`` is seer / plain. The modes run in a random order, each
 ``--repeats`` times, after a warm-up. CPU figures are CPU measurements; with ``--emulate`` they are
-EMULATION, not GPU measurements.
+EMULATION, not GPU measurements (times are wall-clock, stretched by ``--emulate-time-scale``; rates and
+SLOs are in the same stretched time). With ``--emulate`` the simulator predicts both modes from the
+profile, the trace and the arrival schedule (``sim_check``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import platform
 import random
@@ -33,13 +38,17 @@ from pathlib import Path
 import httpx
 
 from benchmarks.rollout import launch_seer
-from seer_sglang.config import SLO_CONFIG, EmulationConfig, PluginConfig
+from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
+from seer_sglang.config import SCHEDULER, SLO_CONFIG, EmulationConfig, PluginConfig
+from seer_sglang.core.policy import make_policy
 from seer_sglang.core.slo import SLO, attainment
-from seer_sglang.launch.emulation import instance_args, instance_env
+from seer_sglang.launch.emulation import admission, emulated_model, instance_args, instance_env
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                           start_instance, stop_instances, wait_healthy)
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
+from seer_sglang.sim.simulator import simulate
+from seer_sglang.sim.workload import PRESETS, SLOArrival, TraceSample, generate, slo_arrivals
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERACTIVE_PRIORITY = 10
@@ -72,64 +81,101 @@ async def stream_generate(http: httpx.AsyncClient, url: str, ids: list[int], max
     return {"status": 200, "start": start, "first": first, "last": last, "tokens": tokens}
 
 
-async def plain_rollout(http: httpx.AsyncClient, urls: list[str], work: list[list[int]], group: int,
-                        max_tokens: int) -> tuple[int, float]:
+class Rollout:
+    """The rollout's prompts and each sample's length. Without a workload every sample runs
+    ``max_tokens`` (``ignore_eos``); with one, each ends at its trace length (a logit processor)."""
+
+    def __init__(self, work: list[list[int]], group: int, max_tokens: int, trace: list[TraceSample] | None,
+                 eos: int | None):
+        self.work, self.group, self.max_tokens, self.trace, self.eos = work, group, max_tokens, trace, eos
+
+    def lengths(self, g: int) -> list[int]:
+        if self.trace is None:
+            return [self.max_tokens] * self.group
+        return [s.output_len for s in self.trace if s.group_id == g]
+
+    def sampling(self, g: int, i: int) -> dict:
+        if self.trace is None:
+            return {"ignore_eos": True}
+        return {"custom_params": custom_params(len(self.work[g]), self.lengths(g)[i], self.eos)}
+
+    def subset(self, count: int, max_tokens: int) -> "Rollout":
+        trace = None if self.trace is None else [TraceSample(s.group_id, s.sample_index, s.prompt_len,
+                                                             min(s.output_len, max_tokens))
+                                                 for s in self.trace if s.group_id < count]
+        return Rollout(self.work[:count], self.group, max_tokens, trace, self.eos)
+
+
+def forced(rollout: Rollout) -> dict:
+    return {} if rollout.trace is None else {"custom_logit_processor": ForceLengthProcessor.to_str()}
+
+
+async def plain_rollout(http: httpx.AsyncClient, urls: list[str], rollout: Rollout) -> tuple[int, float]:
     """The rollout on plain SGLang: every sample a request, spread over the instances."""
     start = time.perf_counter()
 
-    async def one(i: int, ids: list[int]) -> int:
-        r = await http.post(f"{urls[i % len(urls)]}/generate", json={
-            "input_ids": ids, "priority": 0,
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 1.0, "ignore_eos": True}})
+    async def one(n: int, g: int, i: int) -> int:
+        r = await http.post(f"{urls[n % len(urls)]}/generate", json={
+            "input_ids": rollout.work[g], "priority": 0, **forced(rollout),
+            "sampling_params": {"max_new_tokens": rollout.max_tokens, "temperature": 1.0, **rollout.sampling(g, i)}})
         r.raise_for_status()
         return len(r.json()["output_ids"])
 
-    samples = [ids for ids in work for _ in range(group)]
-    tokens = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(samples)))
+    samples = [(g, i) for g in range(len(rollout.work)) for i in range(rollout.group)]
+    tokens = await asyncio.gather(*(one(n, g, i) for n, (g, i) in enumerate(samples)))
     return sum(tokens), time.perf_counter() - start
 
 
-async def seer_rollout(http: httpx.AsyncClient, url: str, work: list[list[int]], group: int,
-                       max_tokens: int) -> tuple[int, float]:
+async def seer_rollout(http: httpx.AsyncClient, url: str, rollout: Rollout) -> tuple[int, float]:
     start = time.perf_counter()
-    r = await http.post(f"{url}/v1/rollout", json={"prompts": [{"input_ids": p} for p in work], "n": group,
-                                                   "max_tokens": max_tokens, "temperature": 1.0,
-                                                   "ignore_eos": True, "logprobs": False})
+    prompts = []
+    for g, ids in enumerate(rollout.work):
+        prompt = {"input_ids": ids}
+        if rollout.trace is not None:
+            prompt["custom_params"] = [rollout.sampling(g, i)["custom_params"] for i in range(rollout.group)]
+        prompts.append(prompt)
+    body = {"prompts": prompts, "n": rollout.group, "max_tokens": rollout.max_tokens, "temperature": 1.0,
+            "logprobs": False, **forced(rollout)}
+    if rollout.trace is None:
+        body["ignore_eos"] = True
+    r = await http.post(f"{url}/v1/rollout", json=body)
     r.raise_for_status()
     return sum(s["completion_tokens"] for s in r.json()["samples"]), time.perf_counter() - start
 
 
-async def run_mode(mode: str, urls: list[str], args, work: list[list[int]], classes: dict[str, SLO],
+def schedule(classes: dict[str, SLO], args, seed: int) -> list[SLOArrival]:
+    """The interactive requests of one run, their times from the rollout's start."""
+    return slo_arrivals(classes, args.rates, args.phase_s, args.lead_s, args.interactive_tokens, (8, 32), seed)
+
+
+async def run_mode(mode: str, urls: list[str], args, rollout: Rollout, arrivals: list[SLOArrival],
                    seed: int) -> dict:
     """One rollout with the interactive load beside it; per-request records and the rollout's figures."""
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0), limits=limits) as http:
+        start = time.perf_counter()
         if mode == "plain":
-            rollout = asyncio.create_task(plain_rollout(http, urls, work, args.group_size, args.max_tokens))
+            task = asyncio.create_task(plain_rollout(http, urls, rollout))
         else:
-            rollout = asyncio.create_task(seer_rollout(http, urls[0], work, args.group_size, args.max_tokens))
-        await asyncio.sleep(args.lead_s)  # the rollout's prefills are done: its decode batch is full
-        records, tasks, turn = [], [], 0
-        for phase, rate in enumerate(args.rates):
-            end = time.perf_counter() + args.phase_s
-            while time.perf_counter() < end and not rollout.done():
-                await asyncio.sleep(rng.expovariate(rate))
-                name = list(classes)[turn % len(classes)]
-                turn += 1
-                slo = classes[name]
-                extra = ({"priority": INTERACTIVE_PRIORITY} if mode == "plain" else
-                         {"slo": {"ttft_ms": slo.ttft_s * 1e3, "tpot_ms": slo.tpot_s * 1e3}})
-                url = urls[turn % len(urls)]
-                ids = prompts(rng, 1, 8, 32)[0]
+            task = asyncio.create_task(seer_rollout(http, urls[0], rollout))
+        records, tasks = [], []
+        for turn, arrival in enumerate(arrivals):
+            await asyncio.sleep(max(0.0, start + arrival.arrival_s - time.perf_counter()))
+            if task.done():
+                break
+            slo = arrival.slo
+            extra = ({"priority": INTERACTIVE_PRIORITY} if mode == "plain" else
+                     {"slo": {"ttft_ms": slo.ttft_s * 1e3, "tpot_ms": slo.tpot_s * 1e3}})
+            ids = [rng.randrange(3, 2000) for _ in range(arrival.prompt_len)]
 
-                async def one(phase=phase, name=name, url=url, ids=ids, extra=extra):
-                    rec = await stream_generate(http, url, ids, args.interactive_tokens, extra)
-                    records.append({**rec, "phase": phase, "class": name})
+            async def one(arrival=arrival, url=urls[turn % len(urls)], ids=ids, extra=extra):
+                rec = await stream_generate(http, url, ids, arrival.output_len, extra)
+                records.append({**rec, "phase": arrival.phase, "class": arrival.slo_class})
 
-                tasks.append(asyncio.create_task(one()))
+            tasks.append(asyncio.create_task(one()))
         await asyncio.gather(*tasks)
-        tokens, elapsed = await rollout
+        tokens, elapsed = await task
     return {"records": records, "rollout_tokens": tokens, "rollout_s": elapsed,
             "rollout_throughput_tok_s": tokens / elapsed}
 
@@ -165,15 +211,15 @@ def mean_spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "runs": values}
 
 
-def calibrate(urls: list[str], args, work: list[list[int]]) -> dict:
+def calibrate(urls: list[str], args, rollout: Rollout) -> dict:
     """A lone request's TPOT, and its TPOT beside the rollout, on plain SGLang (no SLO anywhere)."""
     async def go() -> dict:
         async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0)) as http:
-            alone = await stream_generate(http, urls[0], work[0], args.interactive_tokens, {})
-            rollout = asyncio.create_task(plain_rollout(http, urls, work, args.group_size, args.max_tokens))
+            alone = await stream_generate(http, urls[0], rollout.work[0], args.interactive_tokens, {})
+            task = asyncio.create_task(plain_rollout(http, urls, rollout))
             await asyncio.sleep(args.lead_s)
-            beside = await stream_generate(http, urls[0], work[1], args.interactive_tokens, {})
-            tokens, elapsed = await rollout
+            beside = await stream_generate(http, urls[0], rollout.work[1], args.interactive_tokens, {})
+            tokens, elapsed = await task
         tpot = lambda r: (r["last"] - r["first"]) / (r["tokens"] - 1)  # noqa: E731
         return {"alone_tpot_s": tpot(alone), "beside_tpot_s": tpot(beside), "rollout_s": elapsed,
                 "rollout_tok_s": tokens / elapsed}
@@ -184,6 +230,51 @@ def slo_classes(calib: dict, args) -> dict[str, SLO]:
     strict = max(args.strict_alone_factor * calib["alone_tpot_s"], args.strict_beside_factor * calib["beside_tpot_s"])
     return {"strict": SLO(ttft_s=args.ttft_ms / 1e3, tpot_s=strict),
             "loose": SLO(ttft_s=args.ttft_ms / 1e3, tpot_s=args.loose_factor * strict)}
+
+
+def predict(args, trace: list[TraceSample] | None, classes: dict[str, SLO], emulation: EmulationConfig,
+            repeats: int) -> dict:
+    """The simulator's account of both modes on the emulated profile: the same trace, the same arrival
+    schedules, plain SGLang's spread against seer's policy with its SLO objects."""
+    model = emulated_model(emulation)
+    if trace is None:
+        trace = [TraceSample(g, i, 32, args.max_tokens) for g in range(args.prompts) for i in range(args.group_size)]
+    out = {}
+    for mode in ("plain", "seer"):
+        runs = []
+        for i in range(repeats):
+            policy = (make_policy("round-robin") if mode == "plain" else
+                      make_policy(SCHEDULER.name, **{**SCHEDULER.policy_kwargs(), "chunk_size": args.chunk_size}))
+            r = simulate(trace, policy, model, args.instances, args.max_tokens, admission=admission(emulation),
+                         slo_traffic=schedule(classes, args, args.seed + i), slo_mechanism=mode == "seer",
+                         slo_headroom=args.slo_headroom)
+            runs.append({"slo_attainment": r.slo["slo_attainment"], "admitted": r.slo["admitted"],
+                         "rejected": r.slo["rejected"], "rollout_throughput_tok_s": r.throughput_tok_s,
+                         "per_class": r.slo["per_class"],
+                         "best_effort_deferred_share": r.slo["best_effort_deferred_share"]})
+        admitted = sum(r["admitted"] for r in runs)
+        out[mode] = {"slo_attainment": (sum((r["slo_attainment"] or 0) * r["admitted"] for r in runs) / admitted
+                                        if admitted else None),
+                     "admitted": admitted, "rejected": sum(r["rejected"] for r in runs),
+                     "rollout_throughput_tok_s": statistics.fmean(r["rollout_throughput_tok_s"] for r in runs),
+                     "runs": runs}
+    out["ratios"] = {"rollout_throughput": out["seer"]["rollout_throughput_tok_s"]
+                     / out["plain"]["rollout_throughput_tok_s"]}
+    return out
+
+
+def frontier(args, trace: list[TraceSample] | None, calib: dict, emulation: EmulationConfig) -> list[dict]:
+    """The trade the simulator predicts as the strict TPOT SLO loosens (``--sim-sweep``, as factors of
+    the TPOT a request gets beside the rollout on plain SGLang): attainment of both modes and seer's
+    rollout throughput over plain's."""
+    rows = []
+    for factor in args.sim_sweep:
+        swept = argparse.Namespace(**{**vars(args), "strict_beside_factor": factor, "strict_alone_factor": 0.0})
+        p = predict(args, trace, slo_classes(calib, swept), emulation, 1)
+        rows.append({"strict_beside_factor": factor, "plain_attainment": p["plain"]["slo_attainment"],
+                     "seer_attainment": p["seer"]["slo_attainment"], "seer_rejected": p["seer"]["rejected"],
+                     "rollout_throughput_ratio": p["ratios"]["rollout_throughput"]})
+    return rows
 
 
 def plot(result: dict, path: Path) -> None:
@@ -219,6 +310,8 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "slo_cpu.json"))
     p.add_argument("--emulate", default=None, help="EMULATION: pad every instance's steps to this profile")
     p.add_argument("--emulate-time-scale", type=float, default=EmulationConfig.time_scale)
+    p.add_argument("--workload", default=None, choices=sorted(PRESETS),
+                   help="rollout lengths of this workload's shape, scaled to --max-tokens (default: all --max-tokens)")
     p.add_argument("--prompts", type=int, default=64, help="rollout prompts")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per rollout sample")
@@ -232,6 +325,9 @@ def main() -> None:
     p.add_argument("--loose-factor", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--slo-headroom", type=float, default=SLO_CONFIG.headroom, help="seer's --slo-headroom")
+    p.add_argument("--chunk-size", type=int, default=SCHEDULER.chunk_size, help="seer's --chunk-size")
+    p.add_argument("--sim-sweep", type=float, nargs="+", default=[0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+                   help="with --emulate: strict TPOT SLOs (x the TPOT beside the rollout) the simulator sweeps")
     p.add_argument("--log-dir", default="/tmp/seer_slo_logs")
     args = p.parse_args()
 
@@ -240,11 +336,23 @@ def main() -> None:
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     work = prompts(rng, args.prompts)
+    trace, eos, length_scale = None, None, 1.0
+    if args.workload:
+        from transformers import AutoTokenizer
+
+        spec = PRESETS[args.workload]
+        shape = dataclasses.replace(spec.scaled(args.max_tokens), group_size=args.group_size)
+        trace = [TraceSample(s.group_id, s.sample_index, len(work[s.group_id]), s.output_len)
+                 for s in generate(shape, args.prompts, args.seed)]
+        eos = AutoTokenizer.from_pretrained(model).eos_token_id
+        length_scale = args.max_tokens / spec.max_tokens
+    rollout = Rollout(work, args.group_size, args.max_tokens, trace, eos)
     cpu = not has_cuda()
-    emulation = EmulationConfig(args.emulate, args.emulate_time_scale)
-    sglang_args = ["--sleep-on-idle"]
+    emulation = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale)
+    sglang_args = ["--sleep-on-idle", *(["--enable-custom-logit-processor"] if trace else [])]
     plain_env = {**PluginConfig(emulate=args.emulate, emulate_time_scale=args.emulate_time_scale,
-                                emulation_only=True).to_env(), **instance_env(emulation)} if args.emulate else {}
+                                emulate_length_scale=length_scale, emulation_only=True).to_env(),
+                 **instance_env(emulation)} if args.emulate else {}
     specs = [InstanceSpec(model_path=model, port=free_port(), cpu=cpu, with_plugin=bool(args.emulate),
                           sglang_args=[*sglang_args, "--enable-priority-scheduling",
                                        *instance_args(emulation, sglang_args)],
@@ -252,9 +360,10 @@ def main() -> None:
                           cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
              for i in range(args.instances)]
     seer_flags = ["--num-instances", str(args.instances), "--draft", "none", "--slo-headroom",
-                  str(args.slo_headroom), *sglang_args]
+                  str(args.slo_headroom), "--chunk-size", str(args.chunk_size), *sglang_args]
     if args.emulate:
-        seer_flags += ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale)]
+        seer_flags += ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
+                       "--emulate-length-scale", str(length_scale)]
 
     calib, classes, runs = None, None, {"plain": [], "seer": []}
     order = [m for _ in range(args.repeats) for m in ("plain", "seer")]
@@ -273,16 +382,17 @@ def main() -> None:
                 seer_proc, url = launch_seer(model, seer_flags, log_dir / f"seer-{i}")
                 urls = [url]
             if calib is None:
-                calib = calibrate(urls, args, work)
+                calib = calibrate(urls, args, rollout)
                 classes = slo_classes(calib, args)
                 print(f"[calibration] {json.dumps(calib)}; strict TPOT SLO {classes['strict'].tpot_s * 1e3:.1f} ms",
                       flush=True)
             else:  # warm-up: a short rollout and an SLO request (seer's instances fit their step times)
-                asyncio.run(run_mode(mode, urls, argparse.Namespace(**{**vars(args), "rates": [1.0], "phase_s": 2.0,
-                                                                        "max_tokens": 64, "lead_s": 1.0}),
-                                     work[:4], classes, args.seed + 1000 + i))
+                warm = argparse.Namespace(**{**vars(args), "rates": [1.0], "phase_s": 2.0, "lead_s": 1.0})
+                asyncio.run(run_mode(mode, urls, warm, rollout.subset(4, 64), schedule(classes, warm, args.seed + 1000),
+                                     args.seed + 1000 + i))
                 time.sleep(2.0)
-            run = asyncio.run(run_mode(mode, urls, args, work, classes, args.seed + i))
+            run = asyncio.run(run_mode(mode, urls, args, rollout, schedule(classes, args, args.seed + i),
+                                       args.seed + i))
             scored = score(run, classes, args)
             runs[mode].append(scored)
             print(f"[{mode}] attainment {scored['slo_attainment']}, admitted {scored['admitted']}, rejected "
@@ -310,13 +420,17 @@ def main() -> None:
                                      for name in classes}}
     ratio = (modes["seer"]["rollout_throughput_tok_s"]["mean"] / modes["plain"]["rollout_throughput_tok_s"]["mean"]
              if "seer" in modes and "plain" in modes else None)
+    sim_check = None
+    if args.emulate:
+        sim_check = {**predict(args, trace, classes, emulation, args.repeats),
+                     "frontier": frontier(args, trace, calib, emulation)}
     hardware = (f"EMULATED {args.emulate} (not a GPU measurement)" if args.emulate else
                 f"CPU, measured (not a GPU figure), {platform.machine()}")
     result = {"benchmark": "slo", "hardware": hardware, "machine": platform.node(),
               "config": {k: v for k, v in vars(args).items() if k not in ("out", "log_dir")},
               "calibration": calib,
               "slo_classes": {n: {"ttft_ms": s.ttft_s * 1e3, "tpot_ms": s.tpot_s * 1e3} for n, s in classes.items()},
-              "modes": modes, "ratios": {"rollout_throughput": ratio}, "runs": runs,
+              "modes": modes, "ratios": {"rollout_throughput": ratio}, "runs": runs, "sim_check": sim_check,
               "goal": {"seer_attainment_ge_95": (modes["seer"]["slo_attainment"] or 0) >= 0.95,
                        "plain_attainment_lt_50": (modes["plain"]["slo_attainment"] or 0) < 0.5,
                        "rollout_loss_le_10": ratio is not None and ratio >= 0.9}}

@@ -449,13 +449,34 @@ def slo_table(results: Results, stem: str) -> str:
     header = ["mode", "SLO attainment", *(f"{k} ({d['slo_classes'][k]['tpot_ms']:.0f} ms TPOT)" for k in classes),
               "admitted", "refused (429)", "goodput (req/s)", "rollout tok/s"]
     goal = ", ".join(f"{k.replace('_', ' ')}: {'yes' if v else 'NO'}" for k, v in d["goal"].items())
-    caption = (f"{d['hardware']}; model `{c['model']}`, {c['instances']} instances. A rollout of {c['prompts']} x "
-               f"{c['group_size']} samples of {c['max_tokens']} tokens; beside it interactive requests of "
-               f"{c['interactive_tokens']} tokens, half strict and half loose (TTFT SLO {c['ttft_ms']:.0f} ms), "
+    lengths = (f"of {c['max_tokens']} tokens" if not c.get("workload") else
+               f"with {c['workload']}'s length shape up to {c['max_tokens']} tokens")
+    timing = (f", times stretched x{c['emulate_time_scale']:g}" if c.get("emulate") else "")
+    sim = d.get("sim_check")
+    predicted = ("" if not sim else
+                 f" The simulator, on the same profile, trace and arrivals, predicts attainment "
+                 f"{pct(sim['plain']['slo_attainment'])} (plain) and {pct(sim['seer']['slo_attainment'])} (seer), "
+                 f"rollout throughput {fratio(sim['ratios']['rollout_throughput'])}.")
+    caption = (f"{d['hardware']}{timing}; model `{c['model']}`, {c['instances']} instances. A rollout of {c['prompts']} x "
+               f"{c['group_size']} samples {lengths}; beside it interactive requests of "
+               f"{c['interactive_tokens']} tokens, strict and loose in turn (TTFT SLO {c['ttft_ms']:.0f} ms), "
                f"arriving at {', '.join(f'{r:g}' for r in c['rates'])} req/s for {c['phase_s']:.0f} s each. "
                f"{c['repeats']} runs per mode in random order (spread: min–max). SLO attainment: share of admitted "
                f"requests that met both SLOs. Rollout throughput seer / plain: {fratio(d['ratios']['rollout_throughput'])}. "
-               f"Goal: {goal}. Source: {source([stem])}.")
+               f"Goal: {goal}.{predicted} Source: {source([stem])}.")
+    return "\n".join(table(header, rows) + ["", caption])
+
+
+def slo_frontier_table(results: Results, stem: str) -> str:
+    """The simulator's sweep of the strict TPOT SLO in a ``benchmarks.slo --emulate`` result."""
+    d = results[stem]
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    rows = [[f"{r['strict_beside_factor']:g}x", pct(r["plain_attainment"]), pct(r["seer_attainment"]),
+             fint(r["seer_rejected"]), fratio(r["rollout_throughput_ratio"])] for r in d["sim_check"]["frontier"]]
+    header = ["strict TPOT SLO (x TPOT beside the rollout)", "plain attainment", "seer attainment",
+              "seer refused", "rollout throughput seer / plain"]
+    caption = (f"SIMULATED on the profile of {d['hardware']}: the measured run's trace and arrival schedule, "
+               f"the loose class at {d['config']['loose_factor']:g}x the strict one. Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
 
 

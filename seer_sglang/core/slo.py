@@ -106,16 +106,22 @@ def virtual_batch(tpots: Sequence[float]) -> tuple[float, float]:
     return bound, sum(bound / t for t in tpots)
 
 
-def best_effort_room(tpots: Sequence[float], kv_tokens: float, step_s: StepTime, limit: int,
+def best_effort_room(tpots: Sequence[float], slo_kv_tokens: float, step_s: StepTime, best_effort_kv: Sequence[float],
                      headroom: float = SLO_CONFIG.headroom) -> Optional[int]:
-    """How many best-effort sequences may share a step with SLO requests of TPOT SLOs ``tpots``
-    while the strictest still meets its SLO (at most ``limit``; a step may take ``headroom`` of the
-    SLO); ``None`` without SLO requests."""
+    """How many best-effort sequences, taken in order with contexts ``best_effort_kv``, may share a step
+    with SLO requests of TPOT SLOs ``tpots`` (mean context ``slo_kv_tokens``) while the strictest still
+    meets its SLO (a step may take ``headroom`` of it); ``None`` without SLO requests. The step reads
+    the KV of every sequence in it: a long rollout sample costs more room than a short one."""
     if not tpots:
         return None
     bound, vbs = virtual_batch(tpots)
+    kv_total = vbs * slo_kv_tokens
     room = 0
-    while room < limit and step_s(vbs + room + 1, kv_tokens) <= headroom * bound:
+    for kv in best_effort_kv:
+        kv_total += kv
+        batch = vbs + room + 1
+        if step_s(batch, kv_total / batch) > headroom * bound:
+            break
         room += 1
     return room
 
@@ -151,6 +157,8 @@ class Waiting:
     arrival_s: float
     ttft_s: Optional[float]  # None: best-effort
     prefill_s: float  # the instance's estimate of its prefill
+    tpot_s: Optional[float] = None  # its TPOT SLO, for VBS admission (None: none)
+    kv_tokens: float = 0.0  # its context
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,50 @@ def order_waiting(waiting: Sequence[Waiting], now_s: float) -> WaitingOrder:
             timed.append((slack, w.arrival_s, w.rid))
     best_effort = sorted((w for w in waiting if w.ttft_s is None), key=lambda w: w.arrival_s)
     return WaitingOrder([rid for _, _, rid in sorted(timed)] + [w.rid for w in best_effort], rejected)
+
+
+@dataclass(frozen=True)
+class Screening:
+    order: list[str]  # the admitted and the best-effort, in prefill order (``order_waiting``)
+    refused: dict[str, tuple[str, str]]  # rid -> (why, which SLO: "ttft" or "tpot")
+
+
+def screen(waiting: Sequence[Waiting], running_tpots: Sequence[float], running_kv: Sequence[float], now_s: float,
+           step_s: Optional[StepTime], headroom: float = SLO_CONFIG.headroom) -> Screening:
+    """An instance's waiting queue before a prefill: the TTFT guard, then VBS admission in deadline
+    order, each admitted request counting against the next. Without a step-time model yet, only the
+    TTFT guard applies."""
+    guard = order_waiting(waiting, now_s)
+    refused = {rid: (why, "ttft") for rid, why in guard.rejected.items()}
+    if step_s is not None:
+        tpots, kvs = list(running_tpots), list(running_kv)
+        by_rid = {w.rid: w for w in waiting}
+        for rid in guard.order:
+            w = by_rid[rid]
+            if w.tpot_s is None:
+                continue
+            verdict = admit(tpots, kvs, w.tpot_s, w.kv_tokens, step_s, headroom)
+            if verdict.admitted:
+                tpots.append(w.tpot_s)
+                kvs.append(w.kv_tokens)
+            else:
+                refused[rid] = (f"TPOT SLO of {w.tpot_s * 1e3:g} ms cannot be met: {verdict.reason}", "tpot")
+    return Screening([rid for rid in guard.order if rid not in refused], refused)
+
+
+def plan_step(batcher: CreditBatcher, running: Mapping[str, Optional[float]], kv_tokens: Mapping[str, float],
+              step_s: StepTime, headroom: float = SLO_CONFIG.headroom) -> StepBatch:
+    """One decode step of an instance: ``running`` is rid -> TPOT SLO (``None``: best-effort), in
+    queue order, ``kv_tokens`` rid -> context. Without SLO requests every request decodes; with them,
+    credit batching, and best-effort requests fill, in order, the room the tightest SLO leaves
+    (:func:`best_effort_room`)."""
+    slo = [rid for rid, t in running.items() if t is not None]
+    if not slo:
+        batcher.credits.clear()
+        return StepBatch(list(running), [])
+    room = best_effort_room([running[rid] for rid in slo], sum(kv_tokens[rid] for rid in slo) / len(slo), step_s,
+                            [kv_tokens[rid] for rid, t in running.items() if t is None], headroom)
+    return batcher.step(running, room)
 
 
 @dataclass(frozen=True)

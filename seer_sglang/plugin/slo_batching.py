@@ -38,8 +38,8 @@ import weakref
 from typing import Any, Optional
 
 from ..config import SLO_CONFIG, PluginConfig
-from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, admit, best_effort_room, fitted_step_time,
-                        order_waiting, prefill_fits, step_time)
+from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, fitted_step_time, plan_step, prefill_fits, screen,
+                        step_time)
 from ..core.step_model import emulated_model
 from ..speculative.budget import OnlineCost
 from ..wire import SLO_PARAM, SLO_REJECTED
@@ -143,10 +143,9 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
         st.cost.record_step(st.step_batch, 1.0, now - st.step_start)
     st.step_start, st.step_batch = now, len(batch.reqs)
     running = {req.rid: _tpot(req) for req in batch.reqs}
-    tpots = [t for t in running.values() if t is not None]
     st.paces = {rid: st.paces.get(rid) or (now, len(req.output_ids))
                 for rid, req in ((r.rid, r) for r in batch.reqs) if running[rid] is not None}
-    if not tpots:
+    if all(t is None for t in running.values()):
         st.batcher.credits.clear()
         return original(scheduler, batch, *args, **kwargs)
     st.stats["slo_steps"] += 1
@@ -159,14 +158,11 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
             logger.warning("SLO credit batching is off on this instance while it decodes speculatively: "
                            "every running request decodes each step")
         return original(scheduler, batch, *args, **kwargs)
-    seq_lens = batch.seq_lens_cpu.tolist() if batch.seq_lens_cpu is not None else [0] * len(batch.reqs)
-    slo_kv = [n for n, req in zip(seq_lens, batch.reqs) if running[req.rid] is not None]
-    best_effort = len(running) - len(tpots)
-    room = best_effort_room(tpots, sum(slo_kv) / len(slo_kv), step_s, best_effort, st.headroom)
-    decision = st.batcher.step(running, room)
+    kv = {req.rid: len(req.origin_input_ids) + len(req.output_ids) for req in batch.reqs}
+    decision = plan_step(st.batcher, running, kv, step_s, st.headroom)
     decode = set(decision.decode)
-    st.stats["best_effort_decoded"] += min(best_effort, room if room is not None else best_effort)
-    st.stats["best_effort_deferred"] += best_effort - min(best_effort, room if room is not None else best_effort)
+    st.stats["best_effort_decoded"] += sum(1 for rid in decision.decode if running[rid] is None)
+    st.stats["best_effort_deferred"] += sum(1 for rid in decision.skipped if running[rid] is None)
     if decision.skipped and decode:
         keep = [i for i, req in enumerate(batch.reqs) if req.rid in decode]
         park = [i for i, req in enumerate(batch.reqs) if req.rid not in decode]
@@ -216,40 +212,20 @@ def _reject(scheduler: Any, req: Any, reason: str, kind: str) -> None:
 
 
 def _refusals(st: _State, waiting: list[Any], running_batch: Any) -> dict[int, tuple[str, str]]:
-    """id(request) -> (why, which SLO) for the waiting SLO requests to refuse: the TTFT guard first,
-    then VBS admission, in deadline order, each admitted request counting against the next."""
+    """id(request) -> (why, which SLO) for the waiting SLO requests to refuse (``core.slo.screen``)."""
     now = time.time()
-    refused: dict[int, tuple[str, str]] = {}
     entries = []
     for req in waiting:
         slo = slo_of(req)
         ttft, deadline = slo.get("ttft_s"), slo.get("deadline")
         arrival = deadline - ttft if ttft is not None and deadline is not None else now
         entries.append(Waiting(str(id(req)), arrival, ttft if deadline is not None else None,
-                               st.prefill_s(len(req.origin_input_ids))))
-    guard = order_waiting(entries, now)
-    for key, why in guard.rejected.items():
-        refused[int(key)] = (why, "ttft")
-    step_s = st.step_s()
-    if step_s is None:
-        return refused
+                               st.prefill_s(len(req.origin_input_ids)), _tpot(req), len(req.origin_input_ids)))
     running = [r for r in (running_batch.reqs if running_batch is not None else [])
                if not r.finished() and _tpot(r) is not None]
-    tpots = [_tpot(r) for r in running]
-    kvs = [len(r.origin_input_ids) + len(r.output_ids) for r in running]
-    by_id = {id(req): req for req in waiting}
-    for key in guard.order:
-        req = by_id[int(key)]
-        tpot = _tpot(req)
-        if tpot is None:
-            continue
-        verdict = admit(tpots, kvs, tpot, len(req.origin_input_ids), step_s, st.headroom)
-        if verdict.admitted:
-            tpots.append(tpot)
-            kvs.append(len(req.origin_input_ids))
-        else:
-            refused[id(req)] = (f"TPOT SLO of {tpot * 1e3:g} ms cannot be met: {verdict.reason}", "tpot")
-    return refused
+    verdict = screen(entries, [_tpot(r) for r in running],
+                     [len(r.origin_input_ids) + len(r.output_ids) for r in running], now, st.step_s(), st.headroom)
+    return {int(key): why for key, why in verdict.refused.items()}
 
 
 def _hold_best_effort(st: _State, scheduler: Any, running_batch: Any) -> list[Any]:

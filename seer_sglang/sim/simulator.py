@@ -7,6 +7,13 @@ SGLang-like admission (a decaying new-token reservation ratio) and retraction wh
 and a radix cache (a continuation that stays on its instance, and siblings sharing a prompt there,
 skip their cached prefill). With a ``SpecModel``, every step runs the engine's draft budget and each
 request emits its expected accepted drafts on top of its token.
+
+Interactive requests with an SLO (``SLOArrival``) may arrive beside the rollout. With the SLO
+mechanism on they take seer's path, through the same objects as the router and the instance plugin:
+``route_slo`` places each one whole, ``core.slo.screen`` applies the TTFT guard and VBS admission in
+the instance's queue, ``plan_step`` (credit batching) picks each step's decode batch, and
+``prefill_fits`` paces best-effort prefills. With it off they are plain SGLang's priority requests:
+first in the queue, in every decode step.
 """
 
 from __future__ import annotations
@@ -17,14 +24,16 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from ..config import SLO_CONFIG
 from ..core.buffer import RequestBuffer
 from ..core.migration import MigrationCost
-from ..core.policy import InstanceView, SchedulingPolicy
+from ..core.policy import InstanceView, SchedulingPolicy, route_slo
 from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
+from ..core.slo import SLO, CreditBatcher, Pace, Waiting, attainment, plan_step, prefill_fits, screen, step_time
 from ..speculative.budget import BudgetRequest, high_priority
 from .spec_model import SpecModel
 from ..core.step_model import Admission, StepModel
-from .workload import TraceSample, groups_of
+from .workload import SLOArrival, TraceSample, groups_of
 
 MAX_MACRO_STEPS = 32  # decode steps simulated at once while the batch does not change
 
@@ -50,6 +59,10 @@ class Slot:
     reserve: int
     produced: int = 0
     priority: int | None = None
+    slo: SLO | None = None  # an interactive request's, None for a rollout chunk
+    arrival: SLOArrival | None = None
+    first_s: float | None = None  # when its first token came out
+    admitted: bool = False  # past the instance's SLO screening
 
     @property
     def context(self) -> int:
@@ -76,6 +89,9 @@ class SimInstance:
     verify_steps: int = 0  # request-steps that verified drafts (speculation on)
     spec_tokens: int = 0  # tokens those steps emitted
     new_token_ratio: float = Admission.init_ratio  # SGLang's reserve for future decode tokens (Admission)
+    batcher: CreditBatcher = field(default_factory=CreditBatcher)
+    best_effort_decoded: int = 0  # rollout request-steps while SLO requests ran
+    best_effort_deferred: int = 0  # rollout request-steps that sat out for them
 
     def kv_running(self) -> int:
         return sum(s.context for s in self.running)
@@ -115,6 +131,7 @@ class SimResult:
     lower_bound_s: float
     efficiency: float
     mean_acceptance_length: float | None = None
+    slo: dict | None = None  # the interactive requests: attainment per class, admitted, rejected
 
     def summary(self) -> dict:
         d = dataclasses.asdict(self)
@@ -125,7 +142,8 @@ class SimResult:
 class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
                  max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
-                 admission: Admission = Admission()):
+                 admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (),
+                 slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom):
         self.policy = policy
         self.admission = admission
         self.spec = spec
@@ -133,7 +151,15 @@ class Simulation:
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
         self.buffer = RequestBuffer()
-        self.views = [InstanceView(i, capacity_tokens=model.capacity_tokens) for i in range(instances)]
+        self.step_s = step_time(model)  # the instances' step-time model, as the emulation's plugin has it
+        self.views = [InstanceView(i, capacity_tokens=model.capacity_tokens,
+                                   step_s=self.step_s if slo_mechanism else None) for i in range(instances)]
+        self.slo_traffic = list(slo_traffic)
+        self.slo_mechanism = slo_mechanism
+        self.slo_headroom = slo_headroom
+        self.arriving: dict[int, SLOArrival] = {}  # seq -> an interactive request on its way in
+        self.slo_records: list[dict] = []
+        self.slo_arrived = 0
         self.instances = [SimInstance(i, model, new_token_ratio=admission.init_ratio) for i in range(instances)]
         self.max_tokens = max_tokens
         self.now = 0.0
@@ -170,6 +196,9 @@ class Simulation:
         sample = slot.sample
         view = self.views[inst.index]
         view.release(sample, slot.reserve)
+        if slot.slo is not None:
+            self._record_slo(slot.arrival, "admitted", slot.first_s, self.now, slot.produced)
+            return
         sample.chunks[-1].end = self.now
         sample.chunks[-1].new_tokens = slot.produced
         inst.remember(f"s:{sample.rid}", slot.context)
@@ -187,6 +216,69 @@ class Simulation:
         else:
             self.buffer.requeue(sample)
 
+    # ---- interactive requests with an SLO ----------------------------------------------------
+    def _arrive(self, arrival: SLOArrival) -> None:
+        """An SLO request reaches the router: seer places it whole where VBS admission holds (or
+        refuses it); plain SGLang's client spreads them over the instances in turn."""
+        self.slo_arrived += 1
+        params = SamplingParams(max_new_tokens=arrival.output_len, slo=arrival.slo)
+        sample = Sample(rid=f"slo-{self.slo_arrived}", group_id=f"slo-{self.slo_arrived}", index=0, prompt_ids=[0] * arrival.prompt_len, params=params, oracle_length=arrival.output_len)
+        sample.output_ids = TokenCount()  # type: ignore[assignment]
+        if self.slo_mechanism:
+            view, _ = route_slo(self.views, sample, self.slo_headroom)
+            if view is None:
+                self._record_slo(arrival, "rejected_tpot")
+                return
+            index = view.index
+        else:
+            index = self.slo_arrived % len(self.instances)
+        inst = self.instances[index]
+        reserve = self.views[index].claim(sample, arrival.output_len)
+        inst.waiting.appendleft(Slot(sample, arrival.output_len, reserve, slo=arrival.slo, arrival=arrival))
+        if inst.busy_until is None:
+            self._push(self.now, index)
+
+    def _record_slo(self, arrival: SLOArrival, outcome: str, first_s: float | None = None,
+                    finished_s: float | None = None, tokens: int = 0) -> None:
+        met = None
+        if outcome == "admitted":
+            met = attainment(arrival.slo, arrival.arrival_s, first_s, finished_s, tokens)
+        self.slo_records.append({"class": arrival.slo_class, "phase": arrival.phase, "outcome": outcome,
+                                 "met": None if met is None else met.met,
+                                 "ttft_s": None if met is None else met.ttft_s,
+                                 "tpot_s": None if met is None else met.tpot_s})
+
+    def _screen_slo(self, inst: SimInstance) -> None:
+        """The instance's queue before a prefill: SLO requests first, by deadline. Seer refuses the
+        ones that would miss their TTFT or whose TPOT SLO would not hold (``core.slo.screen``)."""
+        slo = [s for s in inst.waiting if s.slo is not None]
+        if not slo:
+            return
+        rest = [s for s in inst.waiting if s.slo is None]
+        if not self.slo_mechanism:
+            inst.waiting = collections.deque(sorted(slo, key=lambda s: s.arrival.arrival_s) + rest)
+            return
+        fresh = {s.sample.rid: s for s in slo if not s.admitted}
+        running = [s for s in inst.running if s.slo is not None]
+        verdict = screen([Waiting(rid, s.arrival.arrival_s, s.slo.ttft_s, self.model.prefill_batch([s.context], [0]),
+                                  s.slo.tpot_s, s.context) for rid, s in fresh.items()],
+                         [s.slo.tpot_s for s in running if s.slo.tpot_s is not None],
+                         [s.context for s in running if s.slo.tpot_s is not None], self.now, self.step_s,
+                         self.slo_headroom)
+        for rid, (_, which) in verdict.refused.items():
+            slot = fresh[rid]
+            self.views[inst.index].release(slot.sample, slot.reserve)
+            self._record_slo(slot.arrival, f"rejected_{which}")
+        for rid in verdict.order:
+            fresh[rid].admitted = True
+        kept = [s for s in slo if s.admitted]
+        inst.waiting = collections.deque(sorted(kept, key=lambda s: s.arrival.arrival_s + (s.slo.ttft_s or 0.0))
+                                         + rest)
+
+    def _paces(self, inst: SimInstance) -> list[Pace]:
+        return [Pace(s.slo.tpot_s, s.first_s, s.produced - 1) for s in inst.running
+                if s.slo is not None and s.slo.tpot_s is not None and s.first_s is not None]
+
     # ---- engine side: the model --------------------------------------------------------------
     def _push(self, t: float, index: int) -> None:
         self._seq += 1
@@ -194,6 +286,8 @@ class Simulation:
 
     def _admit(self, inst: SimInstance) -> float:
         """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs."""
+        self._screen_slo(inst)
+        paces = self._paces(inst) if self.slo_mechanism else []
         new, cached = [], []
         load_s = 0.0
         kv = inst.kv_held()
@@ -206,10 +300,14 @@ class Simulation:
             need = own + min(slot.budget, clip)
             if inst.running and kv + reserved + need > self.model.capacity_tokens:
                 break
-            inst.waiting.popleft()
             sample = slot.sample
             hit = max(inst.cached(f"s:{sample.rid}"), min(inst.cached(f"p:{sample.group_id}"),
                                                           len(sample.prompt_ids)))
+            if slot.slo is None and paces and not prefill_fits(
+                    paces, self.now, self.model.prefill_batch([*new, max(0, slot.context - hit)],
+                                                              [*cached, min(hit, slot.context)])):
+                break  # a best-effort prefill waits until the SLO requests have banked its time
+            inst.waiting.popleft()
             if self.pool is not None and sample.pool_tokens > hit:
                 load_s += self.pool.move_s(sample.pool_tokens - hit, sample.pool_tokens - hit)
                 inst.pool_tokens += sample.pool_tokens - hit
@@ -254,12 +352,15 @@ class Simulation:
             if not inst.waiting:  # SGLang's on_idle
                 inst.new_token_ratio = self.admission.init_ratio
             return
-        batch, kv = len(inst.running), inst.kv_running()
-        rates, extra_s = self._spec_rates(inst.running)
-        steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(inst.running, rates)))
+        decoding = self._slo_batch(inst)
+        batch, kv = len(decoding), sum(s.context for s in decoding)
+        rates, extra_s = self._spec_rates(decoding)
+        steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
+        if any(s.slo is not None for s in inst.running) or any(s.slo is not None for s in inst.waiting):
+            steps = 1  # interactive requests: every token's time counts
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
         dt = prefill_s + self.model.decode_steps(steps, batch, kv) + steps * extra_s
-        for slot, rate in zip(inst.running, rates):
+        for slot, rate in zip(decoding, rates):
             made = min(slot.steps_left, max(1, round(steps * rate)))
             slot.produced += made
             slot.sample.output_ids.n += made  # type: ignore[attr-defined]
@@ -270,6 +371,22 @@ class Simulation:
         inst.busy_time += dt
         inst.busy_until = self.now + dt
         self._push(inst.busy_until, inst.index)
+
+    def _slo_batch(self, inst: SimInstance) -> list[Slot]:
+        """This step's decode batch: with SLO requests running and the mechanism on, credit batching
+        (``plan_step``); the requests admitted this step always run (their prefill makes a token)."""
+        if not self.slo_mechanism or self.spec is not None or not any(s.slo is not None for s in inst.running):
+            return inst.running
+        old = [s for s in inst.running if s.first_s is not None or s.produced > 0]
+        slo = [s for s in old if s.slo is not None and s.slo.tpot_s is not None]
+        if not slo:
+            return inst.running
+        decision = plan_step(inst.batcher, {s.sample.rid: s.slo.tpot_s if s.slo is not None else None for s in old},
+                             {s.sample.rid: s.context for s in old}, self.step_s, self.slo_headroom)
+        chosen = set(decision.decode)
+        inst.best_effort_decoded += sum(1 for s in old if s.slo is None and s.sample.rid in chosen)
+        inst.best_effort_deferred += sum(1 for s in old if s.slo is None and s.sample.rid not in chosen)
+        return [s for s in inst.running if s.sample.rid in chosen or s not in old] or inst.running
 
     def _spec_rates(self, running: list[Slot]) -> tuple[list[float], float]:
         """Expected tokens per step of each running request, and the verify cost a step adds."""
@@ -289,10 +406,13 @@ class Simulation:
 
     def _finish_step(self, inst: SimInstance) -> None:
         """Finished chunks reach the router ``request_overhead_s`` later (HTTP, detokenizing)."""
+        for slot in inst.running:
+            if slot.first_s is None and slot.produced > 0:
+                slot.first_s = self.now
         done = [s for s in inst.running if s.steps_left <= 0]
         inst.running = [s for s in inst.running if s.steps_left > 0]
         for slot in done:
-            if self.model.request_overhead_s > 0:
+            if self.model.request_overhead_s > 0 and slot.slo is None:
                 self._push(self.now + self.model.request_overhead_s, -1)
                 self.returning[self._seq] = (inst, slot)
             else:
@@ -302,9 +422,16 @@ class Simulation:
     def run(self) -> SimResult:
         for group in self.groups:
             self.buffer.add_group(group)
+        for arrival in self.slo_traffic:
+            self._push(arrival.arrival_s, -2)
+            self.arriving[self._seq] = arrival
         self.dispatch()
         while self.events:
             t, seq, index = heapq.heappop(self.events)
+            if index == -2:
+                self.now = t
+                self._arrive(self.arriving.pop(seq))
+                continue
             if index < 0:
                 self.now = t
                 self._return_chunk(*self.returning.pop(seq))
@@ -340,7 +467,26 @@ class Simulation:
                          prefill_tokens=sum(i.prefill_tokens for i in self.instances),
                          pool_tokens=sum(i.pool_tokens for i in self.instances), finish_times=times,
                          lower_bound_s=bound, efficiency=bound / completion,
-                         mean_acceptance_length=self._acceptance())
+                         mean_acceptance_length=self._acceptance(), slo=self._slo_summary())
+
+    def _slo_summary(self) -> dict | None:
+        if not self.slo_traffic:
+            return None
+
+        def summary(records: list[dict]) -> dict:
+            admitted = [r for r in records if r["outcome"] == "admitted"]
+            met = sum(1 for r in admitted if r["met"])
+            return {"requests": len(records), "admitted": len(admitted), "rejected": len(records) - len(admitted),
+                    "met": met, "slo_attainment": met / len(admitted) if admitted else None}
+
+        decoded = sum(i.best_effort_decoded for i in self.instances)
+        deferred = sum(i.best_effort_deferred for i in self.instances)
+        classes = sorted({r["class"] for r in self.slo_records})
+        phases = sorted({r["phase"] for r in self.slo_records})
+        return {**summary(self.slo_records), "mechanism": self.slo_mechanism,
+                "per_class": {c: summary([r for r in self.slo_records if r["class"] == c]) for c in classes},
+                "per_phase": [summary([r for r in self.slo_records if r["phase"] == p]) for p in phases],
+                "best_effort_deferred_share": deferred / (decoded + deferred) if decoded + deferred else 0.0}
 
     def _acceptance(self) -> float | None:
         steps = sum(i.verify_steps for i in self.instances)
@@ -360,5 +506,7 @@ class Simulation:
 
 def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
              max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
-             admission: Admission = Admission()) -> SimResult:
-    return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission).run()
+             admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (), slo_mechanism: bool = True,
+             slo_headroom: float = SLO_CONFIG.headroom) -> SimResult:
+    return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission, slo_traffic,
+                      slo_mechanism, slo_headroom).run()

@@ -13,6 +13,9 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Mapping
+
+from ..core.slo import SLO
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,38 @@ def generate(spec: WorkloadSpec, prompts: int, seed: int = 0) -> list[TraceSampl
         for i in range(spec.group_size):
             length = math.exp(group_mean + rng.gauss(0.0, spec.within_sigma))
             out.append(TraceSample(g, i, prompt_len, max(1, min(spec.max_tokens, int(length)))))
+    return out
+
+
+@dataclass(frozen=True)
+class SLOArrival:
+    """An interactive request with an SLO that arrives while the rollout runs."""
+
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    slo: SLO
+    slo_class: str
+    phase: int = 0
+
+
+def slo_arrivals(classes: Mapping[str, SLO], rates: list[float], phase_s: float, start_s: float, output_len: int,
+                 prompt_len: tuple[int, int] = (8, 32), seed: int = 0) -> list[SLOArrival]:
+    """Poisson arrivals whose rate rises phase by phase (``rates`` per second, ``phase_s`` each, from
+    ``start_s``), the classes taking turns, as ``benchmarks.slo`` sends them."""
+    rng = random.Random(seed)
+    names = list(classes)
+    out: list[SLOArrival] = []
+    t = start_s
+    for phase, rate in enumerate(rates):
+        end = start_s + (phase + 1) * phase_s
+        while True:
+            t += rng.expovariate(rate)
+            if t >= end:
+                t = end
+                break
+            name = names[len(out) % len(names)]
+            out.append(SLOArrival(t, rng.randint(*prompt_len), output_len, classes[name], name, phase))
     return out
 
 

@@ -4,11 +4,13 @@ import dataclasses
 
 import pytest
 
+from seer_sglang.config import SLO_CONFIG
 from seer_sglang.core.policy import POLICIES, make_policy
 from seer_sglang.sim.simulator import simulate
 from seer_sglang.core.step_model import StepModel
 from seer_sglang.sim.workload import PRESETS, generate, kv_cap, load_trace, save_trace
 
+SLO_HEADROOM = SLO_CONFIG.headroom
 SMALL = StepModel(name="test", decode_base_s=0.01, decode_per_seq_s=1e-4, decode_per_kv_token_s=1e-7,
                   prefill_per_token_s=2e-5, capacity_tokens=20_000, max_running=256)
 
@@ -132,3 +134,54 @@ def test_after_a_retraction_admission_follows_sglangs_new_ratio(trace):
     inst.running = [Slot(s, budget=100, reserve=0, produced=10 * (i + 1)) for i, s in enumerate(samples)]
     sim._retract_until_fits(inst)
     assert len(inst.running) == 1 and inst.new_token_ratio == pytest.approx((30 + 3) / 101)
+
+
+# batch-bound decode steps and room for the whole rollout: a request beside it waits several times a lone step
+SLO_MODEL = dataclasses.replace(SMALL, decode_base_s=0.005, decode_per_seq_s=3e-4, capacity_tokens=200_000)
+
+
+def _slo_setup(trace, strict_factor: float):
+    """SLO traffic beside a rollout on SLO_MODEL: a strict class at ``strict_factor`` of the TPOT a plain
+    priority request gets beside the rollout, a loose one at 1.5x that."""
+    import statistics
+
+    from seer_sglang.core.slo import SLO
+    from seer_sglang.sim.simulator import Simulation
+    from seer_sglang.sim.workload import slo_arrivals
+
+    probe = Simulation(trace, make_policy("round-robin"), SLO_MODEL, 2, 4096, slo_mechanism=False,
+                       slo_traffic=slo_arrivals({"probe": SLO(100.0, 100.0)}, [1.0], 4.0, 2.0, 32))
+    probe.run()
+    beside = statistics.median(r["tpot_s"] for r in probe.slo_records)
+    strict = strict_factor * beside
+    classes = {"strict": SLO(ttft_s=1.0, tpot_s=strict), "loose": SLO(ttft_s=1.0, tpot_s=1.5 * strict)}
+    return beside, slo_arrivals(classes, [2.0, 4.0], 4.0, 2.0, 32, seed=3)
+
+
+def test_slo_requests_in_the_simulator_take_seers_path(trace):
+    """Plain priority requests share every decode step of the rollout and miss a TPOT SLO below it;
+    through route_slo, screen and plan_step the same requests meet it, the rollout's samples still end
+    exactly, and the rollout pays for it in deferred steps."""
+    beside, arrivals = _slo_setup(trace, 0.7)
+    assert SLO_MODEL.decode_step(1, 0) < 0.7 * SLO_HEADROOM * beside  # a lone request could meet it
+    plain = simulate(trace, make_policy("round-robin"), SLO_MODEL, 2, 4096, slo_traffic=arrivals, slo_mechanism=False)
+    seer = simulate(trace, make_policy("context", chunk_size=512), SLO_MODEL, 2, 4096, slo_traffic=arrivals)
+    for r in (plain, seer):
+        assert r.total_tokens == sum(s.output_len for s in trace) and len(r.finish_times) == len(trace)
+        assert r.slo["requests"] == len(arrivals)
+    assert plain.slo["per_class"]["strict"]["slo_attainment"] < 0.5 and plain.slo["rejected"] == 0
+    assert seer.slo["slo_attainment"] >= 0.95 and seer.slo["admitted"] >= 0.9 * len(arrivals)
+    assert 0 < seer.slo["best_effort_deferred_share"] < 1 and plain.slo["best_effort_deferred_share"] == 0
+
+
+def test_slo_requests_that_cannot_be_met_are_refused_and_change_nothing(trace):
+    """A TPOT SLO below a lone request's step is refused at the router, and the rollout runs exactly as
+    it does with no SLO traffic at all."""
+    from seer_sglang.core.slo import SLO
+    from seer_sglang.sim.workload import slo_arrivals
+
+    hopeless = slo_arrivals({"x": SLO(ttft_s=1.0, tpot_s=0.5 * SLO_MODEL.decode_step(1, 0))}, [4.0], 4.0, 1.0, 32)
+    alone = simulate(trace, make_policy("context", chunk_size=512), SLO_MODEL, 2, 4096)
+    beside = simulate(trace, make_policy("context", chunk_size=512), SLO_MODEL, 2, 4096, slo_traffic=hopeless)
+    assert beside.slo["rejected"] == len(hopeless) > 0 and beside.slo["admitted"] == 0
+    assert beside.completion_s == alone.completion_s and beside.finish_times == alone.finish_times

@@ -47,12 +47,22 @@ def test_room_for_best_effort_shrinks_as_slo_requests_arrive():
     model = StepModel(name="t", decode_base_s=0.010, decode_per_seq_s=0.001, decode_per_kv_token_s=0.0,
                       prefill_per_token_s=1e-4, capacity_tokens=100_000)
     step_s = step_time(model)
-    assert best_effort_room([], 100, step_s, 64) is None
-    one = best_effort_room([0.040], 100, step_s, 64, 1.0)
-    two = best_effort_room([0.040, 0.040], 100, step_s, 64, 1.0)
+    assert best_effort_room([], 100, step_s, [100] * 64) is None
+    one = best_effort_room([0.040], 100, step_s, [100] * 64, 1.0)
+    two = best_effort_room([0.040, 0.040], 100, step_s, [100] * 64, 1.0)
     assert one == 29 and two == 28  # 0.010 + 0.001 * 30 = 0.040: the strictest SLO still holds
-    assert best_effort_room([0.040], 100, step_s, 10, 1.0) == 10
-    assert best_effort_room([0.005], 100, step_s, 64) == 0
+    assert best_effort_room([0.040], 100, step_s, [100] * 10, 1.0) == 10
+    assert best_effort_room([0.005], 100, step_s, [100] * 64) == 0
+
+
+def test_long_rollout_samples_take_more_room_than_short_ones():
+    """A step reads every sequence's KV: room counts the best-effort rows' own contexts, in order."""
+    model = StepModel(name="t", decode_base_s=0.010, decode_per_seq_s=0.0, decode_per_kv_token_s=1e-6,
+                      prefill_per_token_s=1e-4, capacity_tokens=1_000_000)
+    step_s = step_time(model)  # 10 ms + 1 us per KV token read
+    assert best_effort_room([0.040], 1000, step_s, [1000] * 64, 1.0) == 29  # 10 + 30 x 1 ms
+    assert best_effort_room([0.040], 1000, step_s, [10_000] * 64, 1.0) == 2  # 10 + 1 + 2 x 10 ms
+    assert best_effort_room([0.040], 1000, step_s, [1000, 1000, 30_000, 1000], 1.0) == 2  # in order
 
 
 def test_admission_holds_the_tightest_tpot_slo():
