@@ -3,6 +3,7 @@ tiny local model, started once per session and in parallel."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import psutil
@@ -82,6 +84,17 @@ def wait_health(server: SeerServer, status: int = 200, timeout_s: float = STARTU
 
 def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
     wait_health(server, 200, timeout_s)
+
+
+@contextlib.contextmanager
+def running_seer(model: str | None, log_dir: Path, *extra: str) -> Iterator[SeerServer]:
+    """A seer server for the span of a ``with``: started, healthy, and stopped however the body ends."""
+    server = start_seer(model, log_dir, *extra)
+    try:
+        wait_server(server)
+        yield server
+    finally:
+        stop_seer(server)
 
 
 class BackgroundRollout:

@@ -25,8 +25,12 @@ The decisions are ``core.slo``'s pure objects; this module carries them out in S
 - **Prefill pacing.** A best-effort prefill between decode steps waits until every running SLO request
   has banked, against its TPOT SLO, the time the prefill takes (``core.slo.prefill_fits``).
 
-Parking needs a batch without speculative state: while an instance decodes speculatively every
-running request decodes each step (admission and deadline order still apply).
+Under speculative decoding without the overlap scheduler (seer's CPU instances) the verify state that SGLang keeps on
+the batch between steps is filtered and merged with the rows, as SGLang does when requests finish or
+join; a parked row's state is from the last step it ran in, whose width may differ from the kept
+rows' (a plain step is one token wide), so the narrower side is padded to the wider before the merge.
+Speculation under the overlap scheduler relays drafts and tokens for the whole batch from step to
+step; there nothing is parked (admission and deadline order still apply).
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ class _State:
 
     def report(self) -> dict[str, Any]:
         fit = self.cost.model()
-        measured = {b: 1e3 * sum(t for _, _, t in ps) / len(ps) for b, ps in sorted(self.cost._by_batch.items())}
+        measured = {b: 1e3 * t for b, t in self.cost.mean_step_s().items()}
         return {**self.stats, "fit": None if fit is None else {"base_s": fit.base_s,
                                                                "per_seq_s": fit.per_seq_s + fit.per_token_s},
                 "step_ms_by_batch": measured,
@@ -118,9 +122,27 @@ def split_batch(batch: Any, keep: list[int], park: list[int]) -> Any:
             p._orchestrator_ref = weakref.ref(orchestrator)
         info.penalizer_orchestrator = orchestrator
     parked.sampling_info = info
+    if batch.spec_info is not None:  # its filter rebinds fields too: a copy filters independently
+        parked.spec_info = copy.copy(batch.spec_info)
     parked.filter_batch(keep_indices=park)
     batch.filter_batch(keep_indices=keep)
     return parked
+
+
+def same_width(a: Any, b: Any) -> None:
+    """Give two batches' verify states one row width before SGLang concatenates them: each step leaves
+    its rows' accepted tokens padded to its own width (``draft_token_num``; 1 after a plain step), and
+    SGLang reshapes the concatenation by a single width."""
+    if a is None or b is None or a.draft_token_num == b.draft_token_num:
+        return
+    width = max(a.draft_token_num, b.draft_token_num)
+    for info in (a, b):
+        if info.draft_token_num < width and info.accept_tokens is not None:
+            rows = info.accept_tokens.view(-1, info.draft_token_num)
+            padded = rows.new_zeros((rows.shape[0], width))
+            padded[:, :info.draft_token_num] = rows
+            info.accept_tokens = padded.view(-1)
+        info.draft_token_num = width
 
 
 def restore(running: Any) -> None:
@@ -131,6 +153,7 @@ def restore(running: Any) -> None:
     if running.is_empty():
         running.__dict__.update(parked.__dict__)  # its holders keep this object: it becomes the parked batch
     else:
+        same_width(running.spec_info, parked.spec_info)
         running.merge_batch(parked)
 
 
@@ -152,11 +175,11 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
     step_s = st.step_s()
     if step_s is None:
         return original(scheduler, batch, *args, **kwargs)
-    if batch.spec_info is not None:
+    if batch.spec_info is not None and getattr(scheduler, "enable_overlap", False):
         if not st.warned_spec:
             st.warned_spec = True
-            logger.warning("SLO credit batching is off on this instance while it decodes speculatively: "
-                           "every running request decodes each step")
+            logger.warning("SLO credit batching is off on this instance: it decodes speculatively under the "
+                           "overlap scheduler, whose relay of drafts and tokens follows the whole batch")
         return original(scheduler, batch, *args, **kwargs)
     kv = {req.rid: len(req.origin_input_ids) + len(req.output_ids) for req in batch.reqs}
     decision = plan_step(st.batcher, running, kv, step_s, st.headroom)

@@ -225,6 +225,14 @@ class OnlineCost:
             self.points = [p for ps in self._by_batch.values() for p in ps]
         self._stale = True
 
+    def mean_step_s(self) -> dict[int, float]:
+        """Batch size -> mean seconds of the steps the window holds at that size (what was measured,
+        beside the fit)."""
+        by_batch: dict[int, list[float]] = {}
+        for batch, _, seconds in self.points:
+            by_batch.setdefault(batch, []).append(seconds)
+        return {b: sum(ts) / len(ts) for b, ts in sorted(by_batch.items())}
+
     def record_acceptance(self, verified: Sequence[int], accepted: Sequence[int]) -> None:
         """Per request of one step: drafts verified, and how many of them were accepted."""
         for k, a in zip(verified, accepted):

@@ -66,7 +66,7 @@ def master_killed(server, url: str) -> dict:
 
     masters = [p for p in psutil.Process(server.proc.pid).children(recursive=True)
                if "mooncake_master" in " ".join(cmdline(p))]
-    command = cmdline(masters[0])
+    command, env = cmdline(masters[0]), masters[0].environ()  # its environment: Mooncake's private libraries
     for p in masters:
         p.kill()
     time.sleep(2.0)
@@ -84,7 +84,7 @@ def master_killed(server, url: str) -> dict:
     down = move(1)
     healthy = httpx.get(f"{url}/health", timeout=30).status_code
     with open(server.log_dir / "mooncake-master-restarted.log", "ab") as log:
-        again = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        again = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
         time.sleep(10.0)
         back = move(2)
@@ -116,10 +116,16 @@ def main(log_dir: str) -> None:
         r = httpx.post(f"{survivor}/generate", timeout=600, json={"input_ids": PROMPTS, "sampling_params": {
             "max_new_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}})
         ref = [out["output_ids"] for out in r.json()]
+        moved_prompts = {s["prompt_index"] for s in kill.moved}
+        differ = [{"prompt": s["prompt_index"], "moved": s["prompt_index"] in moved_prompts,
+                   "first_diff": next((i for i, (x, y) in enumerate(zip(s["output_ids"], ref[s["prompt_index"]]))
+                                       if x != y), None),
+                   "chunks": [(c.get("instance"), c.get("new_tokens"), c.get("kv")) for c in s.get("chunks", [])]}
+                  for s in kill.samples if s["output_ids"] != ref[s["prompt_index"]]]
         print("KILL " + json.dumps({
             "samples": len(kill.samples), "moved": len(kill.moved), "kv_pages": kill.kv_pages,
-            "pool_pages": kill.pool_pages, "victim": kill.victim,
-            "identical": all(s["output_ids"] == ref[s["prompt_index"]] for s in kill.samples)}), flush=True)
+            "pool_pages": kill.pool_pages, "victim": kill.victim, "identical": not differ,
+            "differ": differ}), flush=True)
         print("MASTER " + json.dumps(master_killed(server, survivor)), flush=True)
     finally:
         stop_seer(server)

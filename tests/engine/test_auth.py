@@ -6,20 +6,16 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import start_seer, stop_seer, wait_server
+from conftest import running_seer
 
 API_KEY, ADMIN_KEY = "sk-rollout-test", "sk-admin-test"
 
 
 @pytest.fixture(scope="module")
 def keyed(tiny_model, tmp_path_factory):
-    server = start_seer(tiny_model, tmp_path_factory.mktemp("auth"), "--num-instances", "1", "--api-key", API_KEY,
-                        "--admin-api-key", ADMIN_KEY)
-    try:
-        wait_server(server)
+    with running_seer(tiny_model, tmp_path_factory.mktemp("auth"), "--num-instances", "1", "--api-key", API_KEY,
+                      "--admin-api-key", ADMIN_KEY) as server:
         yield server
-    finally:
-        stop_seer(server)
 
 
 def _auth(key: str) -> dict[str, str]:

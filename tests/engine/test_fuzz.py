@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
 
-from conftest import start_seer, stop_seer, wait_server  # noqa: E402
+from conftest import running_seer  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SEER_FUZZ_EXAMPLES", "12"))  # per route (raise it for a longer hunt)
 TIMEOUT_S = 120  # a request that takes longer hangs
@@ -30,13 +30,9 @@ NOT_FUZZED = ("/init_weights_update_group", "/update_weights_from_distributed", 
 
 @pytest.fixture(scope="module")
 def fuzz_server(tiny_model, tmp_path_factory):
-    server = start_seer(tiny_model, tmp_path_factory.mktemp("fuzz"), "--num-instances", "2", "--dtype", "float32",
-                        "--context-length", "256", "--max-request-samples", "8")
-    try:
-        wait_server(server)
+    with running_seer(tiny_model, tmp_path_factory.mktemp("fuzz"), "--num-instances", "2", "--dtype", "float32",
+                      "--context-length", "256", "--max-request-samples", "8") as server:
         yield server
-    finally:
-        stop_seer(server)
 
 
 def _schema():

@@ -62,3 +62,5 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     assert master["healthy_while_down"] == 200 and master["down"]["identical"], master
     assert master["down"]["details"].get("storage", 0) == 0, master
     assert master["back"]["identical"], master
+    # A new master on the same address: the pool recovers, and a move loads its context from the store again.
+    assert master["back"]["details"].get("storage", 0) > 0, master

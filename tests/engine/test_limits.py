@@ -9,21 +9,17 @@ import time
 import httpx
 import pytest
 
-from conftest import start_seer, stop_seer, wait_server
+from conftest import running_seer
 
 PER_REQUEST, IN_FLIGHT = 8, 12
 
 
 @pytest.fixture(scope="module")
 def bounded(tiny_model, tmp_path_factory):
-    server = start_seer(tiny_model, tmp_path_factory.mktemp("limits"), "--num-instances", "1", "--dtype", "float32",
-                        "--max-body-mb", "0.01", "--max-request-samples", str(PER_REQUEST),
-                        "--max-samples-in-flight", str(IN_FLIGHT))
-    try:
-        wait_server(server)
+    with running_seer(tiny_model, tmp_path_factory.mktemp("limits"), "--num-instances", "1", "--dtype", "float32",
+                      "--max-body-mb", "0.01", "--max-request-samples", str(PER_REQUEST),
+                      "--max-samples-in-flight", str(IN_FLIGHT)) as server:
         yield server
-    finally:
-        stop_seer(server)
 
 
 def _error(r: httpx.Response, status: int, code: str) -> dict:

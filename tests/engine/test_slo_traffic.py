@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
+from conftest import BackgroundRollout, running_seer
 
 MAX_TOKENS = 48
 ROLLOUT_TOKENS = 400  # 32 samples fit the instance's KV together, and outlast the probes beside them
@@ -23,13 +23,9 @@ ROLLOUT_TOKENS = 400  # 32 samples fit the instance's KV together, and outlast t
 @pytest.fixture(scope="module")
 def slo_url(tiny_model, tmp_path_factory):
     """One instance without speculation (credit batching parks requests of plain decode batches)."""
-    server = start_seer(tiny_model, tmp_path_factory.mktemp("slo"), "--num-instances", "1", "--dtype", "float32",
-                        "--draft", "none", "--kv-pool", "none")
-    try:
-        wait_server(server)
+    with running_seer(tiny_model, tmp_path_factory.mktemp("slo"), "--num-instances", "1", "--dtype", "float32",
+                      "--draft", "none", "--kv-pool", "none") as server:
         yield server.url
-    finally:
-        stop_seer(server)
 
 
 def prompts(n, seed):
@@ -153,3 +149,35 @@ def test_unmeetable_slos_are_refused_with_429_and_nothing_else_is_affected(slo_u
     assert status == 200 and out == plain_tokens(plain_url, [ids[1]], MAX_TOKENS)[0]
     metrics = httpx.get(f"{slo_url}/metrics", timeout=30).text
     assert 'outcome="rejected"' in metrics
+
+
+def test_rows_parked_under_speculation_keep_every_token(seer_url, plain_url):
+    """The shared server decodes speculatively (group-suffix drafts, verify steps of varying width).
+    Rows that credit batching parks keep their verify state across the steps they sit out, and every
+    token, of the SLO requests and of the rollout, equals plain SGLang's."""
+    ids, probes = prompts(4, 7), prompts(3, 8)
+    status, *_ = streamed(seer_url, probes[0], slo={"tpot_ms": 1000})  # the frontend starts reading fits
+    assert status == 200
+    time.sleep(2.5)
+    reports = httpx.get(f"{seer_url}/server_info", timeout=30).json()["seer"]["slo"]
+    fits = [r["fit"] for r in reports.values() if r.get("fit")]
+    assert fits, reports
+    headroom = next(iter(reports.values()))["headroom"]
+    # room for a few rollout rows beside a strict request, fewer than an instance runs
+    slo_ms = 1e3 * max(f["base_s"] + 4 * f["per_seq_s"] for f in fits) / headroom
+
+    background = rollout(seer_url, ids, 96)
+    time.sleep(1.0)
+    results = [streamed(seer_url, p, slo={"tpot_ms": slo_ms}) for p in probes[1:]]
+    response = background.wait()
+    assert response.status_code == 200, response.text
+    assert all(status == 200 for status, *_ in results), [r[0] for r in results]
+    summary = response.json()["summary"]
+    assert summary["slo"]["best_effort_deferred"] > 0, summary["slo"]
+    print("SLO", slo_ms, "ms; speculation in the rollout:", summary["spec"], "; SLO:", summary["slo"])
+
+    for (_, out, *_), want in zip(results, plain_tokens(plain_url, probes[1:], MAX_TOKENS)):
+        assert out == want
+    want = plain_tokens(plain_url, ids, 96)
+    for s in response.json()["samples"]:
+        assert s["output_ids"] == want[s["prompt_index"]], (s["prompt_index"], s["index"])

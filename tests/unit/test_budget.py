@@ -126,6 +126,22 @@ def test_online_cost_fits_its_own_steps_and_acceptance():
     assert online.curve()[:2] == pytest.approx((0.75, 2 / 3))
 
 
+def test_online_cost_per_batch_keeps_every_batch_size_through_a_long_run_at_one():
+    """With per_batch, a rollout's thousands of steps at one batch size leave the few steps at other
+    sizes in the window, so the fit still tells the fixed cost from the per-sequence one."""
+    from seer_sglang.speculative.budget import OnlineCost
+
+    online = OnlineCost(min_points=4, min_widths=1, per_batch=3)
+    for b in (1, 2):
+        online.record_step(b, 1.0, 0.010 + 0.001 * b)
+    for _ in range(500):
+        online.record_step(64, 1.0, 0.010 + 0.001 * 64)
+    assert online.mean_step_s() == pytest.approx({1: 0.011, 2: 0.012, 64: 0.074})
+    assert len(online.points) == 5  # 1 + 1 + the last 3 at 64
+    fit = online.model()
+    assert fit.base_s + fit.per_seq_s + fit.per_token_s == pytest.approx(0.011)  # a step of one sequence
+
+
 def test_adaptive_budget_profiles_short_drafts_until_it_has_a_model():
     from seer_sglang.speculative.budget import AdaptiveBudget
 

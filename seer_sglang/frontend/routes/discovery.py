@@ -42,6 +42,8 @@ async def server_info(request: Request):
                     "scheduler": policy_json(fe.engine.policy),
                     "group_window_ms": fe.grouper.window_s * 1000,
                     "mixed_weight_versions": fe.engine.mixed_weight_versions,
+                    # each instance's SLO report (step-time fit, credit-batching counters), once SLO traffic came
+                    "slo": {str(i): r for i, r in sorted(fe.engine.slo_reports.items())},
                     "sampling": sampling_guarantee(info.get("sampling_backend"))}
     return info
 
