@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.rollout import launch_seer
+from benchmarks.rollout import emulation_counters, emulation_delta, launch_seer
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import SCHEDULER, SLO_CONFIG, EmulationConfig, PluginConfig
 from seer_sglang.core.policy import make_policy
@@ -391,9 +391,14 @@ def main() -> None:
                 asyncio.run(run_mode(mode, urls, warm, rollout.subset(4, 64), schedule(classes, warm, args.seed + 1000),
                                      args.seed + 1000 + i))
                 time.sleep(2.0)
+            instance_urls = (urls if mode == "plain" else
+                             [x["url"] for x in httpx.get(f"{urls[0]}/instances", timeout=30).json()["instances"]])
+            before = emulation_counters(instance_urls) if args.emulate else []
             run = asyncio.run(run_mode(mode, urls, args, rollout, schedule(classes, args, args.seed + i),
                                        args.seed + i))
             scored = score(run, classes, args)
+            if args.emulate:
+                scored["emulation"] = emulation_delta(before, emulation_counters(instance_urls))
             runs[mode].append(scored)
             print(f"[{mode}] attainment {scored['slo_attainment']}, admitted {scored['admitted']}, rejected "
                   f"{scored['rejected']}, rollout {scored['rollout_throughput_tok_s']:.0f} tok/s", flush=True)
@@ -412,6 +417,8 @@ def main() -> None:
                        "errors": sum(r["errors"] for r in mode_runs),
                        "goodput_req_s": mean_spread([r["goodput_req_s"] for r in mode_runs]),
                        "rollout_throughput_tok_s": mean_spread([r["rollout_throughput_tok_s"] for r in mode_runs]),
+                       "emulation_overrun_share": (max(r["emulation"]["overrun_share"] for r in mode_runs)
+                                                   if args.emulate else None),
                        "per_class": {name: {"admitted": sum(r["per_class"][name]["admitted"] for r in mode_runs),
                                             "rejected": sum(r["per_class"][name]["rejected"] for r in mode_runs),
                                             "slo_attainment": (sum(r["per_class"][name]["met"] for r in mode_runs)
@@ -431,6 +438,7 @@ def main() -> None:
               "calibration": calib,
               "slo_classes": {n: {"ttft_ms": s.ttft_s * 1e3, "tpot_ms": s.tpot_s * 1e3} for n, s in classes.items()},
               "modes": modes, "ratios": {"rollout_throughput": ratio}, "runs": runs, "sim_check": sim_check,
+              "valid": not args.emulate or all(m["emulation_overrun_share"] <= 0.05 for m in modes.values()),
               "goal": {"seer_attainment_ge_95": (modes["seer"]["slo_attainment"] or 0) >= 0.95,
                        "plain_attainment_lt_50": (modes["plain"]["slo_attainment"] or 0) < 0.5,
                        "rollout_loss_le_10": ratio is not None and ratio >= 0.9}}

@@ -452,6 +452,10 @@ def slo_table(results: Results, stem: str) -> str:
     lengths = (f"of {c['max_tokens']} tokens" if not c.get("workload") else
                f"with {c['workload']}'s length shape up to {c['max_tokens']} tokens")
     timing = (f", times stretched x{c['emulate_time_scale']:g}" if c.get("emulate") else "")
+    overruns = [v.get("emulation_overrun_share") for v in modes.values() if v.get("emulation_overrun_share") is not None]
+    if overruns:
+        timing += (f" (overrun steps: at most {max(overruns):.1%} in a run"
+                   f"{'' if d.get('valid', True) else ', above 5%: the host, not the profile, set the times'})")
     sim = d.get("sim_check")
     predicted = ("" if not sim else
                  f" The simulator, on the same profile, trace and arrivals, predicts attainment "
@@ -655,6 +659,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),
     "slo": lambda r: slo_table(r, "slo_cpu"),
+    "slo_emulated": lambda r: slo_table(r, "slo_emulated_h100"),
+    "slo_emulated_frontier": lambda r: slo_frontier_table(r, "slo_emulated_h100"),
     "default_pool": lambda r: default_pool_table(r, pick(r, r"default_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),

@@ -185,3 +185,18 @@ def test_slo_requests_that_cannot_be_met_are_refused_and_change_nothing(trace):
     beside = simulate(trace, make_policy("context", chunk_size=512), SLO_MODEL, 2, 4096, slo_traffic=hopeless)
     assert beside.slo["rejected"] == len(hopeless) > 0 and beside.slo["admitted"] == 0
     assert beside.completion_s == alone.completion_s and beside.finish_times == alone.finish_times
+
+
+def test_slo_arrivals_rise_phase_by_phase_and_take_turns():
+    from seer_sglang.core.slo import SLO
+    from seer_sglang.sim.workload import slo_arrivals
+
+    classes = {"strict": SLO(ttft_s=1.0, tpot_s=0.02), "loose": SLO(ttft_s=1.0, tpot_s=0.04)}
+    arrivals = slo_arrivals(classes, [2.0, 8.0], 50.0, 10.0, 32, seed=1)
+    times = [a.arrival_s for a in arrivals]
+    assert times == sorted(times) and 10.0 < times[0] and times[-1] < 110.0
+    counts = [sum(1 for a in arrivals if a.phase == p) for p in (0, 1)]
+    assert 70 < counts[0] < 130 and 320 < counts[1] < 480  # Poisson: 100 and 400 expected
+    assert [a.slo_class for a in arrivals[:4]] == ["strict", "loose", "strict", "loose"]
+    assert all(a.slo is classes[a.slo_class] and a.output_len == 32 and 8 <= a.prompt_len <= 32 for a in arrivals)
+    assert slo_arrivals(classes, [2.0, 8.0], 50.0, 10.0, 32, seed=1) == arrivals  # seeded
