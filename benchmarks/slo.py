@@ -72,7 +72,10 @@ async def stream_generate(http: httpx.AsyncClient, url: str, ids: list[int], max
             async for line in r.aiter_lines():
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":
                     continue
-                n = len(json.loads(line[5:]).get("output_ids") or [])
+                event = json.loads(line[5:])
+                if "error" in event and not tokens:  # refused once the stream had begun (SGLang's form)
+                    return {"status": int(event["error"].get("code") or 500), "start": start}
+                n = len(event.get("output_ids") or [])
                 if n > tokens:
                     now = time.perf_counter()
                     first, last, tokens = first or now, now, n

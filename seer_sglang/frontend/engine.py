@@ -19,7 +19,8 @@ from ..config import ROLLOUT, SLO_CONFIG
 from ..core.buffer import RequestBuffer
 from ..core.policy import InstanceView, SchedulingPolicy, route_slo
 from ..core.request import ChunkRecord, Group, Sample, SampleState
-from ..core.slo import fitted_step_time
+from ..core.slo import fitted_step_time, step_time
+from ..core.step_model import StepModel
 from ..wire import SLO_PARAM, SLO_REJECTED, chunk_rid, group_of_sample, slo_param
 from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
 
@@ -323,8 +324,11 @@ class RolloutEngine:
             self.slo_reports[client.index] = report
             if self.hooks.on_slo_report:
                 self.hooks.on_slo_report(client.index, report)
-            fit = report.get("fit")
-            self.views[client.index].step_s = fitted_step_time(fit["base_s"], fit["per_seq_s"]) if fit else None
+            fit, model = report.get("fit"), report.get("model")
+            if model:  # an emulated instance decides by its profile
+                self.views[client.index].step_s = step_time(StepModel(**model))
+            else:
+                self.views[client.index].step_s = fitted_step_time(fit["base_s"], fit["per_seq_s"]) if fit else None
 
     def _watch_stall(self, view: InstanceView) -> None:
         """A request to an instance that stopped answering (SIGSTOP, a hung scheduler) never returns, and

@@ -36,6 +36,7 @@ step; there nothing is parked (admission and deadline order still apply).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 import weakref
@@ -91,7 +92,9 @@ class _State:
         return {**self.stats, "fit": None if fit is None else {"base_s": fit.base_s,
                                                                "per_seq_s": fit.per_seq_s + fit.per_token_s},
                 "step_ms_by_batch": measured,
-                "profile": self.model_step is not None, "headroom": self.headroom}
+                # the model this instance decides by when it is not its fit: the router routes by it too
+                "model": dataclasses.asdict(self.prefill_model) if self.model_step is not None else None,
+                "headroom": self.headroom}
 
 
 _state: _State | None = None

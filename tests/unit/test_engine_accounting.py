@@ -80,3 +80,28 @@ def test_a_chunk_given_up_before_it_ran_is_sent_again():
         await engine.stop()
 
     asyncio.run(run())
+
+
+def test_the_router_prices_slo_requests_by_the_model_each_instance_decides_by():
+    """An emulated instance decides by its profile, not by the fit of its padded steps: the router
+    routes by the same model; an instance without one is priced by its fit."""
+    import dataclasses
+
+    from seer_sglang.core.step_model import emulated_model
+
+    profile = emulated_model("h100-70b", 0.0125, 10.0)
+    reports = {0: {"fit": {"base_s": 0.150, "per_seq_s": 0.0005}, "model": dataclasses.asdict(profile)},
+               1: {"fit": {"base_s": 0.150, "per_seq_s": 0.0005}, "model": None}}
+
+    class Reporting(SilentInstance):
+        async def server_info(self):
+            return {"internal_states": [{"seer_slo": reports[self.index]}]}
+
+    async def run():
+        engine = RolloutEngine([Reporting(i) for i in range(2)], WholeGroupPolicy(), poll_interval_s=3600)
+        await engine.read_slo_fits(engine.clients)
+        assert engine.views[0].step_s(1, 20) == profile.decode_step(1, 20)  # ~115 ms at batch 1
+        assert engine.views[1].step_s(1, 20) == 0.150 + 0.0005
+        await engine.stop()
+
+    asyncio.run(run())
