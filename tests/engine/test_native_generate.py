@@ -244,7 +244,8 @@ def test_per_sample_siblings_draft_from_their_group(seer_url):
     assert all(o["meta_info"]["spec_verify_ct"] > 0 and o["meta_info"]["spec_accept_token_num"] > 0 for o in late)
     # The lead drafts from its own tokens only; the late siblings verify its tokens two thirds of the way.
     # Pooled over the siblings: each instance's adaptive budget sets draft lengths from its measured step
-    # costs, which vary with the machine's load (pooled 1.6-2.4 tokens per step measured; the lead's 1.0).
+    # costs, which vary with the machine's load (pooled: 1.57 in one fresh-clone run, above 2 in others;
+    # the lead: 1.0).
     assert tokens_per_step(late) > 1.3 and tokens_per_step(late) > tokens_per_step([lead]) + 0.3, \
         ([tokens_per_step([o]) for o in late], tokens_per_step([lead]))
 
