@@ -45,7 +45,7 @@ from typing import Any, Optional
 from ..config import SLO_CONFIG, PluginConfig
 from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, fitted_step_time, plan_step, prefill_fits, screen,
                         step_time)
-from ..core.step_model import emulated_model
+from ..core.step_model import StepModel, emulated_model
 from ..speculative.budget import OnlineCost
 from ..wire import SLO_PARAM, SLO_REJECTED
 
@@ -60,12 +60,12 @@ PREFILL_EWMA = 0.2  # weight of the newest extend step in the prefill time per t
 
 
 class _State:
-    def __init__(self, headroom: float, model_step: Optional[StepTime], prefill_model=None):
+    def __init__(self, headroom: float, profile: Optional[StepModel] = None):
         self.headroom = headroom
         self.batcher = CreditBatcher()
         self.cost = OnlineCost(min_points=SLO_CONFIG.min_fit_steps, min_widths=1, per_batch=16)
-        self.model_step = model_step  # the emulation profile's, when emulating
-        self.prefill_model = prefill_model
+        self.profile = profile  # the emulation's step-time model, when emulating
+        self.model_step = step_time(profile) if profile is not None else None
         self.parked = None  # ScheduleBatch of the running requests that sit this step out
         self.step_start: float | None = None  # when the last decode step began (None after a prefill)
         self.step_batch = 0  # sequences in it
@@ -82,8 +82,8 @@ class _State:
         return None if fit is None else fitted_step_time(fit.base_s, fit.per_seq_s + fit.per_token_s)
 
     def prefill_s(self, tokens: int) -> float:
-        if self.prefill_model is not None:
-            return self.prefill_model.prefill_batch([tokens], [0])
+        if self.profile is not None:
+            return self.profile.prefill_batch([tokens], [0])
         return (self.prefill_s_per_token or 0.0) * tokens
 
     def report(self) -> dict[str, Any]:
@@ -93,7 +93,7 @@ class _State:
                                                                "per_seq_s": fit.per_seq_s + fit.per_token_s},
                 "step_ms_by_batch": measured,
                 # the model this instance decides by when it is not its fit: the router routes by it too
-                "model": dataclasses.asdict(self.prefill_model) if self.model_step is not None else None,
+                "model": dataclasses.asdict(self.profile) if self.profile is not None else None,
                 "headroom": self.headroom}
 
 
@@ -326,7 +326,7 @@ def register_hooks() -> None:
     global _state
     config = PluginConfig.from_env()
     profile = emulated_model(config.emulate, config.emulate_length_scale, config.emulate_time_scale)
-    _state = _State(config.slo_headroom, step_time(profile) if profile is not None else None, profile)
+    _state = _State(config.slo_headroom, profile)
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(UPDATE, update_with_credits, HookType.AROUND)

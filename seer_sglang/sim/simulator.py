@@ -222,7 +222,9 @@ class Simulation:
         refuses it); plain SGLang's client spreads them over the instances in turn."""
         self.slo_arrived += 1
         params = SamplingParams(max_new_tokens=arrival.output_len, slo=arrival.slo)
-        sample = Sample(rid=f"slo-{self.slo_arrived}", group_id=f"slo-{self.slo_arrived}", index=0, prompt_ids=[0] * arrival.prompt_len, params=params, oracle_length=arrival.output_len)
+        rid = f"slo-{self.slo_arrived}"
+        sample = Sample(rid=rid, group_id=rid, index=0, prompt_ids=[0] * arrival.prompt_len, params=params,
+                        oracle_length=arrival.output_len)
         sample.output_ids = TokenCount()  # type: ignore[assignment]
         if self.slo_mechanism:
             view, _ = route_slo(self.views, sample, self.slo_headroom)
@@ -259,11 +261,10 @@ class Simulation:
             inst.waiting = collections.deque(sorted(slo, key=lambda s: s.arrival.arrival_s) + rest)
             return
         fresh = {s.sample.rid: s for s in slo if not s.admitted}
-        running = [s for s in inst.running if s.slo is not None]
+        timed = [s for s in inst.running if s.slo is not None and s.slo.tpot_s is not None]
         verdict = screen([Waiting(rid, s.arrival.arrival_s, s.slo.ttft_s, self.model.prefill_batch([s.context], [0]),
                                   s.slo.tpot_s, s.context) for rid, s in fresh.items()],
-                         [s.slo.tpot_s for s in running if s.slo.tpot_s is not None],
-                         [s.context for s in running if s.slo.tpot_s is not None], self.now, self.step_s,
+                         [s.slo.tpot_s for s in timed], [s.context for s in timed], self.now, self.step_s,
                          self.slo_headroom)
         for rid, (_, which) in verdict.refused.items():
             slot = fresh[rid]
@@ -375,7 +376,7 @@ class Simulation:
     def _slo_batch(self, inst: SimInstance) -> list[Slot]:
         """This step's decode batch: with SLO requests running and the mechanism on, credit batching
         (``plan_step``); the requests admitted this step always run (their prefill makes a token)."""
-        if not self.slo_mechanism or self.spec is not None or not any(s.slo is not None for s in inst.running):
+        if not self.slo_mechanism or not any(s.slo is not None for s in inst.running):
             return inst.running
         old = [s for s in inst.running if s.first_s is not None or s.produced > 0]
         slo = [s for s in old if s.slo is not None and s.slo.tpot_s is not None]

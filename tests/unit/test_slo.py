@@ -157,7 +157,7 @@ def test_plugin_puts_slo_requests_first_by_deadline_and_refuses_the_hopeless():
 
     model = StepModel(name="t", decode_base_s=0.010, decode_per_seq_s=0.001, decode_per_kv_token_s=0.0,
                       prefill_per_token_s=1e-3, capacity_tokens=100_000)
-    state = slo_batching._State(1.0, step_time(model), model)
+    state = slo_batching._State(1.0, model)
     gone = req("gone", ttft=0.5, deadline=now - 0.1)  # its TTFT deadline has passed
     big = req("big", ttft=0.5, deadline=now + 0.3, prompt=1000)  # needs a 1 s prefill
     strict = req("strict", tpot=0.005)  # a step takes at least 10 ms
