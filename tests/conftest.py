@@ -114,6 +114,15 @@ class BackgroundRollout:
         return self.response
 
 
+def wait_until(check, what: str, timeout_s: float = 120, poll_s: float = 0.05) -> None:
+    """Poll ``check()`` until it holds. Tests that act on a server while it works wait for the work's
+    progress, not for a time: the tiny model's speed differs from one machine, and one load, to another."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(poll_s)
+
+
 def stop_seer(server: SeerServer, sig: int = signal.SIGTERM, timeout_s: float = 60) -> list[psutil.Process]:
     """Signal the launcher; returns descendants still alive afterwards (killed, so nothing leaks)."""
     family = server.descendants()

@@ -14,10 +14,11 @@ import time
 import httpx
 import pytest
 
-from conftest import BackgroundRollout, running_seer
+from conftest import BackgroundRollout, running_seer, wait_until
 
 MAX_TOKENS = 48
 ROLLOUT_TOKENS = 400  # 32 samples fit the instance's KV together, and outlast the probes beside them
+PARKED_ROLLOUT_TOKENS = 1200  # speculative decoding makes the shared server fast: the rollout outlasts the probes
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +137,18 @@ def test_unmeetable_slos_are_refused_with_429_and_nothing_else_is_affected(slo_u
     status, _, _, _, _ = streamed(slo_url, ids[0], slo={"tpot_ms": 1000})
     assert status == 200
     time.sleep(2.5)
-    status, _, _, _, err = streamed(slo_url, ids[1], slo={"tpot_ms": 0.01})
-    assert status == 429 and "TPOT SLO" in err["error"]["message"], err
-    r = httpx.post(f"{slo_url}/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "slo": {"ttft_ms": 0.001}}, timeout=60)
+    # Refused before any token: the HTTP status is the 429, streamed or not (not a 200 stream of errors).
+    body = {"input_ids": ids[1], "stream": True, "slo": {"tpot_ms": 0.01},
+            "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0}}
+    with httpx.stream("POST", f"{slo_url}/generate", json=body, timeout=60) as r:
+        err = json.loads(r.read())
+    assert r.status_code == 429 and "TPOT SLO" in err["error"]["message"], err
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "slo": {"ttft_ms": 0.001}}
+    r = httpx.post(f"{slo_url}/v1/chat/completions", json=chat, timeout=60)
     assert r.status_code == 429 and "TTFT SLO" in r.json()["error"]["message"], r.text
+    with httpx.stream("POST", f"{slo_url}/v1/chat/completions", json={**chat, "stream": True}, timeout=60) as r:
+        err = json.loads(r.read())
+    assert r.status_code == 429 and "TTFT SLO" in err["error"]["message"], err
     bad = httpx.post(f"{slo_url}/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "slo": {"tpot_ms": -1}}, timeout=60)
     assert bad.status_code == 400 and "slo" in bad.json()["error"]["message"], bad.text
@@ -167,8 +175,9 @@ def test_rows_parked_under_speculation_keep_every_token(seer_url, plain_url):
     # room for a few rollout rows beside a strict request, fewer than an instance runs
     slo_ms = 1e3 * min(f["base_s"] + 4 * f["per_seq_s"] for f in fits) / headroom  # the faster instance holds it
 
-    background = rollout(seer_url, ids, ROLLOUT_TOKENS)
-    time.sleep(1.0)
+    background = rollout(seer_url, ids, PARKED_ROLLOUT_TOKENS)
+    wait_until(lambda: sum(i["running"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]) > 8,
+               "the rollout running on the instances")
     results = [streamed(seer_url, p, slo={"tpot_ms": slo_ms}) for p in probes[1:]]
     response = background.wait()
     assert response.status_code == 200, response.text
@@ -181,6 +190,6 @@ def test_rows_parked_under_speculation_keep_every_token(seer_url, plain_url):
 
     for (status, out, *_), want in zip(results, plain_tokens(plain_url, probes[1:], MAX_TOKENS)):
         assert status != 200 or out == want
-    want = plain_tokens(plain_url, ids, ROLLOUT_TOKENS)
+    want = plain_tokens(plain_url, ids, PARKED_ROLLOUT_TOKENS)
     for s in response.json()["samples"]:
         assert s["output_ids"] == want[s["prompt_index"]], (s["prompt_index"], s["index"])

@@ -11,10 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
+from conftest import BackgroundRollout, start_seer, stop_seer, wait_server, wait_until
+from seer_sglang.benchmarking.kill import chunk_tokens_done
 
 CHUNK = 16
-MAX_TOKENS = 160
+MAX_TOKENS = 320
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +68,10 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
     body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": MAX_TOKENS, "temperature": 0,
             "ignore_eos": True}
     try:
+        start = chunk_tokens_done(seer_url)
         run = BackgroundRollout(seer_url, body, timeout_s=900)
-        deadline = time.monotonic() + 120
-        while not _chunks_in_flight(seer_url) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # a few chunks back: the update lands while samples are half done
+        # a fifth of the tokens back: the update lands while samples are part done
+        wait_until(lambda: chunk_tokens_done(seer_url) - start >= 0.2 * 12 * MAX_TOKENS, "a fifth of the rollout")
         if via == "frontend":  # it names the version
             update = _update(seer_url, other_weights)
             assert all(i["status"] == 200 for i in update.json()["instances"])
@@ -101,11 +101,6 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
     assert any(s["weight_version"] == new_version for s in samples)
 
 
-def _chunks_in_flight(seer_url: str) -> bool:
-    instances = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]
-    return sum(i["inflight_chunks"] for i in instances) > 0
-
-
 def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
         tiny_model, plain_url, other_weights, tmp_path):
     """``--mixed-weight-versions`` (asynchronous RL with partial rollouts): a sample the update lands in
@@ -113,7 +108,7 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
     made. Its old-version tokens are plain SGLang's on the old weights, and the rest are plain SGLang's
     continuation on the new weights from exactly that prefix."""
     prompts = [[(29 * p + 5 * i) % 1900 + 40 for i in range(20 + 2 * p)] for p in range(4)]
-    max_tokens = 3 * MAX_TOKENS  # long enough that the update lands while every sample is still running
+    max_tokens = 480  # long enough that the update lands while every sample is still running
     old_tokens = _greedy(plain_url, prompts, max_tokens)
     server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32", "--kv-pool", "none",
                         "--scheduler", "context", "--chunk-size", str(CHUNK), "--mixed-weight-versions")
@@ -121,11 +116,9 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
         wait_server(server)
         body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": max_tokens, "temperature": 0,
                 "ignore_eos": True}
+        start = chunk_tokens_done(server.url)
         run = BackgroundRollout(server.url, body, timeout_s=900)
-        deadline = time.monotonic() + 120
-        while not _chunks_in_flight(server.url) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.3)
+        wait_until(lambda: chunk_tokens_done(server.url) - start >= 0.1 * 8 * max_tokens, "a tenth of the rollout")
         new_version = _update(server.url, other_weights).headers["x-seer-weight-version"]
         r = run.wait(900)
     finally:

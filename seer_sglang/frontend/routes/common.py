@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -32,3 +33,25 @@ def policy_json(policy) -> dict[str, Any]:
     if hasattr(policy, "page_size"):
         out["align_to_pages"] = policy.page_size is not None
     return out
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+async def hold_until_first_token(queue: asyncio.Queue, samples: int) -> list[tuple[str, Any]]:
+    """A streamed SLO request's events up to its first token, or up to every sample's end.
+
+    An SLO request can be refused after it is submitted (the router finds no instance that holds its
+    SLO, or an instance's admission refuses it). Holding the stream's start until the first token,
+    which the client waits for anyway, lets a request refused outright be answered with the 429 it
+    gets without streaming, rather than a 200 whose stream holds only errors. The events taken here
+    are replayed first by the stream."""
+    events, ended = [], 0
+    while ended < samples:
+        event = await queue.get()
+        events.append(event)
+        if event[0] == "tokens":
+            break
+        ended += 1
+    return events

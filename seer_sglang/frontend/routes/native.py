@@ -5,7 +5,6 @@ close together run as one group (``frontend/grouping.py``)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any, AsyncIterator
 
@@ -19,7 +18,7 @@ from ..protocol import SLOField
 from ..native import NativeRequest, group_key, parse_generate, response
 from ..state import Frontend
 from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER
-from .common import frontend, json_body
+from .common import frontend, hold_until_first_token, json_body, sse
 
 router = APIRouter()
 
@@ -55,10 +54,6 @@ def _slo(body: Any) -> Any:
         raise APIError(f"{where}: {first.get('msg')}", param=where) from None
 
 
-def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
 @router.api_route("/generate", methods=["POST", "PUT"])
 async def generate(request: Request):
     fe = frontend(request)
@@ -72,7 +67,7 @@ async def generate(request: Request):
         explicit, size = f"slo-{uuid.uuid4().hex}", len(req.samples)
     fe.check_samples(len(req.samples))  # before any joins a group: a refused request leaves nothing behind
     if req.stream:
-        return StreamingResponse(_stream(fe, req, explicit, size), media_type="text/event-stream")
+        return await _stream(fe, req, explicit, size)
     loop = asyncio.get_running_loop()
     finished = [loop.create_future() for _ in req.samples]
     for native, fut in zip(req.samples, finished):
@@ -98,23 +93,37 @@ def _release(fe: Frontend, req: NativeRequest) -> None:
     fe.forget_samples(req.samples)
 
 
-async def _stream(fe: Frontend, req: NativeRequest, explicit: str | None, size: int | None) -> AsyncIterator[bytes]:
-    """SGLang's stream: cumulative text and ids per event (with ``index`` in a batch), then [DONE]."""
+async def _stream(fe: Frontend, req: NativeRequest, explicit: str | None, size: int | None) -> StreamingResponse:
+    """SGLang's stream: cumulative text and ids per event (with ``index`` in a batch), then [DONE].
+
+    The samples join their groups before the stream begins, so what refuses them (no healthy
+    instance) is the request's HTTP error; an SLO request waits for its first token first
+    (``hold_until_first_token``)."""
     queue: asyncio.Queue = asyncio.Queue()
     for native in req.samples:
         native.on_tokens = lambda _s, _ids, n=native: queue.put_nowait(("tokens", n))
         native.on_done = lambda _s, n=native: queue.put_nowait(("done", n))
+    held: list[tuple[str, Any]] = []
     try:
-        try:
-            await fe.grouper.join([(group_key(n, explicit), n) for n in req.samples], size)
-        except APIError as e:
-            yield _sse({"error": {"message": e.message, "type": e.type, "code": e.status_code}})
-            return
+        await fe.grouper.join([(group_key(n, explicit), n) for n in req.samples], size)
         fe.name_samples(req.samples)
+        if any(n.sample.params.slo is not None for n in req.samples):
+            held = await hold_until_first_token(queue, len(req.samples))
+            if all(n.sample.state == SampleState.FAILED for n in req.samples):
+                fe.raise_if_failed(n.sample for n in req.samples)
+    except BaseException:  # refused, or the client went away before the stream began
+        _release(fe, req)
+        raise
+    return StreamingResponse(_events(fe, req, queue, held), media_type="text/event-stream")
+
+
+async def _events(fe: Frontend, req: NativeRequest, queue: asyncio.Queue,
+                  held: list[tuple[str, Any]]) -> AsyncIterator[bytes]:
+    try:
         remaining = len(req.samples)
         sent: dict[int, int] = {}  # tokens already streamed, per sample
         while remaining:
-            kind, native = await queue.get()
+            kind, native = held.pop(0) if held else await queue.get()
             sample = native.sample
             if kind == "tokens":
                 # Events are cumulative: one queued behind newer tokens, or before the sample's final
@@ -130,14 +139,14 @@ async def _stream(fe: Frontend, req: NativeRequest, explicit: str | None, size: 
             else:
                 remaining -= 1
                 if sample.state == SampleState.FAILED:
-                    yield _sse({"error": {"message": sample.error, "type": "invalid_request_error"
-                                          if sample.error_status < 500 else "server_error",
-                                          "code": sample.error_status}})
+                    yield sse({"error": {"message": sample.error, "type": "invalid_request_error"
+                                         if sample.error_status < 500 else "server_error",
+                                         "code": sample.error_status}})
                     continue
                 out = response(native, req, fe.tokenizer, fe.tokenizer.sample_text(sample))
             if not req.single:
                 out["index"] = native.position
-            yield _sse(out)
+            yield sse(out)
         yield b"data: [DONE]\n\n"
     finally:
         _release(fe, req)

@@ -4,7 +4,6 @@ form one prompt group."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from typing import Any, AsyncIterator, Callable
@@ -12,12 +11,12 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...core.request import Group, Sample, SamplingParams
+from ...core.request import Group, Sample, SampleState, SamplingParams
 from ..errors import APIError
 from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..state import Frontend
 from ..tokenizer import TextStreamer
-from .common import frontend
+from .common import frontend, hold_until_first_token, sse
 
 router = APIRouter()
 
@@ -72,46 +71,67 @@ async def _run(fe: Frontend, groups: list[Group]) -> None:
     fe.raise_if_failed(s for g in groups for s in g.samples)
 
 
-def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
 async def _stream(fe: Frontend, groups: list[Group], make_chunk: Callable[[int, str, str | None], dict],
-                  first_chunks: list[dict], usage_chunk: Callable[[], dict] | None) -> AsyncIterator[bytes]:
-    """Streams text deltas per choice as tokens arrive; one final chunk per choice with its finish reason."""
+                  first_chunks: list[dict], usage_chunk: Callable[[], dict] | None) -> StreamingResponse:
+    """Streams text deltas per choice as tokens arrive; one final chunk per choice with its finish reason.
+
+    The groups are submitted before the stream begins, so a request refused at once (the server
+    full, no healthy instance) gets its HTTP error; an SLO request waits for its first token first
+    (``hold_until_first_token``)."""
     queue: asyncio.Queue = asyncio.Queue()
     choices = _choices(groups)
-    streamers = {}
-    for index, sample in choices:
-        streamers[sample.rid] = (index, TextStreamer(fe.tokenizer, sample.params.stop, sample.params.skip_special_tokens))
+    for _, sample in choices:
         sample.on_tokens = lambda s, _ids: queue.put_nowait(("tokens", s))
         sample.on_done = lambda s: queue.put_nowait(("done", s))
     fe.submit(groups)
+    held: list[tuple[str, Any]] = []
+    if any(s.params.slo is not None for _, s in choices):
+        try:
+            held = await hold_until_first_token(queue, len(choices))
+        except BaseException:  # the client went away before the first token
+            _abort(fe, groups)
+            raise
+        if all(s.state == SampleState.FAILED for _, s in choices):
+            fe.raise_if_failed(s for _, s in choices)
+    return StreamingResponse(_events(fe, groups, queue, held, make_chunk, first_chunks, usage_chunk),
+                             media_type="text/event-stream")
+
+
+def _abort(fe: Frontend, groups: list[Group]) -> None:
+    for group in groups:
+        if not group.done:
+            fe.engine.abort_group(group.group_id)
+
+
+async def _events(fe: Frontend, groups: list[Group], queue: asyncio.Queue, held: list[tuple[str, Any]],
+                  make_chunk: Callable[[int, str, str | None], dict], first_chunks: list[dict],
+                  usage_chunk: Callable[[], dict] | None) -> AsyncIterator[bytes]:
+    choices = _choices(groups)
+    streamers = {sample.rid: (index, TextStreamer(fe.tokenizer, sample.params.stop, sample.params.skip_special_tokens))
+                 for index, sample in choices}
     remaining = len(choices)
     try:
         for chunk in first_chunks:
-            yield _sse(chunk)
+            yield sse(chunk)
         while remaining:
-            kind, sample = await queue.get()
+            kind, sample = held.pop(0) if held else await queue.get()
             index, streamer = streamers[sample.rid]
             if kind == "tokens":
                 delta = streamer.delta(sample.output_ids)
                 if delta:
-                    yield _sse(make_chunk(index, delta, None))
+                    yield sse(make_chunk(index, delta, None))
             else:
                 remaining -= 1
                 if sample.error:
-                    yield _sse({"error": {"message": sample.error, "type": "server_error", "code": sample.error_status}})
+                    yield sse({"error": {"message": sample.error, "type": "server_error", "code": sample.error_status}})
                     continue
                 delta = streamer.final(fe.tokenizer.sample_text(sample))
-                yield _sse(make_chunk(index, delta, _finish(sample)))
+                yield sse(make_chunk(index, delta, _finish(sample)))
         if usage_chunk is not None:
-            yield _sse(usage_chunk())
+            yield sse(usage_chunk())
         yield b"data: [DONE]\n\n"
-    finally:
-        for group in groups:  # client went away mid-stream: free the work
-            if not group.done:
-                fe.engine.abort_group(group.group_id)
+    finally:  # the client went away mid-stream: free the work
+        _abort(fe, groups)
 
 
 @router.post("/v1/completions")
@@ -144,7 +164,7 @@ async def completions(req: CompletionRequest, request: Request):
         if req.stream_options and req.stream_options.include_usage:
             usage = lambda: {"id": rid, "object": "text_completion", "created": created, "model": model,
                              "choices": [], "usage": _usage(groups)}
-        return StreamingResponse(_stream(fe, groups, chunk, [], usage), media_type="text/event-stream")
+        return await _stream(fe, groups, chunk, [], usage)
 
     await _run(fe, groups)
     choices = []
@@ -209,7 +229,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
         if req.stream_options and req.stream_options.include_usage:
             usage = lambda: {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
                              "choices": [], "usage": _usage(groups)}
-        return StreamingResponse(_stream(fe, groups, chunk, first, usage), media_type="text/event-stream")
+        return await _stream(fe, groups, chunk, first, usage)
 
     await _run(fe, groups)
     choices = []
