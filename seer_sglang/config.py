@@ -101,8 +101,8 @@ class SchedulerConfig:
     chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: %(default)s)")
     kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
                               "claim, worst case (default: %(default)s)")
-    starvation_bound: int = flag(256, "--starvation-bound", "dispatches a waiting sample may be passed over "
-                                 "before it goes first (default: %(default)s)")
+    starvation_bound: int = flag(256, "--starvation-bound", "once per this many dispatches, the sample "
+                                 "that has waited longest goes first, if it has waited that many (default: %(default)s)")
     whole_tail: bool = flag(False, "--whole-tail", "in the rollout's tail (every waiting sample fits with its "
                             "whole remaining budget) send each sample for all of it instead of one more chunk",
                             action="store_true")

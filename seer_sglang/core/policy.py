@@ -306,8 +306,11 @@ class ContextPolicy(ChunkedPolicy):
       every group quickly reveals how long it writes.
     - The other samples go largest-estimated-group-length-first (approximate LFS): a group's
       estimate is its longest finished sibling, or ``max_tokens`` while none has finished.
-    - Starvation bound: a sample that has waited through ``starvation_bound`` dispatches since it
-      entered the buffer is served first, oldest first, whatever its estimate.
+    - Starvation bound: an underserved sample gets an occasional turn. Once per ``starvation_bound``
+      dispatches, the sample that has waited longest goes first, whatever its estimate, if it has
+      waited through that many dispatches. One turn at a time: when the working set is twice the KV
+      (Seer's load), most waiting samples wait that long, and serving all of them first would turn
+      the length order into arrival order, delaying the longest samples' continuations.
     """
 
     name = "context"
@@ -319,7 +322,9 @@ class ContextPolicy(ChunkedPolicy):
         super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail, page_size)
         self.starvation_bound = starvation_bound
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
-        self._waiting_since: dict[str, int] = {}
+        self._waiting_since: dict[str, int] = {}  # rid -> the clock when it began to wait
+        self._last_turn = 0  # the clock when an underserved sample was last put in front
+        self._promoted: str | None = None  # the sample put in front by the last ``order``
         self._finished_longest: dict[str, int] = {}
 
     def estimate(self, sample: Sample) -> int:
@@ -335,23 +340,10 @@ class ContextPolicy(ChunkedPolicy):
         self._finished_longest.pop(group_id, None)
 
     def on_dispatch(self, sample: Sample) -> None:
+        if sample.rid == self._promoted:
+            self._last_turn, self._promoted = self.clock, None
         self.clock += 1
         self._waiting_since.pop(sample.rid, None)
-
-    def sort_key(self):
-        """The ordering key (smaller first): samples waiting past the starvation bound first, oldest
-        first; then ``rank_key``. Closures over local names: this runs for every pending sample."""
-        clock, bound, since_of, rank = self.clock, self.starvation_bound, self._waiting_since, self.rank_key()
-
-        def key(s: Sample) -> tuple:
-            since = since_of.get(s.rid)
-            if since is None:
-                since = since_of[s.rid] = clock
-            if clock - since >= bound:
-                return (0, since, 0)
-            return (*rank(s), since)
-
-        return key
 
     def rank_key(self):
         """Probes first by SFS (fewest generated tokens), then the rest by LFS group estimate."""
@@ -365,7 +357,18 @@ class ContextPolicy(ChunkedPolicy):
         return rank
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
-        return sorted(pending, key=self.sort_key())
+        """``rank_key`` order (ties: longest waiting first), with one underserved sample in front once
+        per ``starvation_bound`` dispatches: the one that has waited longest, if that is past the bound."""
+        clock, since_of = self.clock, self._waiting_since
+        for s in pending:
+            since_of.setdefault(s.rid, clock)
+        self._promoted = None
+        if pending and clock - self._last_turn >= self.starvation_bound:
+            oldest = min(pending, key=lambda s: since_of[s.rid])
+            if clock - since_of[oldest.rid] >= self.starvation_bound:
+                self._promoted = oldest.rid
+        rank, promoted = self.rank_key(), self._promoted
+        return sorted(pending, key=lambda s: (0, since_of[s.rid]) if s.rid == promoted else (*rank(s), since_of[s.rid]))
 
 
 class OraclePolicy(ContextPolicy):

@@ -343,3 +343,31 @@ def test_a_groups_prompt_is_reserved_once_per_instance_while_any_sibling_runs_th
     view.release(a.samples[1], own[1])
     view.release(b.samples[0], own[3])
     assert view.reserved_tokens == 0 and view.inflight == 0 and view.groups == {}
+
+
+def test_context_starvation_turns_come_one_at_a_time():
+    """When most waiting samples are past the bound (a working set twice the KV), one of them goes
+    first per ``starvation_bound`` dispatches; the rest keep the length order."""
+    policy = ContextPolicy(chunk_size=8, starvation_bound=2)
+    buf = RequestBuffer()
+    short = group("short", n=4, max_new=1000)
+    buf.add_group(short)
+    finish(policy, short.samples[0], 10)
+    buf.finish(short.samples[0])
+    policy.order(buf.pending(), buf)  # short-1..3 start waiting at clock 0
+    long_ = group("long", n=5, max_new=1000)
+    finish(policy, long_.samples[0], 900)
+    buf.add_group(long_)
+    buf.finish(long_.samples[0])
+
+    def dispatch_first():
+        first = policy.order(buf.pending(), buf)[0]
+        policy.on_dispatch(first)
+        buf.mark_running(first, 0)
+        return first.rid
+
+    assert [s.rid for s in policy.order(buf.pending(), buf)][:4] == ["long-1", "long-2", "long-3", "long-4"]
+    assert dispatch_first() == "long-1" and dispatch_first() == "long-2"  # clock 2: short-1 is due its turn
+    assert dispatch_first() == "short-1"
+    # short-2 and short-3 are past the bound too, but each waits for the next turn, two dispatches on
+    assert [dispatch_first() for _ in range(4)] == ["long-3", "short-2", "long-4", "short-3"]
