@@ -194,19 +194,26 @@ def test_context_lfs_by_group_estimate_and_estimate_updates():
     assert policy.estimate(groups["a"].samples[2]) == 1000
 
 
-def test_context_starvation_bound_serves_the_oldest_waiter():
-    policy = ContextPolicy(chunk_size=8, starvation_bound=3)
+def short_waiting_then_long(policy: ContextPolicy, n_short: int, n_long: int) -> RequestBuffer:
+    """A short group's siblings start waiting at clock 0; then a long group arrives. Both probes are
+    done (10 and 900 tokens), so the long siblings rank first."""
     buf = RequestBuffer()
-    short = group("short", n=2, max_new=1000)
+    short = group("short", n=n_short, max_new=1000)
     buf.add_group(short)
     finish(policy, short.samples[0], 10)
     buf.finish(short.samples[0])
-    assert [s.rid for s in policy.order(buf.pending(), buf)] == ["short-1"]  # starts waiting at clock 0
-    long_ = group("long", n=4, max_new=1000)
+    assert [s.rid for s in policy.order(buf.pending(), buf)] == [f"short-{i}" for i in range(1, n_short)]
+    long_ = group("long", n=n_long, max_new=1000)
     finish(policy, long_.samples[0], 900)
     long_.samples[0].state = SampleState.FINISHED
     buf.add_group(long_)
     buf.finish(long_.samples[0])
+    return buf
+
+
+def test_context_starvation_bound_serves_the_oldest_waiter():
+    policy = ContextPolicy(chunk_size=8, starvation_bound=3)
+    buf = short_waiting_then_long(policy, n_short=2, n_long=4)
     first = policy.order(buf.pending(), buf)
     assert first[-1].rid == "short-1"  # lowest estimate: last
     for s in first[:3]:  # three dispatches go by while short-1 waits
@@ -349,16 +356,7 @@ def test_context_starvation_turns_come_one_at_a_time():
     """When most waiting samples are past the bound (a working set twice the KV), one of them goes
     first per ``starvation_bound`` dispatches; the rest keep the length order."""
     policy = ContextPolicy(chunk_size=8, starvation_bound=2)
-    buf = RequestBuffer()
-    short = group("short", n=4, max_new=1000)
-    buf.add_group(short)
-    finish(policy, short.samples[0], 10)
-    buf.finish(short.samples[0])
-    policy.order(buf.pending(), buf)  # short-1..3 start waiting at clock 0
-    long_ = group("long", n=5, max_new=1000)
-    finish(policy, long_.samples[0], 900)
-    buf.add_group(long_)
-    buf.finish(long_.samples[0])
+    buf = short_waiting_then_long(policy, n_short=4, n_long=5)
 
     def dispatch_first():
         first = policy.order(buf.pending(), buf)[0]
