@@ -676,7 +676,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
 
 def _sim_order(results: Results) -> list[str]:
     order = {"moonlight": 0, "qwen2vl": 1, "kimik2": 2}
-    return sorted(pick(results, r"sim_.*"), key=lambda s: (order.get(s.rsplit("_", 1)[-1], 9), s))
+    return sorted(pick(results, r"sim_h100_.*"), key=lambda s: (order.get(s.rsplit("_", 1)[-1], 9), s))
 
 
 def _replay_order(results: Results, pattern: str) -> list[str]:

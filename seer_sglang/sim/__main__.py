@@ -6,6 +6,10 @@
 Runs every policy (the ablation), a chunk-size sweep for ``context``, and the gain of ``context``
 over plain SGLang (``round-robin``: veRL's dispatch) as the number of instances and the length spread
 grow. Each instance's KV holds half its part of the working set, as in Seer. Writes JSON and a PNG.
+
+``--max-tokens`` and ``--time-scale`` simulate an emulated testbed's run (``benchmarks.rollout
+--emulate``): the workload's lengths, the profile and SGLang's admission scaled as the emulated
+instances scale them.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ..config import SCHEDULER
 from ..core.policy import make_policy
 from .simulator import simulate
 from .spec_model import SpecModel
-from ..core.step_model import load_profile, profile_names
+from ..core.step_model import Admission, load_profile, profile_names
 from .workload import PRESETS, generate, kv_cap, load_trace
 
 POLICIES = ("round-robin", "group", "divided", "context", "oracle", "divided+pool", "context+pool", "context+pool+sd",
@@ -43,7 +47,7 @@ def mode_features(name: str, spec: SpecModel | None = None) -> tuple[str, bool, 
 
 
 def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLICIES,
-                 spec: SpecModel | None = None) -> dict:
+                 spec: SpecModel | None = None, admission: Admission = Admission()) -> dict:
     out = {}
     for name in policies:
         t0 = time.perf_counter()
@@ -51,7 +55,7 @@ def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLIC
         migration = model.migration_cost()
         pool = migration if with_pool and model.pool_load_s_per_token else None
         result = simulate(trace, make_policy(policy_name, chunk_size=chunk_size, migration=migration), model,
-                          instances, max_tokens, pool, sd)
+                          instances, max_tokens, pool, sd, admission=admission)
         out[name] = {**result.summary(), "sim_wall_s": time.perf_counter() - t0}
     base = out[policies[0]]
     for name in policies:
@@ -80,35 +84,52 @@ def main() -> None:
     ap.add_argument("--kv-share", type=float, default=None,
                     help="each instance's KV holds this share of its part of the working set (default: the "
                          "workload's, 0.5 as in Seer; 0 keeps the profile's capacity)")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="scale the workload to this longest output, and the profile and SGLang's admission with "
+                         "it, as an emulated testbed does (default: the workload's own lengths)")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="stretch every time of the profile (as "
+                    "--emulate-time-scale does)")
+    ap.add_argument("--prompt-len", default=None, help="prompt lengths MIN,MAX (default: the workload's)")
+    ap.add_argument("--policies", default=",".join(POLICIES), help="the ablation's modes; the first is the reference")
     ap.add_argument("--quick", action="store_true", help="ablation only, no sweeps")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    model = load_profile(args.model)
     spec = PRESETS[args.workload]
+    scale = 1.0 if args.max_tokens is None else args.max_tokens / spec.max_tokens
+    prompt_len = tuple(int(x) for x in args.prompt_len.split(",")) if args.prompt_len else None
+    if args.max_tokens is not None or prompt_len is not None:
+        spec = spec.scaled(args.max_tokens or spec.max_tokens, prompt_len)
+    model = load_profile(args.model)
+    if scale != 1.0 or args.time_scale != 1.0:
+        model = model.scaled(scale, args.time_scale)
+    admission = Admission().scaled(scale)
     trace = load_trace(args.trace) if args.trace else generate(spec, args.prompts, args.seed)
     share = spec.kv_share if args.kv_share is None else args.kv_share
     if share > 0:  # the instance sweep keeps this per-instance KV: the hardware stays, the load per instance moves
         model = dataclasses.replace(model, capacity_tokens=kv_cap(trace, args.instances, share))
     report: dict = {"config": {**vars(args), "step_model": dataclasses.asdict(model),
+                               "admission": dataclasses.asdict(admission),
                                "workload_spec": dataclasses.asdict(spec), "samples": len(trace)}}
     sd = SpecModel(own_alpha=args.spec_own_alpha, group_alpha=args.spec_group_alpha)
-    report["ablation"] = run_policies(trace, model, args.instances, spec.max_tokens, args.chunk_size, spec=sd)
+    report["ablation"] = run_policies(trace, model, args.instances, spec.max_tokens, args.chunk_size,
+                                      tuple(args.policies.split(",")), spec=sd, admission=admission)
     _print("ablation", report["ablation"])
     if not args.quick:
         report["chunk_sweep"] = {
             c: run_policies(trace, model, args.instances, spec.max_tokens, int(c),
-                            ("round-robin", "context"))["context"]
+                            ("round-robin", "context"), admission=admission)["context"]
             for c in args.chunk_sweep.split(",")}
         report["instance_sweep"] = {
-            n: run_policies(trace, model, int(n), spec.max_tokens, args.chunk_size, ("round-robin", "context"))
+            n: run_policies(trace, model, int(n), spec.max_tokens, args.chunk_size, ("round-robin", "context"),
+                               admission=admission)
             for n in args.instance_sweep.split(",")}
         report["spread_sweep"] = {}
         for sigma in args.spread_sweep.split(","):
             wider = dataclasses.replace(spec, group_sigma=float(sigma))
             report["spread_sweep"][sigma] = run_policies(generate(wider, args.prompts, args.seed), model,
                                                          args.instances, spec.max_tokens, args.chunk_size,
-                                                         ("round-robin", "context"))
+                                                         ("round-robin", "context"), admission=admission)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
