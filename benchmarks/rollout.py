@@ -103,7 +103,13 @@ class LoadPoller:
 
 # ---- the two kinds of run --------------------------------------------------------------------
 
-async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int) -> dict:
+def sample_params(ids: list[int], sample: TraceSample, eos: int, replay: dict | None) -> dict:
+    """A sample's hidden target: its length, or with a recording (``--replay``) its recorded text."""
+    return custom_params(len(ids), sample.output_len, eos, (replay or {}).get((sample.group_id, sample.sample_index)))
+
+
+async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
+                       replay: dict | None = None) -> dict:
     processor = ForceLengthProcessor.to_str()
     poller = LoadPoller(urls)
     finish: list[dict] = []
@@ -111,7 +117,7 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
     async def one(http: httpx.AsyncClient, url: str, ids: list[int], sample: TraceSample) -> None:
         body = {"input_ids": ids, "custom_logit_processor": processor, "rid": f"b{sample.group_id}-{sample.sample_index}",
                 "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 1.0,
-                                    "custom_params": custom_params(len(ids), sample.output_len, eos)}}
+                                    "custom_params": sample_params(ids, sample, eos, replay)}}
         r = (await http.post(f"{url}/generate", json=body)).json()
         finish.append({"t": time.time(), "tokens": len(r["output_ids"]),
                        "retractions": r["meta_info"].get("num_retractions", 0), "target": sample.output_len})
@@ -126,7 +132,7 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
 
 
 async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
-                   tag: str = "") -> dict:
+                   tag: str = "", replay: dict | None = None) -> dict:
     """One rollout of ``trace`` through the seer frontend; ``tag`` keeps group ids apart between rollouts."""
     by_group: dict[int, list[TraceSample]] = {}
     for s in trace:
@@ -136,7 +142,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
     for g, members in sorted(by_group.items()):
         ids = prompts[g]
         prompt = {"input_ids": ids, "group_id": f"{tag}{mode}-{g}",
-                  "custom_params": [custom_params(len(ids), m.output_len, eos) for m in members]}
+                  "custom_params": [sample_params(ids, m, eos, replay) for m in members]}
         if mode.startswith("oracle"):
             prompt["oracle_lengths"] = [m.output_len for m in members]
         body["prompts"].append(prompt)
@@ -292,15 +298,20 @@ def sim_check(trace: list[TraceSample], model: StepModel, rule: Admission, args,
     from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
+    from seer_sglang.sim.spec_model import SpecModel
+
+    measured = SpecModel.from_replay(args.sim_acceptance) if args.sim_acceptance else None
     out = {}
     for mode, real in results.items():
-        if any(o.startswith("sd") for o in mode_options(mode)[1]):
-            continue  # the simulator's acceptance odds are not calibrated on these engines
-        # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         name, options = mode_options(mode)
+        drafter = next((o for o in options if o.startswith("sd")), None)
+        if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
+            continue  # without acceptance measured on this text (--sim-acceptance) there is nothing to hold it to
+        spec = None if drafter is None else dataclasses.replace(measured, grouped=drafter == "sd")
+        # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
                              whole_tail="tail" in options)
-        sim = simulate(trace, policy, model, args.instances, args.max_tokens, admission=rule)
+        sim = simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule)
         out[mode] = {"predicted_s": sim.completion_s, "real_s": real["completion_s"],
                      "error": sim.completion_s / real["completion_s"] - 1.0,
                      "predicted_tail_s": sim.tail_s, "real_tail_s": real["tail_s"],
@@ -412,6 +423,7 @@ class Workload:
     warm_prompts: list[list[int]]
     warm_trace: list[TraceSample]
     eos: int
+    replay: dict | None = None  # recorded text by (group, sample index), ``--replay``
 
 
 def build_workload(args, tokenizer, spec) -> Workload:
@@ -483,6 +495,11 @@ def main() -> None:
                     "profile (h100-70b, moe-kimi-k2, cpu-smollm2, or a file)")
     ap.add_argument("--emulate-time-scale", type=float, default=EMULATION.time_scale,
                     help="stretch every emulated time (keep the real model below it)")
+    ap.add_argument("--replay", default=None, help="a benchmarks.record_text recording of this workload: every "
+                    "sample writes its recorded text (run a model with the recording's vocabulary, e.g. "
+                    "tiny-smollm2), so speculation's acceptance is that of real text")
+    ap.add_argument("--sim-acceptance", default=None, help="a benchmarks.draft_replay --references result on the "
+                    "replayed text: the simulator's acceptance for the +sd modes (without it they are not simulated)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
     preset = PRESETS[args.workload]
@@ -499,6 +516,12 @@ def main() -> None:
     tokenizer = PromptTokenizer(model_path)
     spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
     work = build_workload(args, tokenizer, spec)
+    if args.replay:
+        from benchmarks.record_text import load
+
+        work.replay = load(args.replay, args, work.prompts)
+        if len(work.replay) != len(work.trace):
+            raise SystemExit(f"{args.replay}: {len(work.replay)} samples recorded, the workload has {len(work.trace)}")
     trace = work.trace
     if args.kv_tokens is None:
         args.kv_tokens = kv_cap(trace, args.instances, args.kv_share)
@@ -551,7 +574,7 @@ def main() -> None:
                     calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
 
                 def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str) -> dict:
-                    return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos))
+                    return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, work.replay))
 
                 run_modes("plain SGLang", ["baseline"], args, work, rng, measured, urls, emulated is not None, plain)
             finally:
@@ -567,7 +590,7 @@ def main() -> None:
                 calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
 
             def seer(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str) -> dict:
-                return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag))
+                return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag, replay=work.replay))
 
             run_modes(f"seer {pool=} {draft=}", group, args, work, rng, measured, urls, emulated is not None, seer)
         finally:

@@ -9,6 +9,13 @@ a row of its own, ``__draft_depth__`` tokens past the request's committed length
 depth is SGLang's own prefill or decode step: under the overlap scheduler ``output_ids`` may still
 lack the previous step's token there, so the length is the KV allocated for the step's input.
 
+With ``"replay": [ids]`` (the sample's whole recorded output, ending in EOS, so ``end_at`` is the
+prompt length plus its length) every position is forced to the recorded token instead: a model with
+the recording's vocabulary then emits exactly that text, whatever its weights. Emulated benchmarks
+run a tiny random model this way over SmolLM2's recorded outputs, so drafts are accepted exactly
+when they match real text (at any temperature a one-hot distribution accepts a draft token only if
+it is the recorded one), while steps cost what the emulated profile says.
+
 Instances must run with ``--enable-custom-logit-processor``.
 """
 
@@ -42,8 +49,14 @@ class ForceLengthProcessor(CustomLogitProcessor):
             if req is None:
                 continue
             length = row_length(req, params.get(DEPTH_PARAM))
-            eos = int(params["eos"])
-            if length + 1 >= int(params["end_at"]):
+            eos, end_at = int(params["eos"]), int(params["end_at"])
+            replay = params.get("replay")
+            if replay:
+                position = length - (end_at - len(replay))
+                forced = replay[position] if 0 <= position < len(replay) else eos
+                logits[row, :] = -float("inf")
+                logits[row, forced] = 0.0
+            elif length + 1 >= end_at:
                 logits[row, :] = -float("inf")
                 logits[row, eos] = 0.0
             else:
@@ -51,5 +64,9 @@ class ForceLengthProcessor(CustomLogitProcessor):
         return logits
 
 
-def custom_params(prompt_len: int, target: int, eos_id: int) -> dict[str, int]:
+def custom_params(prompt_len: int, target: int, eos_id: int, replay: list[int] | None = None) -> dict:
+    """The params of one sample: its target length, or with ``replay`` its recorded output (whose
+    length is then the target)."""
+    if replay:
+        return {"end_at": prompt_len + len(replay), "eos": eos_id, "replay": list(replay)}
     return {"end_at": prompt_len + target, "eos": eos_id}

@@ -60,14 +60,17 @@ class StepModel:
         compute = self.compute_per_token_s * (batch if tokens is None else tokens)
         return self.decode_base_s + self.decode_per_seq_s * batch + max(memory, compute)
 
-    def decode_steps(self, steps: int, batch: int, kv_tokens: int) -> float:
-        """Time of ``steps`` consecutive decode steps of a fixed batch whose KV grows by ``batch`` per
-        step (closed form: memory grows linearly, compute is constant, the step takes the larger)."""
+    def decode_steps(self, steps: int, batch: int, kv_tokens: int, tokens: int | None = None,
+                     growth: float | None = None) -> float:
+        """Time of ``steps`` consecutive decode (or verify: ``tokens`` tree nodes) steps of a fixed batch
+        whose KV grows by ``growth`` (default ``batch``) tokens per step (closed form: memory grows
+        linearly, compute is constant, the step takes the larger)."""
         if steps <= 0:
             return 0.0
         fixed = self.decode_base_s + self.decode_per_seq_s * batch
-        m0, slope = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens, self.decode_per_kv_token_s * batch
-        compute = self.compute_per_token_s * batch
+        m0 = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens
+        slope = self.decode_per_kv_token_s * (batch if growth is None else growth)
+        compute = self.compute_per_token_s * (batch if tokens is None else tokens)
         # steps k < first are compute-bound (memory m0 + slope * k below compute), the rest memory-bound
         if compute <= m0:
             first = 0

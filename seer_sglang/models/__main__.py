@@ -1,4 +1,4 @@
-"""``python -m seer_sglang.models {tiny,smollm2}``: prepare a model, print its path as the last line."""
+"""``python -m seer_sglang.models {tiny,smollm2,tiny-smollm2}``: prepare a model, print its path as the last line."""
 
 import argparse
 import sys

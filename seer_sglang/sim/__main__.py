@@ -81,6 +81,8 @@ def main() -> None:
                     help="+sd modes: acceptance probability of a draft token from a request's own history")
     ap.add_argument("--spec-group-alpha", type=float, default=SpecModel.group_alpha,
                     help="+sd modes: acceptance probability once all siblings have finished (group-suffix)")
+    ap.add_argument("--acceptance", default=None, help="+sd modes: acceptance measured on real text, a "
+                    "benchmarks.draft_replay --references result (replaces the two alphas)")
     ap.add_argument("--kv-share", type=float, default=None,
                     help="each instance's KV holds this share of its part of the working set (default: the "
                          "workload's, 0.5 as in Seer; 0 keeps the profile's capacity)")
@@ -111,7 +113,9 @@ def main() -> None:
     report: dict = {"config": {**vars(args), "step_model": dataclasses.asdict(model),
                                "admission": dataclasses.asdict(admission),
                                "workload_spec": dataclasses.asdict(spec), "samples": len(trace)}}
-    sd = SpecModel(own_alpha=args.spec_own_alpha, group_alpha=args.spec_group_alpha)
+    sd = (SpecModel.from_replay(args.acceptance) if args.acceptance
+          else SpecModel(own_alpha=args.spec_own_alpha, group_alpha=args.spec_group_alpha))
+    report["config"]["acceptance_source"] = sd.source
     report["ablation"] = run_policies(trace, model, args.instances, spec.max_tokens, args.chunk_size,
                                       tuple(args.policies.split(",")), spec=sd, admission=admission)
     _print("ablation", report["ablation"])

@@ -355,12 +355,13 @@ class Simulation:
             return
         decoding = self._slo_batch(inst)
         batch, kv = len(decoding), sum(s.context for s in decoding)
-        rates, extra_s = self._spec_rates(decoding)
+        rates, drafts = self._spec_rates(decoding)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
         if any(s.slo is not None for s in inst.running) or any(s.slo is not None for s in inst.waiting):
             steps = 1  # interactive requests: every token's time counts
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
-        dt = prefill_s + self.model.decode_steps(steps, batch, kv) + steps * extra_s
+        extra_s = self.spec.token_cost(self.model) * drafts if self.spec is not None else 0.0
+        dt = prefill_s + self.model.decode_steps(steps, batch, kv, batch + drafts, sum(rates)) + steps * extra_s
         for slot, rate in zip(decoding, rates):
             made = min(slot.steps_left, max(1, round(steps * rate)))
             slot.produced += made
@@ -389,10 +390,10 @@ class Simulation:
         inst.best_effort_deferred += sum(1 for s in old if s.slo is None and s.sample.rid not in chosen)
         return [s for s in inst.running if s.sample.rid in chosen or s not in old] or inst.running
 
-    def _spec_rates(self, running: list[Slot]) -> tuple[list[float], float]:
-        """Expected tokens per step of each running request, and the verify cost a step adds."""
+    def _spec_rates(self, running: list[Slot]) -> tuple[list[float], int]:
+        """Expected tokens per step of each running request, and the draft tokens a step verifies."""
         if self.spec is None:
-            return [1.0] * len(running), 0.0
+            return [1.0] * len(running), 0
         scores = []
         for slot in running:
             group = self.group_of[slot.sample.group_id]
@@ -403,7 +404,7 @@ class Simulation:
         given = self.draft_budget.allocate(asks, len(running)).per_request
         counts = [given[str(i)] for i in range(len(running))]
         rates = [1.0 + sum(sc[:k]) for sc, k in zip(scores, counts)]
-        return rates, self.spec.token_cost(self.model) * sum(counts)  # a ragged verify: drafts given out
+        return rates, sum(counts)  # a ragged verify: the drafts given out
 
     def _finish_step(self, inst: SimInstance) -> None:
         """Finished chunks reach the router ``request_overhead_s`` later (HTTP, detokenizing)."""

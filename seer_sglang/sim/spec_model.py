@@ -7,10 +7,25 @@ that the path to a draft token is accepted).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..speculative.budget import CostModel, DraftBudget
 from ..core.step_model import StepModel
+
+
+def alpha_for_length(length: float, gamma: int) -> float:
+    """The per-token acceptance probability whose chain of ``gamma`` drafts gives a mean of ``length``
+    tokens per verify step (bonus token included): ``(1 - a**(gamma+1)) / (1 - a) = length``."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid ** i for i in range(gamma + 1)) < length:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass(frozen=True)
@@ -28,22 +43,51 @@ class SpecModel:
     gamma_max: int = 8
     lam: float = 2.0
     verify_per_token_s: float | None = None
+    # Measured instead of assumed: (share of siblings finished, acceptance probability) points, linear
+    # between them (``from_replay``); empty: the two alphas above.
+    measured: tuple[tuple[float, float], ...] = ()
+    source: str = "assumed"
 
     def alpha(self, finished_siblings: int, group_size: int) -> float:
-        if not self.grouped or group_size <= 1:
-            return self.own_alpha
-        share = finished_siblings / (group_size - 1)
-        return self.own_alpha + (self.group_alpha - self.own_alpha) * min(1.0, share)
+        share = 0.0 if not self.grouped or group_size <= 1 else min(1.0, finished_siblings / (group_size - 1))
+        if self.measured:
+            points = sorted(self.measured)
+            if share <= points[0][0]:
+                return points[0][1]
+            for (x0, a0), (x1, a1) in zip(points, points[1:]):
+                if share <= x1:
+                    return a0 + (a1 - a0) * (share - x0) / (x1 - x0)
+            return points[-1][1]
+        return self.own_alpha + (self.group_alpha - self.own_alpha) * share
+
+    @classmethod
+    def from_replay(cls, path: str | Path, drafter: str = "group-suffix", **kwargs) -> "SpecModel":
+        """Acceptance measured on real text: a ``benchmarks.draft_replay --references`` result, whose
+        tokens per verify step with n finished siblings (n = 0 .. G-1) become acceptance probabilities
+        at sibling share n / (G-1)."""
+        data = json.loads(Path(path).read_text())
+        by_n = {int(n): length for n, length in data["acceptance_by_references"][drafter].items()}
+        gamma = int(data["config"].get("draft_tokens", cls.gamma_max))
+        top = max(by_n) or 1
+        points = tuple((n / top, alpha_for_length(length, gamma)) for n, length in sorted(by_n.items()))
+        return cls(own_alpha=points[0][1], group_alpha=points[-1][1], gamma_max=gamma, measured=points,
+                   source=f"measured: {path} ({drafter})", **kwargs)
 
     def draft_scores(self, alpha: float) -> list[float]:
         return list(CostModel.geometric_curve(alpha, self.gamma_max))
 
     def token_cost(self, model: StepModel) -> float:
-        return model.prefill_per_token_s if self.verify_per_token_s is None else self.verify_per_token_s
+        """A verified draft token's cost beyond the step. A model that prices compute per token
+        (``compute_per_token_s``: a GPU profile) counts verify tokens in the step itself, as the emulated
+        instances do; a CPU fit does not, so each costs a prefill token."""
+        if self.verify_per_token_s is not None:
+            return self.verify_per_token_s
+        return 0.0 if model.compute_per_token_s else model.prefill_per_token_s
 
     def budget(self, model: StepModel) -> DraftBudget:
-        """The engine's budget over this model's costs: a one-token verify step is a decode step."""
-        per_token = self.token_cost(model)
+        """The engine's budget over this model's costs: a one-token verify step is a decode step. On a GPU
+        profile a verified token is priced at its compute, what it adds once the step is compute-bound."""
+        per_token = self.token_cost(model) or model.compute_per_token_s
         cost = CostModel(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token),
                          per_token,
                          CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -262,6 +263,18 @@ def _forced(model: str, prompt: list[int], length: int) -> dict:
             "custom_params": custom_params(len(prompt), length, _eos(model))}
 
 
+def _replayed(model: str, prompt: list[int]) -> tuple[list[int], dict]:
+    """A recorded output for ``prompt`` (tokens unlike anything the model writes, ending in EOS) and the
+    params that make the model write it."""
+    from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
+
+    eos = _eos(model)
+    rng = random.Random(len(prompt))
+    tokens = [rng.randrange(3, 2000) for _ in range(NEW_TOKENS - 1)] + [eos]
+    return tokens, {"custom_logit_processor": ForceLengthProcessor.to_str(),
+                    "custom_params": custom_params(len(prompt), 0, eos, replay=tokens)}
+
+
 def _forced_batch(url: str, model: str, prompts: list[list[int]], tag: str) -> list[dict]:
     """Prompts 0-7 in one greedy batch, each forced to end at FORCED_LENGTHS[i % 4] tokens."""
     from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
@@ -301,6 +314,8 @@ def plain(tiny_model, logs) -> dict:
                                 top_logprobs_num=2)
         greedy = [o["output_ids"] for o in greedy_outs]
         forced = _forced_batch(inst.url, tiny_model, prompts, "pf")
+        replay, params = _replayed(tiny_model, prompts[9])
+        replayed = _generate(inst.url, [prompts[9]], temperature=1.0, max_new_tokens=NEW_TOKENS + 8, **params)
         p_t2 = {shape: _target_probs(inst.url, prompts[32 + k]) for k, shape in enumerate(("tree", "chain"))}
     finally:
         stop_instances([inst])
@@ -310,6 +325,7 @@ def plain(tiny_model, logs) -> dict:
     finally:
         stop_instances([inst])
     return {"prompts": prompts[:32], "greedy": greedy, "greedy_meta": [o["meta_info"] for o in greedy_outs], "forced": forced,
+            "replay": replay, "replayed": replayed[0]["output_ids"],
             "seeded": [o["output_ids"] for o in seeded],
             "sample_prompts": {"tree": prompts[32], "chain": prompts[33]}, "p_t2": p_t2}
 
@@ -522,6 +538,17 @@ def test_forced_length_is_exact_in_plain_and_budgeted_steps(tiny_model, plain, b
             assert out["output_ids"] == plain["greedy"][i][:length - 1] + [eos], (i, length)
 
 
+def test_replayed_text_is_written_exactly_and_drafts_accept_by_it(plain, budgeted):
+    """The emulated benchmarks' replay: a sample writes exactly its recorded text, in SGLang's own steps and
+    under speculation at temperature 1. A sibling that replays the same text drafts it from its group and
+    the drafts are accepted (2 per step, the budget's gamma* alone), so acceptance follows the text."""
+    assert plain["replayed"] == plain["replay"]
+    lead, sibling = budgeted["replayed"]
+    assert lead["output_ids"] == sibling["output_ids"] == plain["replay"]
+    assert sibling["meta_info"]["spec_verify_ct"] == -(-(NEW_TOKENS - 1) // 3), sibling["meta_info"]
+    assert lead["meta_info"]["spec_num_correct_drafts"] == 0
+
+
 # Step cost 10 ms + 60 ms per verified token and request; the first two drafts are accepted 90% of the time,
 # later ones never: the best draft length is 2 at batch size 1 and 0 (no drafts) from batch size 2 on.
 # gamma* = 2 at batch sizes 1 and 2, 0 at 8 (the verify overhead of 40 ms per sequence no longer pays)
@@ -548,10 +575,14 @@ def budgeted(tiny_model, logs, plain) -> dict:
         pair = _generate(inst.url, [prompts[0], prompts[4]], ["b0-4-c0", "n4-0-c0"], **with_logprobs)
         rids = [f"b{g}-{j}-c0" for g in range(4) for j in (2, 3)]
         together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, **with_logprobs)
+        # two siblings replay one recorded text at temperature 1, one after the other
+        _, params = _replayed(tiny_model, prompts[9])
+        replayed = [_generate(inst.url, [prompts[9]], [f"r9-{j}-c0"], temperature=1.0, max_new_tokens=NEW_TOKENS + 8,
+                              **params)[0] for j in (0, 1)]
     finally:
         stop_instances([inst])
     return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids],
-            "forced": forced}
+            "forced": forced, "replayed": replayed}
 
 
 def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):

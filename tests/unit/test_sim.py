@@ -82,6 +82,40 @@ def test_speculation_runs_the_engines_draft_budget(trace):
         mode_features("context+sd-eagle")
 
 
+def test_measured_acceptance_replaces_the_assumed_one(tmp_path):
+    """A draft-replay result (tokens per verify step by finished siblings) becomes acceptance odds that
+    give those lengths back, interpolated by the share of siblings finished."""
+    import json
+
+    from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
+
+    for length in (1.0, 1.4, 2.5, 8.9):
+        alpha = alpha_for_length(length, 8)
+        assert sum(alpha ** i for i in range(9)) == pytest.approx(length, abs=1e-6)
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({"config": {"draft_tokens": 8},
+                                "acceptance_by_references": {"group-suffix": {"0": 1.3, "3": 1.5, "15": 2.1}}}))
+    spec = SpecModel.from_replay(path)
+    lengths = {n: sum(spec.alpha(n, 16) ** i for i in range(9)) for n in (0, 3, 15)}
+    assert lengths == pytest.approx({0: 1.3, 3: 1.5, 15: 2.1}, abs=1e-6)
+    assert spec.alpha(0, 16) < spec.alpha(2, 16) < spec.alpha(3, 16) < spec.alpha(9, 16) < spec.alpha(15, 16)
+    assert dataclasses.replace(spec, grouped=False).alpha(15, 16) == spec.alpha(0, 16)
+
+
+def test_verify_tokens_cost_compute_on_a_gpu_profile():
+    """On a GPU profile a verify step is one step of B sequences and T tree nodes, priced by the step model
+    as the emulated instances price it: free while the step is memory-bound, compute once it is not."""
+    from seer_sglang.core.step_model import load_profile
+    from seer_sglang.sim.spec_model import SpecModel
+
+    gpu = load_profile("h100-70b")
+    assert SpecModel().token_cost(gpu) == 0.0 and SpecModel().token_cost(SMALL) == SMALL.prefill_per_token_s
+    assert gpu.decode_steps(1, 4, 1000, tokens=36) == pytest.approx(gpu.decode_step(4, 1000, 36))
+    assert gpu.decode_steps(1, 64, 1000, tokens=64 * 9) > gpu.decode_steps(1, 64, 1000) > gpu.decode_steps(1, 4, 1000)
+    # KV grows by the tokens the steps emit, not one per sequence
+    assert gpu.decode_steps(10, 4, 1000, growth=12) > gpu.decode_steps(10, 4, 1000)
+
+
 def test_chunk_return_overhead_delays_only_the_router(trace):
     """A chunk reaches the router request_overhead_s after its last step: more chunks cost more time,
     and every sample still ends exactly."""
