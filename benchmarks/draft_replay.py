@@ -154,7 +154,9 @@ def main() -> None:
     args = ap.parse_args()
     states, escape = (args.blend or f"{MIX_STATES},{ESCAPE}").split(",")
     args.blend = (int(states), float(escape))
-    groups = json.loads(Path(args.outputs).read_text())["groups"]
+    data = json.loads(Path(args.outputs).read_text())
+    # a benchmarks.record_text recording holds one workload per seed: their groups together
+    groups = data["groups"] if "groups" in data else [g for w in data["workloads"] for g in w["groups"]]
     if args.references is not None:
         reference_curves(groups, args)
         return

@@ -1,6 +1,6 @@
 """Recorded model text for emulated rollouts: what a real model writes for a benchmark's workload.
 
-    python -m benchmarks.record_text --workload qwen2vl --prompts 32 --max-tokens 256 --seed 0 \
+    python -m benchmarks.record_text --workload qwen2vl --prompts 32 --max-tokens 256 --seeds 0,1,2,3 \
         --out benchmarks/results/text_smollm2_qwen2vl_32.json
 
 Speculative decoding gains what its drafts are accepted, and acceptance is a property of the text.
@@ -12,7 +12,8 @@ each sample to write exactly its recorded text (``benchmarking/force_length.py``
 draft server and verify path see SmolLM2's text while each step costs what the emulated profile says.
 
 Each sample ends at its target length, as in the benchmark (EOS is banned before it and forced at it),
-so a recording belongs to one workload, prompt count, group size, max tokens and seed.
+so a recording belongs to one workload, prompt count, group size, max tokens and set of seeds (one
+workload per seed, for ``benchmarks.rollout --vary-trace``, whose repeat r runs seed + r).
 """
 
 from __future__ import annotations
@@ -34,23 +35,28 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
 from seer_sglang.models import resolve_model_path
 from seer_sglang.sim.workload import PRESETS
 
-KEYS = ("workload", "prompts", "group_size", "max_tokens", "seed")  # what a replay must match
+KEYS = ("workload", "prompts", "group_size", "max_tokens")  # what a replay must match, besides the seed
 
 
 def prompts_digest(prompts: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16]
 
 
-def load(path: str | Path, args, prompts: list[list[int]]) -> dict[tuple[int, int], list[int]]:
-    """A recording's outputs by (group, sample index), after checking it belongs to ``args``' workload
-    and was written after the same prompt tokens (the same tokenizer)."""
+def load(path: str | Path, args, seed: int, prompts: list[list[int]]) -> dict[tuple[int, int], list[int]]:
+    """The outputs recorded for the workload of ``seed`` by (group, sample index), after checking that the
+    recording belongs to ``args``' workload and was written after the same prompt tokens (the same
+    tokenizer)."""
     data = json.loads(Path(path).read_text())
-    mine = {**{k: getattr(args, k) for k in KEYS}, "prompts_sha": prompts_digest(prompts)}
-    wrong = {k: (data["config"][k], mine[k]) for k in mine if data["config"][k] != mine[k]}
+    wrong = {k: (data["config"][k], getattr(args, k)) for k in KEYS if data["config"][k] != getattr(args, k)}
+    workload = next((w for w in data["workloads"] if w["seed"] == seed), None)
+    if workload is None:
+        wrong["seed"] = ([w["seed"] for w in data["workloads"]], seed)
+    elif workload["prompts_sha"] != prompts_digest(prompts):
+        wrong["prompts"] = ("other prompt tokens", "these")
     if wrong:
         raise SystemExit(f"{path} was recorded for another workload: " +
                          ", ".join(f"{k} {rec!r} (here {mine!r})" for k, (rec, mine) in wrong.items()))
-    return {(g, i): out for g, group in enumerate(data["groups"]) for i, out in enumerate(group["outputs"])}
+    return {(g, i): out for g, group in enumerate(workload["groups"]) for i, out in enumerate(group["outputs"])}
 
 
 async def record(urls: list[str], work, max_tokens: int, temperature: float) -> list[dict]:
@@ -86,7 +92,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--group-size", type=int, default=None, help="default: the workload's (Seer's G)")
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="workload seeds, one recorded workload each (e.g. 0,1,2,3)")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
@@ -101,7 +107,10 @@ def main() -> None:
     model_path = resolve_model_path(args.model)
     tokenizer = PromptTokenizer(model_path)
     spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
-    work = build_workload(args, tokenizer, spec)
+    works = {}
+    for seed in (int(s) for s in args.seeds.split(",")):
+        args.seed = seed
+        works[seed] = build_workload(args, tokenizer, spec)
     logs = Path(f"/tmp/seer-record-{int(time.time())}")
     logs.mkdir(parents=True)
     specs = [InstanceSpec(model_path=model_path, port=free_port(), with_plugin=False, log_path=logs / f"{i}.log",
@@ -111,16 +120,20 @@ def main() -> None:
     try:
         wait_healthy(procs)
         start = time.time()
-        groups = asyncio.run(record([p.url for p in procs], work, args.max_tokens, args.temperature))
+        workloads = []
+        for seed, work in works.items():
+            groups = asyncio.run(record([p.url for p in procs], work, args.max_tokens, args.temperature))
+            workloads.append({"seed": seed, "prompts_sha": prompts_digest(work.prompts), "groups": groups})
+            print(f"seed {seed}: {len(work.trace)} samples recorded", flush=True)
         elapsed = time.time() - start
     finally:
         stop_instances(procs)
-    config = {k: getattr(args, k) for k in KEYS} | {"prompts_sha": prompts_digest(work.prompts), "model": args.model, "temperature": args.temperature,
-                                                     "dtype": args.dtype, "vocab_size": len(tokenizer.tok),
-                                                     "eos": work.eos}
-    Path(args.out).write_text(json.dumps({"config": config, "groups": groups}))
-    tokens = sum(len(o) for g in groups for o in g["outputs"])
-    print(f"recorded {len(work.trace)} samples, {tokens} tokens in {elapsed:.0f} s -> {args.out}")
+    config = {**{k: getattr(args, k) for k in KEYS}, "seeds": list(works), "model": args.model,
+              "temperature": args.temperature, "dtype": args.dtype, "vocab_size": len(tokenizer.tok),
+              "eos": next(iter(works.values())).eos}
+    Path(args.out).write_text(json.dumps({"config": config, "workloads": workloads}))
+    tokens = sum(len(o) for w in workloads for g in w["groups"] for o in g["outputs"])
+    print(f"recorded {len(workloads)} workloads, {tokens} tokens in {elapsed:.0f} s -> {args.out}")
 
 
 if __name__ == "__main__":

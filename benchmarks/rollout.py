@@ -184,7 +184,7 @@ def emulation_settings(args) -> tuple[StepModel | None, float]:
     """The emulated model of every instance, and the workload's length scale."""
     if not args.emulate:
         return None, 1.0
-    scale = args.max_tokens / PRESETS[args.workload].max_tokens
+    scale = args.emulate_length_scale or args.max_tokens / PRESETS[args.workload].max_tokens
     return emulated_model(args.emulate, scale, args.emulate_time_scale), scale
 
 
@@ -292,9 +292,10 @@ def calib_batches(args) -> tuple[int, ...]:
     return tuple(int(b) for b in args.calib_batches.split(","))
 
 
-def sim_check(trace: list[TraceSample], model: StepModel, rule: Admission, args, results: dict) -> dict:
+def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
     """The simulator, on the step model the instances ran (emulated) or were fitted to (CPU), against the
-    mean of the real runs: ``error`` is signed and relative (predicted / real - 1)."""
+    mean of the real runs (each repeat's workload simulated once): ``error`` is signed and relative
+    (predicted / real - 1)."""
     from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
@@ -309,13 +310,37 @@ def sim_check(trace: list[TraceSample], model: StepModel, rule: Admission, args,
             continue  # without acceptance measured on this text (--sim-acceptance) there is nothing to hold it to
         spec = None if drafter is None else dataclasses.replace(measured, grouped=drafter == "sd")
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
-        policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
-                             whole_tail="tail" in options)
-        sim = simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule)
-        out[mode] = {"predicted_s": sim.completion_s, "real_s": real["completion_s"],
-                     "error": sim.completion_s / real["completion_s"] - 1.0,
-                     "predicted_tail_s": sim.tail_s, "real_tail_s": real["tail_s"],
-                     "predicted_retractions": sim.retractions, "real_retractions": real["retractions"]}
+        sims = {}
+        for trace in traces:
+            if id(trace) not in sims:
+                policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
+                                     whole_tail="tail" in options)
+                sims[id(trace)] = simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec,
+                                           admission=rule)
+        runs = [sims[id(t)] for t in traces]
+        predicted = statistics.fmean(r.completion_s for r in runs)
+        out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
+                     "error": predicted / real["completion_s"] - 1.0,
+                     "predicted_tail_s": statistics.fmean(r.tail_s for r in runs), "real_tail_s": real["tail_s"],
+                     "predicted_retractions": statistics.fmean(r.retractions for r in runs),
+                     "real_retractions": real["retractions"],
+                     "predicted_per_repeat_s": [r.completion_s for r in runs]}
+    return out
+
+
+def ratios_against(results: dict, base_mode: str) -> dict:
+    """Each mode against ``base_mode`` over the same repeats: throughput as total tokens over total time
+    (repeat r of every mode ran the same workload), the tail and completion as ratios of their means;
+    ``per_repeat`` holds the throughput ratio of each repeat's workload."""
+    base = results[base_mode]
+    out = {}
+    for m, r in results.items():
+        pairs = list(zip(base["repeats"], r["repeats"]))
+        out[m] = {"throughput": (sum(p["output_tokens"] for _, p in pairs) / sum(p["completion_s"] for _, p in pairs))
+                  / (sum(b["output_tokens"] for b, _ in pairs) / sum(b["completion_s"] for b, _ in pairs)),
+                  "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,
+                  "completion": r["completion_s"] / base["completion_s"],
+                  "per_repeat": [b["completion_s"] / p["completion_s"] for b, p in pairs]}
     return out
 
 
@@ -432,9 +457,10 @@ def build_workload(args, tokenizer, spec) -> Workload:
                 for s in generate(spec, count, seed)]
 
     prompts = make_prompts(tokenizer, args.prompts, args.seed)
-    warm_prompts = make_prompts(tokenizer, args.warmup_prompts, args.seed + 1)
+    warm_seed = args.seed + 1000  # apart from every measured workload (--vary-trace runs seed + r)
+    warm_prompts = make_prompts(tokenizer, args.warmup_prompts, warm_seed)
     return Workload(prompts, traced(prompts, args.prompts, args.seed), warm_prompts,
-                    traced(warm_prompts, args.warmup_prompts, args.seed + 1) if args.warmup_prompts else [],
+                    traced(warm_prompts, args.warmup_prompts, warm_seed) if args.warmup_prompts else [],
                     tokenizer.tok.eos_token_id)
 
 
@@ -453,17 +479,19 @@ class Measured:
             self.emulation.setdefault(mode, []).append(emulation_delta(before, emulation_counters(urls)))
 
 
-def run_modes(server: str, modes: list[str], args, work: Workload, rng: random.Random, measured: Measured,
+def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: random.Random, measured: Measured,
               urls: list[str], emulated: bool, run_one) -> None:
-    """Warm the server with a rollout of other prompts, then every repeat runs its modes in a fresh random
-    order (``run_one(mode, prompts, trace, tag)`` does one rollout; ``tag`` keeps group ids apart)."""
+    """Warm the server with a rollout of other prompts, then every repeat runs its modes on its workload
+    (``works[repeat]``) in a fresh random order (``run_one(mode, prompts, trace, tag, replay)`` does one
+    rollout; ``tag`` keeps group ids apart)."""
     if args.warmup_prompts:
         print(f"[{server}] warm-up rollout ...", flush=True)
-        run_one(modes[0], work.warm_prompts, work.warm_trace, "warm-")
-    for repeat in range(args.repeats):
+        run_one(modes[0], works[0].warm_prompts, works[0].warm_trace, "warm-", None)
+    for repeat, work in enumerate(works):
         for mode in rng.sample(modes, len(modes)):
-            print(f"[{server}] repeat {repeat + 1}/{args.repeats}: {mode} ...", flush=True)
-            measured.run(mode, urls, emulated, lambda: run_one(mode, work.prompts, work.trace, f"r{repeat}-"))
+            print(f"[{server}] repeat {repeat + 1}/{len(works)}: {mode} ...", flush=True)
+            measured.run(mode, urls, emulated,
+                         lambda: run_one(mode, work.prompts, work.trace, f"r{repeat}-", work.replay))
 
 
 def main() -> None:
@@ -495,6 +523,12 @@ def main() -> None:
                     "profile (h100-70b, moe-kimi-k2, cpu-smollm2, or a file)")
     ap.add_argument("--emulate-time-scale", type=float, default=EMULATION.time_scale,
                     help="stretch every emulated time (keep the real model below it)")
+    ap.add_argument("--emulate-length-scale", type=float, default=None,
+                    help="the workload's lengths relative to the profile's (default: --max-tokens over the "
+                         "workload's own maximum; 1 for a profile fitted at these lengths, e.g. cpu-smollm2)")
+    ap.add_argument("--vary-trace", action="store_true",
+                    help="repeat r runs the workload of seed --seed + r (other prompts and lengths), so the means "
+                         "are over workloads, not over runs of one; the KV cap is the mean over them")
     ap.add_argument("--replay", default=None, help="a benchmarks.record_text recording of this workload: every "
                     "sample writes its recorded text (run a model with the recording's vocabulary, e.g. "
                     "tiny-smollm2), so speculation's acceptance is that of real text")
@@ -515,16 +549,19 @@ def main() -> None:
     model_path = resolve_model_path(args.model)
     tokenizer = PromptTokenizer(model_path)
     spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
-    work = build_workload(args, tokenizer, spec)
-    if args.replay:
-        from benchmarks.record_text import load
+    seeds = [args.seed + r for r in range(args.repeats)] if args.vary_trace else [args.seed]
+    by_seed = {}
+    for seed in seeds:
+        by_seed[seed] = build_workload(argparse.Namespace(**{**vars(args), "seed": seed}), tokenizer, spec)
+        if args.replay:
+            from benchmarks.record_text import load
 
-        work.replay = load(args.replay, args, work.prompts)
-        if len(work.replay) != len(work.trace):
-            raise SystemExit(f"{args.replay}: {len(work.replay)} samples recorded, the workload has {len(work.trace)}")
+            by_seed[seed].replay = load(args.replay, args, seed, by_seed[seed].prompts)
+    works = [by_seed[s] for s in seeds] if args.vary_trace else [by_seed[args.seed]] * args.repeats
+    work = works[0]
     trace = work.trace
-    if args.kv_tokens is None:
-        args.kv_tokens = kv_cap(trace, args.instances, args.kv_share)
+    if args.kv_tokens is None:  # with --vary-trace: the mean over the repeats' workloads
+        args.kv_tokens = int(statistics.fmean(kv_cap(by_seed[s].trace, args.instances, args.kv_share) for s in seeds))
     working = working_set(trace)
     print(f"workload {args.workload}: {len(trace)} samples, working set {working} tokens, "
           f"KV {args.kv_tokens} tokens per instance x {args.instances}", flush=True)
@@ -573,10 +610,11 @@ def main() -> None:
                 if calib is None:
                     calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
 
-                def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str) -> dict:
-                    return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, work.replay))
+                def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
+                          replay: dict | None) -> dict:
+                    return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay))
 
-                run_modes("plain SGLang", ["baseline"], args, work, rng, measured, urls, emulated is not None, plain)
+                run_modes("plain SGLang", ["baseline"], args, works, rng, measured, urls, emulated is not None, plain)
             finally:
                 stop_instances(procs)
             continue
@@ -589,10 +627,11 @@ def main() -> None:
             if calib is None:
                 calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
 
-            def seer(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str) -> dict:
-                return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag, replay=work.replay))
+            def seer(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
+                     replay: dict | None) -> dict:
+                return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag, replay=replay))
 
-            run_modes(f"seer {pool=} {draft=}", group, args, work, rng, measured, urls, emulated is not None, seer)
+            run_modes(f"seer {pool=} {draft=}", group, args, works, rng, measured, urls, emulated is not None, seer)
         finally:
             proc.terminate()
             proc.wait(120)
@@ -607,10 +646,7 @@ def main() -> None:
               f"tail {r['tail_s']:6.1f} s  retractions {r['retractions']:.0f}  efficiency {r['efficiency']:.2f}  "
               f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}  "
               f"acceptance {r.get('mean_acceptance_length') or '-'}", flush=True)
-    base = results.get("baseline") or results[modes[0]]
-    ratios = {m: {"throughput": r["throughput_tok_s"] / base["throughput_tok_s"],
-                  "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,
-                  "completion": r["completion_s"] / base["completion_s"]} for m, r in results.items()}
+    ratios = ratios_against(results, "baseline" if "baseline" in results else modes[0])
     if emulated is None:
         step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
                                decode_per_seq_s=calib["decode_per_seq_s"],
@@ -624,7 +660,8 @@ def main() -> None:
     report = {"config": {**vars(args), "machine": machine, "samples": len(trace), "working_set_tokens": working,
                          "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
               "modes": results, "ratios": ratios,
-              "sim_check": sim_check(trace, step_model, admission(emulation_config), args, results)}
+              "sim_check": sim_check([w.trace for w in works], step_model, admission(emulation_config), args,
+                                     results)}
     if emulated is not None:
         per_run = [e for runs in measured.emulation.values() for e in runs]
         share = max((e["overrun_share"] for e in per_run), default=0.0)

@@ -183,6 +183,9 @@ def emulated_table(results: Results, stem: str) -> str:
     header = ["mode", "completion", "throughput vs plain SGLang", "tail (last 10%)", "tail vs plain",
               "idle share per instance (min–max)", "retractions", "simulator predicts", "simulator error",
               "overrun steps (worst repeat)"]
+    speculative = any(r.get("mean_acceptance_length") for r in run["modes"].values())
+    if speculative:
+        header.insert(7, "tokens per verify step")
     rows = []
     for m, r in run["modes"].items():
         def mean_range(key: str, fmt: Callable[[float], str]) -> str:
@@ -193,11 +196,17 @@ def emulated_table(results: Results, stem: str) -> str:
                 f"{fmt(r[key])} ({fmt(sp['min'])}–{fmt(sp['max'])})"
         idle = [x for x in r["idle_share"] if x is not None]
         check = run["sim_check"].get(m)
-        rows.append([mode_name(m), mean_range("completion_s", fsec), fratio(run["ratios"][m]["throughput"]),
+        per = run["ratios"][m].get("per_repeat") or []
+        ratio = fratio(run["ratios"][m]["throughput"])
+        if cfg.get("vary_trace") and per and fratio(min(per)) != fratio(max(per)):
+            ratio += f" ({fratio(min(per))}–{fratio(max(per))})"
+        rows.append([mode_name(m), mean_range("completion_s", fsec), ratio,
                      mean_range("tail_s", fsec), fratio(run["ratios"][m]["tail"]),
                      f"{min(idle):.0%}–{max(idle):.0%}" if idle else "-", mean_range("retractions", fint),
                      fsec(check["predicted_s"]) if check else "-",
                      f"{check['error'] * 100:+.1f}%" if check else "-", overruns(emu["per_mode"].get(m, []))])
+        if speculative:
+            rows[-1].insert(7, mean_range("mean_acceptance_length", lambda x: f"{x:.2f}"))
     ws = cfg["workload_spec"]
     caption = (f"EMULATED, not a GPU measurement: {cfg['instances']} real SGLang instances of model "
                f"`{cfg['model']}` on {cfg['machine']}, every step padded to the `{emu['profile']}` profile "
@@ -206,9 +215,34 @@ def emulated_table(results: Results, stem: str) -> str:
                f"{cfg['prompts']} prompts x {cfg['group_size']} samples, {ws['name']}-shaped lengths up to "
                f"{cfg['max_tokens']:,} tokens (mean {fnum(ws['mean_tokens'], 0)}), chunk {cfg['chunk_size']}, "
                f"{cfg['kv_tokens']:,} KV tokens per instance ({cfg['kv_share']:.0%} of its part of the working "
-               f"set). Mean (min–max) over {cfg['repeats']} repeats, modes in a random order per repeat. "
-               f"Source: {source([stem])}.")
+               + (f"set). Mean (min–max) over {cfg['repeats']} repeats, modes in a random order per repeat. "
+                  if not cfg.get("vary_trace") else
+                  f"set, the mean over the workloads). Each of {cfg['repeats']} repeats runs another workload of "
+                  f"the same shape (seeds {cfg['seed']}–{cfg['seed'] + cfg['repeats'] - 1}), every mode on it, in a "
+                  f"random order; mean (min–max) over them; throughput: total over the repeats, with the range "
+                  f"of the per-workload ratios. ")
+               + (f"Every sample replays SmolLM2's recorded text ({source([Path(cfg['replay']).stem])}), so "
+                  "drafts are accepted as on that text. " if cfg.get("replay") else "")
+               + (f"The simulator's acceptance: {source([Path(cfg['sim_acceptance']).stem])}. "
+                  if cfg.get("sim_acceptance") else "")
+               + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
+
+
+def emulation_check_table(results: Results, stem: str) -> str:
+    """``benchmarks.emulation_check``: per mode, real SmolLM2 instances against the tiny model padded to the
+    profile fitted on them."""
+    run = results[stem]
+    rows = [[mode_name(m), fsec(r["real_s"]), fsec(r["emulated_s"]), f"{r['error'] * 100:+.1f}%",
+             "yes" if r["within_bar"] else "no", f"{fint(r['real_retractions'])} / {fint(r['emulated_retractions'])}"]
+            for m, r in run["per_mode"].items()]
+    cfg = run["config"]
+    caption = (f"CPU-measured ({cfg['machine']}): the same rollouts ({' '.join(cfg['rollout_args'])}) on real "
+               f"SmolLM2 instances and on `tiny-smollm2` instances padded to the `cpu-smollm2` profile, "
+               f"{cfg['repeats']} run(s) per mode; emulation overrun steps {run['overrun_share']:.1%}. "
+               f"Bar: within {cfg['bar']:.0%}. Source: {source([stem])}.")
+    return "\n".join(table(["mode", "real SmolLM2", "emulated", "error", f"within {cfg['bar']:.0%}",
+                             "retractions (real / emulated)"], rows) + ["", caption])
 
 
 def emulated_pool_table(results: Results, stem: str) -> str:
@@ -692,7 +726,7 @@ def _replay_order(results: Results, pattern: str) -> list[str]:
 def load_results(results_dir: Path = RESULTS) -> Results:
     out = {}
     for path in sorted(Path(results_dir).glob("*.json")):
-        if path.name.startswith("spec_outputs_") or path.name.endswith((".step_model.json", ".outputs.json")):
+        if path.name.startswith(("spec_outputs_", "text_")) or path.name.endswith((".step_model.json", ".outputs.json")):
             continue  # recorded samples and step models, not results
         out[path.stem] = json.loads(path.read_text())
     return out

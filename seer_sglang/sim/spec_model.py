@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import DRAFT
 from ..speculative.budget import CostModel, DraftBudget
 from ..core.step_model import StepModel
 
@@ -61,7 +62,7 @@ class SpecModel:
         return self.own_alpha + (self.group_alpha - self.own_alpha) * share
 
     @classmethod
-    def from_replay(cls, path: str | Path, drafter: str = "group-suffix", **kwargs) -> "SpecModel":
+    def from_replay(cls, path: str | Path, drafter: str = DRAFT.drafter, **kwargs) -> "SpecModel":
         """Acceptance measured on real text: a ``benchmarks.draft_replay --references`` result, whose
         tokens per verify step with n finished siblings (n = 0 .. G-1) become acceptance probabilities
         at sibling share n / (G-1)."""

@@ -62,6 +62,24 @@ def test_update_weights_from_tensor(seer_url, weights, noisy):
     assert bad.status_code == 400 and "receiving ranks" in bad.json()["error"]["message"]
 
 
+def test_tensor_update_gives_each_instance_its_own_entry(seer_url, weights, noisy):
+    """One entry per receiving rank, in instance order: instance i loads entry i (the IPC handles of its
+    own GPU, in veRL's colocated layout), so here instance 0 takes other weights and instance 1 keeps its own."""
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    base = _outputs(seer_url)
+    entries = [MultiprocessingSerializer.serialize(list(w.items()), output_str=True) for w in (noisy, weights)]
+    r = httpx.post(f"{seer_url}/update_weights_from_tensor", timeout=300, json={
+        "serialized_named_tensors": entries, "flush_cache": True, "weight_version": "per-rank"})
+    assert r.status_code == 200, r.text
+    first, second = _outputs(seer_url)
+    assert first != base[0] and second == base[1]
+    r = httpx.post(f"{seer_url}/update_weights_from_tensor", timeout=300, json={
+        "serialized_named_tensors": entries[1:], "flush_cache": True, "weight_version": "per-rank-orig"})
+    assert r.status_code == 200 and _outputs(seer_url) == base
+
+
 def test_distributed_update_gives_each_instance_its_rank(seer_url, weights, noisy):
     """slime's and AReaL's NCCL path, over gloo on CPU: the trainer is rank 0 of a group of 3; the
     frontend puts instance i at rank_offset + i. Wrong ranks would never meet in the rendezvous."""

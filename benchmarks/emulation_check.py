@@ -1,0 +1,77 @@
+"""The emulation held against reality on this machine: the same rollouts on real SmolLM2 instances and on
+``tiny-smollm2`` instances padded to the ``cpu-smollm2`` profile (SmolLM2 on this CPU, fitted by
+``benchmarks.rollout``).
+
+    python -m benchmarks.emulation_check --modes baseline,divided,context --out benchmarks/results/emulation_check_cpu.json
+
+Both runs are ``benchmarks.rollout`` with the same workload (same prompts: the two models share
+SmolLM2's tokenizer, same hidden target lengths), in a random order. If the emulation is right, each
+mode completes in about the same time on both; ``error`` is emulated / real - 1 per mode, and the
+issue's bar is 10%. The emulated instances pad each step to the profile, so what differs is what the
+profile leaves out (the real model's steps vary with load, prompt lengths and the two instances
+sharing two cores), and the host's own work between steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROLLOUT_ARGS = ["--instances", "2", "--workload", "moonlight", "--prompts", "8", "--group-size", "4",
+                "--max-tokens", "256", "--chunk-size", "64", "--kv-tokens", "2048", "--dtype", "float32",
+                "--calib-batches", "1,4,16", "--calib-steps", "16"]
+RUNS = {"real": ["--model", "smollm2"],
+        "emulated": ["--model", "tiny-smollm2", "--emulate", "cpu-smollm2", "--emulate-time-scale", "1",
+                     "--emulate-length-scale", "1"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.emulation_check")
+    ap.add_argument("--modes", default="baseline,divided,context")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bar", type=float, default=0.10, help="largest relative error that passes")
+    ap.add_argument("--out", default="benchmarks/results/emulation_check_cpu.json")
+    args = ap.parse_args()
+    order = list(RUNS)
+    random.Random(args.seed).shuffle(order)
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in order:
+            out = Path(tmp) / f"{name}.json"
+            cmd = [sys.executable, "-m", "benchmarks.rollout", *ROLLOUT_ARGS, *RUNS[name], "--modes", args.modes,
+                   "--repeats", str(args.repeats), "--seed", str(args.seed), "--out", str(out)]
+            print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
+            subprocess.run(cmd, check=True)
+            runs[name] = json.loads(out.read_text())
+    real, emulated = runs["real"], runs["emulated"]
+    per_mode = {}
+    for mode in args.modes.split(","):
+        r, e = real["modes"][mode], emulated["modes"][mode]
+        error = e["completion_s"] / r["completion_s"] - 1.0
+        per_mode[mode] = {"real_s": r["completion_s"], "emulated_s": e["completion_s"], "error": error,
+                          "within_bar": abs(error) <= args.bar, "real_spread": r["spread"]["completion_s"],
+                          "emulated_spread": e["spread"]["completion_s"],
+                          "real_tail_s": r["tail_s"], "emulated_tail_s": e["tail_s"],
+                          "real_retractions": r["retractions"], "emulated_retractions": e["retractions"]}
+        print(f"{mode:>10}: real {r['completion_s']:6.1f} s  emulated {e['completion_s']:6.1f} s  "
+              f"error {error:+.1%}", flush=True)
+    report = {"config": {**vars(args), "rollout_args": ROLLOUT_ARGS, "runs": RUNS, "order": order,
+                         "machine": real["config"]["machine"]},
+              "label": "the emulation checked against real SmolLM2 instances on this CPU (not a GPU measurement)",
+              "per_mode": per_mode, "overrun_share": emulated["emulation"]["overrun_share"],
+              "real": {m: {k: v for k, v in r.items() if k in ("completion_s", "tail_s", "retractions", "spread")}
+                       for m, r in real["modes"].items()},
+              "emulated": {m: {k: v for k, v in r.items() if k in ("completion_s", "tail_s", "retractions", "spread")}
+                           for m, r in emulated["modes"].items()}}
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
