@@ -282,23 +282,32 @@ def _workload_label(run: dict) -> str:
 
 def _sim_caption(runs: list[dict], stems: list[str], what: str) -> str:
     cfg = runs[0]["config"]
-    sm = cfg["step_model"]
-    return (f"Simulated, not measured (`python -m seer_sglang.sim`): {cfg['instances']} instances, each "
-            f"`{sm['name']}`: {sm['source']}; {cfg['prompts']} prompts, chunk {cfg['chunk_size']:,}; {what}. "
+    models = dict.fromkeys(f"`{r['config']['step_model']['name']}` ({r['config']['step_model']['source']})"
+                           for r in runs)
+    load = f", each instance's KV {cfg['kv_share']:.0%} of its part of the working set" if cfg.get("kv_share") else ""
+    return (f"Simulated, not measured (`python -m seer_sglang.sim`): {cfg['instances']} instances, step model "
+            f"{'; '.join(models)}; {cfg['prompts']} prompts, chunk {cfg['chunk_size']:,}{load}; {what}. "
             f"Source: {source(stems)}.")
+
+
+def _sim_reference(run: dict) -> str:
+    """The ablation's reference: its first mode (``round-robin`` is plain SGLang fed as veRL feeds it)."""
+    first = next(iter(run["ablation"]))
+    return "plain SGLang (`round-robin`)" if first == "round-robin" else f"`{first}`"
 
 
 def sim_ablation_table(results: Results, stems: list[str]) -> str:
     runs = [results[s] for s in stems]
     modes = [m for m in runs[0]["ablation"] if "+sd" not in m]
+    first = modes[0]
     rows = []
     for r in runs:
         ab = r["ablation"]
         rows.append([_workload_label(r)] + [f"{fratio(ab[m]['ratio_throughput'])} / {fsec(ab[m]['tail_s'], 0)}"
-                                            for m in modes] + [fint(ab["group"]["retractions"])])
-    header = ["workload"] + [f"`{m}`" for m in modes] + ["`group` retractions"]
+                                            for m in modes] + [fint(ab[first]["retractions"])])
+    header = ["workload"] + [f"`{m}`" for m in modes] + [f"`{first}` retractions"]
     return "\n".join(table(header, rows) + ["", _sim_caption(
-        runs, stems, "cells: throughput vs the `group` policy / tail (last 10% of samples)")])
+        runs, stems, f"cells: throughput vs {_sim_reference(runs[0])} / tail (last 10% of samples)")])
 
 
 def sim_spec_table(results: Results, stems: list[str]) -> str:
@@ -312,11 +321,16 @@ def sim_spec_table(results: Results, stems: list[str]) -> str:
                          fratio(ab[m]["throughput_tok_s"] / ab[base]["throughput_tok_s"]) if base in ab else "-",
                          fnum(ab[m]["mean_acceptance_length"], 2), fsec(ab[m]["tail_s"], 0)])
     cfg = runs[0]["config"]
-    what = (f"assumed acceptance, not calibrated on a real rollout: a draft token is accepted with probability "
-            f"{cfg['spec_own_alpha']} from the request's own history, rising to {cfg['spec_group_alpha']} as its "
-            f"siblings finish")
-    return "\n".join(table(["workload", "mode", "throughput vs `group`", "vs the mode without `+sd`",
-                            "tokens per verify step", "tail"], rows) + ["", _sim_caption(runs, stems, what)])
+    if cfg.get("acceptance"):
+        what = (f"acceptance measured on recorded SmolLM2 text by the number of finished siblings "
+                f"({source([Path(cfg['acceptance']).stem])}, through the instances' own drafters)")
+    else:
+        what = (f"assumed acceptance, not calibrated on a real rollout: a draft token is accepted with probability "
+                f"{cfg['spec_own_alpha']} from the request's own history, rising to {cfg['spec_group_alpha']} as its "
+                f"siblings finish")
+    return "\n".join(table(["workload", "mode", f"throughput vs {_sim_reference(runs[0])}",
+                            "vs the mode without `+sd`", "tokens per verify step", "tail"], rows)
+                     + ["", _sim_caption(runs, stems, what)])
 
 
 def sim_sweep_table(results: Results, stems: list[str]) -> str:
@@ -332,8 +346,8 @@ def sim_sweep_table(results: Results, stems: list[str]) -> str:
                 cells.append(fratio(cell["ratio_throughput"]) if cell else "-")
             rows.append([label, value] + cells)
     return "\n".join(table(["sweep", "value"] + [_workload_label(r) for r in runs], rows) + ["", _sim_caption(
-        runs, stems, "cells: `context` throughput vs `group` at that setting (the other settings as in the "
-                     "ablation)")])
+        runs, stems, f"cells: `context` throughput vs {_sim_reference(runs[0])} at that setting (the other "
+                     "settings as in the ablation)")])
 
 
 # ---------------------------------------------------------------- scheduling cost, transfers
@@ -671,6 +685,19 @@ def replay_references_table(results: Results, stems: list[str]) -> str:
     return "\n".join(table(header, rows) + ["", caption])
 
 
+def text_acceptance_table(results: Results, stem: str) -> str:
+    """Acceptance by finished siblings on the text an emulated run replays (the simulator's acceptance)."""
+    d = results[stem]
+    curves = d["acceptance_by_references"]
+    ns = list(next(iter(curves.values())))
+    rows = [[f"`{drafter}`"] + [f"{curve[n]:.2f}" for n in ns] for drafter, curve in curves.items()]
+    caption = (f"Replayed on the CPU through the instances' own drafters ({d['config']['draft_tokens']} draft tokens, "
+               f"{d['config']['draft_paths']} paths) over the recorded SmolLM2-135M text that the emulated run "
+               f"replays ({source([Path(d['config']['outputs']).stem])}); each sample decoded alone after n of its "
+               f"siblings finished. Cells: tokens per verify step. Source: {source([stem])}.")
+    return "\n".join(table(["drafter"] + [f"n = {n}" for n in ns], rows) + ["", caption])
+
+
 # ---------------------------------------------------------------- registry
 
 ROLLOUT = r"cpu_(?!transfer).*"
@@ -679,6 +706,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
+    "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),
+    "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
+    "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
     "rollout_cpu_smollm2": lambda r: rollout_table([r["cpu_smollm2"]], ["cpu_smollm2"],
                                                    exclude=("context+sd", "context+sd-suffix")),

@@ -110,7 +110,7 @@ def main() -> None:
     share = spec.kv_share if args.kv_share is None else args.kv_share
     if share > 0:  # the instance sweep keeps this per-instance KV: the hardware stays, the load per instance moves
         model = dataclasses.replace(model, capacity_tokens=kv_cap(trace, args.instances, share))
-    report: dict = {"config": {**vars(args), "step_model": dataclasses.asdict(model),
+    report: dict = {"config": {**vars(args), "kv_share": share, "step_model": dataclasses.asdict(model),
                                "admission": dataclasses.asdict(admission),
                                "workload_spec": dataclasses.asdict(spec), "samples": len(trace)}}
     sd = (SpecModel.from_replay(args.acceptance) if args.acceptance
