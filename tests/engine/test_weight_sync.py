@@ -69,14 +69,18 @@ def test_tensor_update_gives_each_instance_its_own_entry(seer_url, weights, nois
 
     torch.multiprocessing.set_sharing_strategy("file_system")
     base = _outputs(seer_url)
-    entries = [MultiprocessingSerializer.serialize(list(w.items()), output_str=True) for w in (noisy, weights)]
+    # Fresh storages: a host tensor shared once before may have had its shared-memory file unlinked once
+    # its receivers let go, and a second handle to it could not be opened.
+    fresh = [{k: v.clone() for k, v in w.items()} for w in (noisy, weights)]
+    entries = [MultiprocessingSerializer.serialize(list(w.items()), output_str=True) for w in fresh]
     r = httpx.post(f"{seer_url}/update_weights_from_tensor", timeout=300, json={
         "serialized_named_tensors": entries, "flush_cache": True, "weight_version": "per-rank"})
     assert r.status_code == 200, r.text
     first, second = _outputs(seer_url)
     assert first != base[0] and second == base[1]
+    original = [(k, v.clone()) for k, v in weights.items()]  # alive until the instances have loaded it
     r = httpx.post(f"{seer_url}/update_weights_from_tensor", timeout=300, json={
-        "serialized_named_tensors": entries[1:], "flush_cache": True, "weight_version": "per-rank-orig"})
+        "serialized_named_tensors": [MultiprocessingSerializer.serialize(original, output_str=True)], "flush_cache": True, "weight_version": "per-rank-orig"})
     assert r.status_code == 200 and _outputs(seer_url) == base
 
 
