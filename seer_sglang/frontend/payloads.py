@@ -3,21 +3,28 @@
 SGLang's scheduler unpickles ``/update_weights_from_tensor`` entries in its event loop; one that does
 not unpickle (bad base64, a truncated pickle, a global its ``SafeUnpickler`` blocks) raises there and
 takes the instance down. The frontend reads each entry's opcodes without running them
-(``pickletools``) and refuses, with a 400, what SGLang's unpickler would fail on."""
+(``pickletools``) and refuses, with a 400, what SGLang's unpickler would fail on. That includes a host
+tensor shared through a shared-memory file (torch's ``file_system`` strategy) whose file is gone: the
+sender let its tensor go, or a handle was reused after its receivers closed it."""
 
 from __future__ import annotations
 
 import binascii
+import os
 import pickletools
 from typing import Any
 
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
                "SHORT_BINSTRING"}
 _LOAD_FROM_BYTES = ("torch.storage", "_load_from_bytes")  # SGLang's unpickler maps it to a safe loader
+_BYTES_OPS = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"}
+_SHM_PREFIX = b"/torch_"  # torch's names for the shared-memory files of the file_system strategy
+SHM_DIR = "/dev/shm"
 
 
-def tensor_payload_problem(entry: Any) -> str | None:
-    """Why SGLang's unpickler would fail on ``entry`` (one serialized rank of named tensors), or None."""
+def tensor_payload_problem(entry: Any, local: bool = False) -> str | None:
+    """Why SGLang's unpickler would fail on ``entry`` (one serialized rank of named tensors), or None.
+    ``local``: the instances share this host's shared memory, so a missing file can be seen here."""
     from sglang.srt.utils.common import SafeUnpickler, normalize_serialized_named_tensor_payload
 
     if not isinstance(entry, str):
@@ -35,8 +42,11 @@ def tensor_payload_problem(entry: Any) -> str | None:
     strings: list[str] = []  # string values pushed so far, for STACK_GLOBAL's module and name
     memo: dict[int, str] = {}
     memo_size, last_string = 0, None
+    shared: list[bytes] = []
     for op, arg, _ in ops:
         name = op.name
+        if name in _BYTES_OPS and isinstance(arg, bytes) and arg.startswith(_SHM_PREFIX):
+            shared.append(arg)
         pushed = None
         if name in _STRING_OPS:
             pushed = arg if isinstance(arg, str) else str(arg)
@@ -61,6 +71,11 @@ def tensor_payload_problem(entry: Any) -> str | None:
             strings.append(pushed)
         if name not in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):
             last_string = pushed
+    if local and os.path.isdir(SHM_DIR):
+        gone = next((h for h in shared if not os.path.exists(SHM_DIR + h.decode(errors="replace"))), None)
+        if gone is not None:
+            return (f"an entry shares a host tensor through {gone.decode(errors='replace')}, which no longer exists: "
+                    "keep the tensors alive until the update returns, and share fresh ones for each update")
     return None
 
 

@@ -43,3 +43,25 @@ def test_weight_update_values_sglangs_scheduler_would_fail_on_are_refused():
     assert update_body_problem("/update_weights_from_distributed", {**good, "dtypes": ["floaty"]}, [])[0] == "dtypes"
     assert update_body_problem("/update_weights_from_distributed", {**good, "shapes": [[-1]]}, [])[0] == "shapes"
     assert update_body_problem("/update_weights_from_distributed", {**good, "names": []}, [])[0] == "names"
+
+
+def test_a_host_tensor_whose_shared_memory_is_gone_is_refused():
+    """torch's file_system strategy names a shared-memory file; an instance given a name whose file is gone
+    fails in its scheduler and goes down, so the frontend refuses it when the instances share its host."""
+    import re
+
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        alive = torch.ones(8)
+        raw = base64.b64decode(MultiprocessingSerializer.serialize([("w", alive)], output_str=True))
+        names = re.findall(rb"/torch_[0-9_]+", raw)
+        assert names and all(os.path.exists("/dev/shm" + n.decode()) for n in names)
+        assert tensor_payload_problem(base64.b64encode(raw).decode(), local=True) is None
+        gone = names[0][:-1] + (b"8" if names[0][-1:] == b"9" else b"9")  # same length, another name
+        while os.path.exists("/dev/shm" + gone.decode()):
+            gone = gone[:-2] + b"99"
+        stale = base64.b64encode(raw.replace(names[0], gone)).decode()
+        assert "no longer exists" in tensor_payload_problem(stale, local=True)
+        assert tensor_payload_problem(stale) is None  # instances elsewhere: their memory is not ours to check
+    finally:
+        torch.multiprocessing.set_sharing_strategy("file_descriptor")
