@@ -1,11 +1,12 @@
 """The emulation held against reality on this machine: the same rollouts on real SmolLM2 instances and on
-``tiny-smollm2`` instances padded to the ``cpu-smollm2`` profile (SmolLM2 on this CPU, fitted by
-``benchmarks.rollout``).
+``tiny-smollm2`` instances padded to the step-time profile that the real run fitted (``benchmarks.rollout``
+fits one from its calibration and writes it beside its result; ``cpu-smollm2`` is such a fit).
 
     python -m benchmarks.emulation_check --modes baseline,divided,context --out benchmarks/results/emulation_check_cpu.json
 
 Both runs are ``benchmarks.rollout`` with the same workload (same prompts: the two models share
-SmolLM2's tokenizer, same hidden target lengths), in a random order. If the emulation is right, each
+SmolLM2's tokenizer, same hidden target lengths), the real one first: its fit is the emulated run's
+profile, so both describe the machine as it is in this session. If the emulation is right, each
 mode completes in about the same time on both; ``error`` is emulated / real - 1 per mode, and the
 issue's bar is 10%. The emulated instances pad each step to the profile, so what differs is what the
 profile leaves out (the real model's steps vary with load, prompt lengths and the two instances
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import sys
 import tempfile
@@ -26,8 +26,7 @@ ROLLOUT_ARGS = ["--instances", "2", "--workload", "moonlight", "--prompts", "8",
                 "--max-tokens", "256", "--chunk-size", "64", "--kv-tokens", "2048", "--dtype", "float32",
                 "--calib-batches", "1,4,16", "--calib-steps", "16"]
 RUNS = {"real": ["--model", "smollm2"],
-        "emulated": ["--model", "tiny-smollm2", "--emulate", "cpu-smollm2", "--emulate-time-scale", "1",
-                     "--emulate-length-scale", "1"]}
+        "emulated": ["--model", "tiny-smollm2", "--emulate-time-scale", "1", "--emulate-length-scale", "1"]}
 
 
 def main() -> None:
@@ -39,16 +38,19 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/emulation_check_cpu.json")
     args = ap.parse_args()
     order = list(RUNS)
-    random.Random(args.seed).shuffle(order)
     runs = {}
+    profile = Path(args.out).with_suffix(".step_model.json")
     with tempfile.TemporaryDirectory() as tmp:
         for name in order:
             out = Path(tmp) / f"{name}.json"
-            cmd = [sys.executable, "-m", "benchmarks.rollout", *ROLLOUT_ARGS, *RUNS[name], "--modes", args.modes,
-                   "--repeats", str(args.repeats), "--seed", str(args.seed), "--out", str(out)]
+            emulate = ["--emulate", str(profile)] if name == "emulated" else []
+            cmd = [sys.executable, "-m", "benchmarks.rollout", *ROLLOUT_ARGS, *RUNS[name], *emulate,
+                   "--modes", args.modes, "--repeats", str(args.repeats), "--seed", str(args.seed), "--out", str(out)]
             print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
             subprocess.run(cmd, check=True)
             runs[name] = json.loads(out.read_text())
+            if name == "real":  # the fit of this run is the profile the emulated instances pad to
+                profile.write_text(out.with_suffix(".step_model.json").read_text())
     real, emulated = runs["real"], runs["emulated"]
     per_mode = {}
     for mode in args.modes.split(","):
@@ -62,6 +64,7 @@ def main() -> None:
         print(f"{mode:>10}: real {r['completion_s']:6.1f} s  emulated {e['completion_s']:6.1f} s  "
               f"error {error:+.1%}", flush=True)
     report = {"config": {**vars(args), "rollout_args": ROLLOUT_ARGS, "runs": RUNS, "order": order,
+                         "profile": str(profile), "profile_fit": json.loads(profile.read_text()),
                          "machine": real["config"]["machine"]},
               "label": "the emulation checked against real SmolLM2 instances on this CPU (not a GPU measurement)",
               "per_mode": per_mode, "overrun_share": emulated["emulation"]["overrun_share"],
