@@ -238,7 +238,7 @@ def emulation_check_table(results: Results, stem: str) -> str:
             for m, r in run["per_mode"].items()]
     cfg = run["config"]
     caption = (f"CPU-measured ({cfg['machine']}): the same rollouts ({' '.join(cfg['rollout_args'])}) on real "
-               f"SmolLM2 instances and on `tiny-smollm2` instances padded to the `cpu-smollm2` profile, "
+               f"SmolLM2 instances and on `tiny-smollm2` instances padded to the step model the real run fitted, "
                f"{cfg['repeats']} run(s) per mode; emulation overrun steps {run['overrun_share']:.1%}. "
                f"Bar: within {cfg['bar']:.0%}. Source: {source([stem])}.")
     return "\n".join(table(["mode", "real SmolLM2", "emulated", "error", f"within {cfg['bar']:.0%}",
@@ -331,23 +331,6 @@ def sim_spec_table(results: Results, stems: list[str]) -> str:
     return "\n".join(table(["workload", "mode", f"throughput vs {_sim_reference(runs[0])}",
                             "vs the mode without `+sd`", "tokens per verify step", "tail"], rows)
                      + ["", _sim_caption(runs, stems, what)])
-
-
-def sim_sweep_table(results: Results, stems: list[str]) -> str:
-    runs = [results[s] for s in stems]
-    rows = []
-    for sweep, label in (("chunk_sweep", "chunk size"), ("instance_sweep", "instances"),
-                         ("spread_sweep", "length spread (log-sigma)")):
-        for value in runs[0][sweep]:
-            cells = []
-            for r in runs:
-                cell = r[sweep].get(value)
-                cell = cell.get("context", cell) if cell else None
-                cells.append(fratio(cell["ratio_throughput"]) if cell else "-")
-            rows.append([label, value] + cells)
-    return "\n".join(table(["sweep", "value"] + [_workload_label(r) for r in runs], rows) + ["", _sim_caption(
-        runs, stems, f"cells: `context` throughput vs {_sim_reference(runs[0])} at that setting (the other "
-                     "settings as in the ablation)")])
 
 
 # ---------------------------------------------------------------- scheduling cost, transfers
@@ -717,7 +700,6 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_check": lambda r: sim_check_table(r, [s for s in pick(r, ROLLOUT) if "sim_check" in r[s]]),
     "sim_ablation": lambda r: sim_ablation_table(r, _sim_order(r)),
     "sim_speculation": lambda r: sim_spec_table(r, _sim_order(r)),
-    "sim_sweeps": lambda r: sim_sweep_table(r, _sim_order(r)),
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
