@@ -37,11 +37,10 @@ def main() -> None:
     ap.add_argument("--bar", type=float, default=0.10, help="largest relative error that passes")
     ap.add_argument("--out", default="benchmarks/results/emulation_check_cpu.json")
     args = ap.parse_args()
-    order = list(RUNS)
     runs = {}
     profile = Path(args.out).with_suffix(".step_model.json")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in order:
+        for name in RUNS:
             out = Path(tmp) / f"{name}.json"
             emulate = ["--emulate", str(profile)] if name == "emulated" else []
             cmd = [sys.executable, "-m", "benchmarks.rollout", *ROLLOUT_ARGS, *RUNS[name], *emulate,
@@ -63,15 +62,13 @@ def main() -> None:
                           "real_retractions": r["retractions"], "emulated_retractions": e["retractions"]}
         print(f"{mode:>10}: real {r['completion_s']:6.1f} s  emulated {e['completion_s']:6.1f} s  "
               f"error {error:+.1%}", flush=True)
-    report = {"config": {**vars(args), "rollout_args": ROLLOUT_ARGS, "runs": RUNS, "order": order,
+    report = {"config": {**vars(args), "rollout_args": ROLLOUT_ARGS, "runs": RUNS, "order": list(RUNS),
                          "profile": str(profile), "profile_fit": json.loads(profile.read_text()),
                          "machine": real["config"]["machine"]},
               "label": "the emulation checked against real SmolLM2 instances on this CPU (not a GPU measurement)",
               "per_mode": per_mode, "overrun_share": emulated["emulation"]["overrun_share"],
-              "real": {m: {k: v for k, v in r.items() if k in ("completion_s", "tail_s", "retractions", "spread")}
-                       for m, r in real["modes"].items()},
-              "emulated": {m: {k: v for k, v in r.items() if k in ("completion_s", "tail_s", "retractions", "spread")}
-                           for m, r in emulated["modes"].items()}}
+              **{name: {m: {k: r[k] for k in ("completion_s", "tail_s", "retractions", "spread")}
+                        for m, r in run["modes"].items()} for name, run in runs.items()}}
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
 

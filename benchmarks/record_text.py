@@ -42,11 +42,10 @@ def prompts_digest(prompts: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16]
 
 
-def load(path: str | Path, args, seed: int, prompts: list[list[int]]) -> dict[tuple[int, int], list[int]]:
-    """The outputs recorded for the workload of ``seed`` by (group, sample index), after checking that the
-    recording belongs to ``args``' workload and was written after the same prompt tokens (the same
-    tokenizer)."""
-    data = json.loads(Path(path).read_text())
+def load(data: dict, args, seed: int, prompts: list[list[int]]) -> dict[tuple[int, int], list[int]]:
+    """The outputs a recording (``data``, the file's JSON) holds for the workload of ``seed``, by (group,
+    sample index), after checking that it belongs to ``args``' workload and was written after the same
+    prompt tokens (the same tokenizer)."""
     wrong = {k: (data["config"][k], getattr(args, k)) for k in KEYS if data["config"][k] != getattr(args, k)}
     workload = next((w for w in data["workloads"] if w["seed"] == seed), None)
     if workload is None:
@@ -54,7 +53,7 @@ def load(path: str | Path, args, seed: int, prompts: list[list[int]]) -> dict[tu
     elif workload["prompts_sha"] != prompts_digest(prompts):
         wrong["prompts"] = ("other prompt tokens", "these")
     if wrong:
-        raise SystemExit(f"{path} was recorded for another workload: " +
+        raise SystemExit("the recording belongs to another workload: " +
                          ", ".join(f"{k} {rec!r} (here {mine!r})" for k, (rec, mine) in wrong.items()))
     return {(g, i): out for g, group in enumerate(workload["groups"]) for i, out in enumerate(group["outputs"])}
 

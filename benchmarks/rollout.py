@@ -550,13 +550,14 @@ def main() -> None:
     tokenizer = PromptTokenizer(model_path)
     spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
     seeds = [args.seed + r for r in range(args.repeats)] if args.vary_trace else [args.seed]
+    recording = json.loads(Path(args.replay).read_text()) if args.replay else None
     by_seed = {}
     for seed in seeds:
         by_seed[seed] = build_workload(argparse.Namespace(**{**vars(args), "seed": seed}), tokenizer, spec)
-        if args.replay:
+        if recording is not None:
             from benchmarks.record_text import load
 
-            by_seed[seed].replay = load(args.replay, args, seed, by_seed[seed].prompts)
+            by_seed[seed].replay = load(recording, args, seed, by_seed[seed].prompts)
     works = [by_seed[s] for s in seeds] if args.vary_trace else [by_seed[args.seed]] * args.repeats
     work = works[0]
     trace = work.trace
