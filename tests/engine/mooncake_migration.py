@@ -4,7 +4,8 @@ transfer engine do not bind to loopback only): start seer_sglang with ``--kv-poo
 update both instances' weights (no cache flush) and print what a continuation then loaded: nothing,
 since every page is keyed by the weights that computed it; then kill one instance mid-rollout and
 print how much of the moved samples' KV came from the store; then kill the Mooncake master and print
-what a move then does (recompute, same tokens) and, with a new master, whether the store serves again."""
+what a continuation then does (recompute, same tokens, answers not held up by the dead pool) and, with
+a new master, whether the store serves again."""
 
 from __future__ import annotations
 
@@ -49,11 +50,26 @@ def stale_after_update(a: str, b: str) -> dict:
             "again_cached": again["cached_tokens"], "again_details": again.get("cached_tokens_details") or {}}
 
 
+def flush(url: str, timeout_s: float = 90.0) -> int:
+    """Empty the instance's device and host cache; SGLang refuses while pool writes are in flight (with
+    the master gone they fail only after Mooncake's own timeouts), so try again until it does.
+    Returns the number of attempts."""
+    deadline = time.monotonic() + timeout_s
+    attempts = 0
+    while True:
+        attempts += 1
+        r = httpx.get(f"{url}/flush_cache", timeout=60)
+        if r.status_code == 200:
+            return attempts
+        assert r.status_code == 400 and time.monotonic() < deadline, (r.status_code, r.text)
+        time.sleep(1.0)
+
+
 def master_killed(server, url: str) -> dict:
-    """The Mooncake master dies: a continuation on the instance still answers, with the same tokens and
-    nothing from the store, and the instance stays healthy; then a new master starts on the same
-    address and the same is tried again. (SGLang keeps the context on the device through
-    ``/flush_cache`` here, so the device serves it; the figures say where each token came from.)"""
+    """The Mooncake master dies: the instance stays healthy; the first answer waits the bound for its
+    pool writes once, later ones do not; a continuation whose context is gone from the device
+    recomputes it, with the same tokens. Then a new master starts on the same address and a
+    continuation loads its context from the store again."""
     import subprocess
 
     import psutil
@@ -71,15 +87,23 @@ def master_killed(server, url: str) -> dict:
         p.kill()
     time.sleep(2.0)
 
+    def timed(prompt: list[int], n: int) -> tuple[dict, float]:
+        start = time.monotonic()
+        out = generate(url, prompt, n)
+        return out, time.monotonic() - start
+
     def move(seed: int) -> dict:
         prompt = [(41 * i + seed) % 1300 + 40 for i in range(260)]
-        first = generate(url, prompt, 32)["output_ids"]
+        first, first_s = timed(prompt, 32)
+        _, next_s = timed([(7 * i + seed) % 900 + 11 for i in range(40)], 4)
         time.sleep(4.0)
-        httpx.get(f"{url}/flush_cache", timeout=60)
-        moved = generate(url, prompt + first, 32)
+        flushes = flush(url)
+        moved = generate(url, prompt + first["output_ids"], 32)
         unmoved = generate(url, prompt, 64)["output_ids"]
-        return {"identical": first + moved["output_ids"] == unmoved,
-                "details": moved["meta_info"].get("cached_tokens_details") or {}}
+        return {"identical": first["output_ids"] + moved["output_ids"] == unmoved,
+                "cached": moved["meta_info"]["cached_tokens"],
+                "details": moved["meta_info"].get("cached_tokens_details") or {},
+                "first_s": round(first_s, 3), "next_s": round(next_s, 3), "flush_attempts": flushes}
 
     down = move(1)
     healthy = httpx.get(f"{url}/health", timeout=30).status_code
