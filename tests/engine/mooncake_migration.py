@@ -65,11 +65,12 @@ def flush(url: str, timeout_s: float = 90.0) -> int:
         time.sleep(1.0)
 
 
-def master_killed(server, url: str) -> dict:
+def master_killed(server, url: str, ref: list[list[int]]) -> dict:
     """The Mooncake master dies: the instance stays healthy; the first answer waits the bound for its
     pool writes once, later ones do not; a continuation whose context is gone from the device
-    recomputes it, with the same tokens. Then a new master starts on the same address and a
-    continuation loads its context from the store again."""
+    recomputes it, with the same tokens; a chunked rollout through the frontend returns every sample
+    once, with ``ref``'s tokens. Then a new master starts on the same address and a continuation
+    loads its context from the store again."""
     import subprocess
 
     import psutil
@@ -106,6 +107,16 @@ def master_killed(server, url: str) -> dict:
                 "first_s": round(first_s, 3), "next_s": round(next_s, 3), "flush_attempts": flushes}
 
     down = move(1)
+    start = time.monotonic()
+    r = httpx.post(f"{server.url}/v1/rollout", timeout=600, json={
+        "prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS, "temperature": 0,
+        "ignore_eos": True})
+    rollout_s = time.monotonic() - start
+    samples = r.json()["samples"] if r.status_code == 200 else []
+    rollout = {"status": r.status_code, "seconds": round(rollout_s, 2), "samples": len(samples),
+               "prompts": sorted(s["prompt_index"] for s in samples),
+               "chunks": sum(len(s.get("chunks", [])) for s in samples),
+               "identical": [s["output_ids"] for s in sorted(samples, key=lambda s: s["prompt_index"])] == ref}
     healthy = httpx.get(f"{url}/health", timeout=30).status_code
     with open(server.log_dir / "mooncake-master-restarted.log", "ab") as log:
         again = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
@@ -115,7 +126,7 @@ def master_killed(server, url: str) -> dict:
     finally:
         again.terminate()
         again.wait(timeout=30)
-    return {"down": down, "healthy_while_down": healthy, "back": back}
+    return {"down": down, "rollout_while_down": rollout, "healthy_while_down": healthy, "back": back}
 
 
 def main(log_dir: str) -> None:
@@ -150,7 +161,7 @@ def main(log_dir: str) -> None:
             "samples": len(kill.samples), "moved": len(kill.moved), "kv_pages": kill.kv_pages,
             "pool_pages": kill.pool_pages, "victim": kill.victim, "identical": not differ,
             "differ": differ}), flush=True)
-        print("MASTER " + json.dumps(master_killed(server, survivor)), flush=True)
+        print("MASTER " + json.dumps(master_killed(server, survivor, ref)), flush=True)
     finally:
         stop_seer(server)
 

@@ -66,6 +66,9 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     assert master["healthy_while_down"] == 200 and down["identical"], master
     assert down["cached"] == 0, master  # recomputed: nothing from the device, the host or the store
     assert down["next_s"] < WRITE_WAIT_S, master  # the first answer's wait ran out and tripped the breaker
+    rollout = master["rollout_while_down"]  # chunked on the survivor: every sample once, plain tokens
+    assert rollout["status"] == 200 and rollout["prompts"] == list(range(24)), master
+    assert rollout["chunks"] > 24 and rollout["identical"], master
     assert back["identical"], master
     # A new master on the same address: the pool recovers, and a move loads its context from the store again.
     assert back["details"].get("storage", 0) > 0 and back["details"].get("device", 0) == 0, master
