@@ -690,6 +690,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),
+    "emulated_h100_moonlight_workloads": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
     "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),

@@ -73,27 +73,76 @@ def _murmur3_mix(h, k):
     return (h * 5 + 0xE6546B64) & _MASK32
 
 
-def murmur_hash32_torch(seed, positions, col_indices):
-    """Torch twin of SGLang's Triton ``murmur_hash32_kernel`` (bit-identical), for CPU tensors.
-
-    SGLang's CPU path calls an ``sgl_kernel`` op that only its CUDA/AMX wheel provides.
-    """
+def _row_hash(seed, positions):
+    """The part of the hash that depends on the row only (seed, position): [n] int64."""
     import torch
 
-    seed = seed.to(torch.int64).view(-1, 1)
-    pos = positions.to(torch.int64).view(-1, 1) & _MASK32
-    col = col_indices.to(torch.int64).view(1, -1) & _MASK32
+    seed = seed.to(torch.int64)
+    pos = positions.to(torch.int64) & _MASK32
     h = torch.zeros_like(seed)
     h = _murmur3_mix(h, seed & _MASK32)
     h = _murmur3_mix(h, (seed >> 32) & _MASK32)
-    h = _murmur3_mix(h, pos)
-    h = _murmur3_mix(h.expand(-1, col.shape[1]), col.expand(h.shape[0], -1))
+    return _murmur3_mix(h, pos)
+
+
+def _column_hash(row, col):
+    """The rest of the hash, for every (row state, column) pair the two broadcast to."""
+    import torch
+
+    row, col = torch.broadcast_tensors(row, col.to(torch.int64) & _MASK32)
+    h = _murmur3_mix(row, col)
     h = h ^ 16
     h = h ^ (h >> 16)
     h = (h * 0x85EBCA6B) & _MASK32
     h = h ^ (h >> 13)
     h = (h * 0xC2B2AE35) & _MASK32
     return h ^ (h >> 16)
+
+
+def murmur_hash32_torch(seed, positions, col_indices):
+    """Torch twin of SGLang's Triton ``murmur_hash32_kernel`` (bit-identical), for CPU tensors: [n, m].
+
+    SGLang's CPU path calls an ``sgl_kernel`` op that only its CUDA/AMX wheel provides.
+    """
+    return _column_hash(_row_hash(seed, positions).view(-1, 1), col_indices.view(1, -1))
+
+
+def _gumbel(hashed, logprobs):
+    """SGLang's ``multinomial_with_seed`` noise on hashes, added to the log-probabilities (float64)."""
+    import torch
+
+    x = hashed.to(torch.float64) / torch.iinfo(torch.uint32).max
+    x.log_().clamp_(min=torch.finfo(x.dtype).min, max=-(2.0**-32)).neg_()
+    x.log_().neg_()
+    return x.add_(logprobs.to(torch.float64))
+
+
+SPARSE_SHARE = 0.25  # the sparse draw pays once a row keeps fewer than this share of the vocabulary
+
+
+def seeded_draw_sparse(logprobs, seed, positions):
+    """``multinomial_with_seed`` over the tokens each row can draw, [n, 1]; None where it would not pay.
+
+    A token with log-probability -inf never wins the Gumbel argmax, so only the others need noise: a
+    forced token, top-k or top-p leave a few per row, and hashing the whole vocabulary for each
+    (about thirty int64 passes over ``n x vocabulary`` on CPU) costs more than the model's step. The
+    draw is the same token: the same hash and noise at the same (seed, position, token), and ties go
+    to the lowest token id, as ``torch.argmax`` does.
+    """
+    import torch
+
+    n, m = logprobs.shape
+    live = logprobs > float("-inf")  # NaN is not live either: rows with one go the dense way
+    count = int(live.sum())
+    if count >= SPARSE_SHARE * n * m or bool(torch.isnan(logprobs).any()):
+        return None
+    rows, cols = live.nonzero(as_tuple=True)
+    x = _gumbel(_column_hash(_row_hash(seed, positions)[rows], cols), logprobs[rows, cols])
+    best = torch.full((n,), float("-inf"), dtype=x.dtype).scatter_reduce(0, rows, x, "amax")
+    top = x == best[rows]
+    first = torch.full((n,), m, dtype=torch.int64).scatter_reduce(0, rows[top], cols[top], "amin")
+    first[first == m] = 0  # a row with nothing to draw: argmax of its all -inf noise is token 0
+    return first.view(-1, 1)
 
 
 def murmur_hash32_cpu_aware(original, seed, positions, col_indices):
@@ -104,13 +153,17 @@ def murmur_hash32_cpu_aware(original, seed, positions, col_indices):
 
 
 def eager_on_cpu(original, logprobs, seed, positions):
-    """AROUND hook: on CPU, run SGLang's seeded draw (``multinomial_with_seed``) eagerly.
+    """AROUND hook: on CPU, run SGLang's seeded draw (``multinomial_with_seed``) eagerly, and over
+    each row's drawable tokens only where those are few (:func:`seeded_draw_sparse`).
 
     It is ``torch.compile``'d, and its first call compiles: on the 2-core CPU machine one forward step
     of a fresh instance took 14.2 s longer than its peers, inside the first rollout a trainer sends. The
     function is a few elementwise float64 ops and an argmax, which need no compiler on CPU.
     """
     if logprobs.device.type == "cpu":
+        sparse = seeded_draw_sparse(logprobs, seed, positions)
+        if sparse is not None:
+            return sparse
         return getattr(original, "__wrapped__", original)(logprobs, seed, positions)
     return original(logprobs, seed, positions)
 

@@ -44,16 +44,28 @@ def draft_depths(positions: torch.Tensor, seq_lens: torch.Tensor, draft_token_nu
     return positions.view(-1, draft_token_num) - seq_lens.view(-1, 1).to(positions.dtype)
 
 
-def apply_custom_processors(logits: torch.Tensor, sampling_info, depths: torch.Tensor) -> None:
-    """SGLang's ``apply_custom_logit_processor`` for verify rows, with each row's draft depth."""
+def apply_custom_processors(logits: torch.Tensor, sampling_info, depths: torch.Tensor,
+                            used: torch.Tensor | None = None) -> None:
+    """SGLang's ``apply_custom_logit_processor`` for verify rows, with each row's draft depth; with
+    ``used`` (the nodes of a compacted verify) only on those, since nothing reads the other rows."""
     d = depths.shape[1]
     depth_rows = depths.tolist()
+    live = None
+    if used is not None:
+        live = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+        live[used] = True
     for entry in sampling_info.custom_logit_processor.values():
         if not entry.rows:
             continue
         rows = (entry.indices.view(-1, 1) * d + torch.arange(d, device=entry.indices.device)).flatten()
         params = [{**(sampling_info.custom_params[i] or {}), DEPTH_PARAM: depth}
                   for i in entry.rows for depth in depth_rows[i]]
+        if live is not None:
+            keep = live[rows]
+            rows = rows[keep]
+            params = [p for p, k in zip(params, keep.tolist()) if k]
+            if not params:
+                continue
         result = entry.processor(logits.index_select(0, rows), params)
         logits.index_copy_(0, rows, result.to(logits.dtype))
 
@@ -104,7 +116,7 @@ def install() -> None:
         rows = verify_input.__dict__.pop("sampled_nodes", None)  # set by a compacted verify, read once
         logits = logits_output.next_token_logits
         if info.has_custom_logit_processor and not batch.forward_mode.is_idle():
-            apply_custom_processors(logits, info, draft_depths(verify_input.positions, batch.seq_lens, d))
+            apply_custom_processors(logits, info, draft_depths(verify_input.positions, batch.seq_lens, d), rows)
         if info.is_all_greedy or info.sampling_seed is None:
             return original_sample(verify_input, batch, logits_output, *args, **kwargs)
         step = _VerifyStep(logits, info, verify_input.positions, d, verify_input.tree_topk, rows)

@@ -47,3 +47,43 @@ def test_the_seeded_draw_runs_eagerly_on_cpu():
     meta = torch.zeros(2, 4, device="meta")
     eager_on_cpu(compiled, meta, torch.zeros(2), torch.zeros(2))
     assert calls == ["eager", "compiled"]
+
+
+def test_the_sparse_seeded_draw_is_sglangs_draw():
+    """Over the tokens a row can draw only (forced tokens, top-k, top-p), the seeded draw gives the
+    token SGLang's dense ``multinomial_with_seed`` gives, row by row, ties and empty rows included."""
+    import torch
+    from sglang.srt.layers import sampler
+
+    from seer_sglang.plugin import seeded_sampling
+    from seer_sglang.plugin.seeded_sampling import murmur_hash32_torch, seeded_draw_sparse
+
+    dense = getattr(sampler.multinomial_with_seed, "__wrapped__", sampler.multinomial_with_seed)
+    saved = sampler.murmur_hash32
+    sampler.murmur_hash32 = murmur_hash32_torch  # SGLang's CPU hash needs a kernel wheel we lack
+    try:
+        g = torch.Generator().manual_seed(0)
+        n, m = 64, 3000
+        logits = torch.randn(n, m, generator=g)
+        mask = torch.rand(n, m, generator=g) < 0.97  # about 90 live tokens a row
+        logits[mask] = float("-inf")
+        logits[0] = float("-inf")
+        logits[0, 1234] = 0.0  # forced token
+        logits[1] = float("-inf")  # nothing to draw
+        logits[2, :] = float("-inf")
+        logits[2, [5, 9, 700]] = 0.0  # equal weights
+        logprobs = torch.log_softmax(logits, dim=-1)
+        logprobs[1] = float("-inf")
+        seed = torch.randint(0, 2**62, (n,), generator=g)
+        positions = torch.randint(0, 5000, (n,), generator=g)
+        sparse = seeded_draw_sparse(logprobs, seed, positions)
+        assert sparse is not None and sparse.shape == (n, 1)
+        assert torch.equal(sparse, dense(logprobs, seed, positions))
+        assert int(sparse[0]) == 1234
+        # A full row makes the dense draw cheaper: the sparse one declines, and the hook takes SGLang's.
+        full = torch.log_softmax(torch.randn(4, m, generator=g), dim=-1)
+        assert seeded_draw_sparse(full, seed[:4], positions[:4]) is None
+        assert torch.equal(seeded_sampling.eager_on_cpu(sampler.multinomial_with_seed, full, seed[:4], positions[:4]),
+                           dense(full, seed[:4], positions[:4]))
+    finally:
+        sampler.murmur_hash32 = saved
