@@ -58,14 +58,14 @@ def apply_custom_processors(logits: torch.Tensor, sampling_info, depths: torch.T
         if not entry.rows:
             continue
         rows = (entry.indices.view(-1, 1) * d + torch.arange(d, device=entry.indices.device)).flatten()
-        params = [{**(sampling_info.custom_params[i] or {}), DEPTH_PARAM: depth}
-                  for i in entry.rows for depth in depth_rows[i]]
+        nodes = [(i, depth) for i in entry.rows for depth in depth_rows[i]]
         if live is not None:
             keep = live[rows]
             rows = rows[keep]
-            params = [p for p, k in zip(params, keep.tolist()) if k]
-            if not params:
+            nodes = [node for node, k in zip(nodes, keep.tolist()) if k]
+            if not nodes:
                 continue
+        params = [{**(sampling_info.custom_params[i] or {}), DEPTH_PARAM: depth} for i, depth in nodes]
         result = entry.processor(logits.index_select(0, rows), params)
         logits.index_copy_(0, rows, result.to(logits.dtype))
 

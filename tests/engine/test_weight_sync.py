@@ -80,7 +80,8 @@ def test_tensor_update_gives_each_instance_its_own_entry(seer_url, weights, nois
     assert first != base[0] and second == base[1]
     original = [(k, v.clone()) for k, v in weights.items()]  # alive until the instances have loaded it
     r = httpx.post(f"{seer_url}/update_weights_from_tensor", timeout=300, json={
-        "serialized_named_tensors": [MultiprocessingSerializer.serialize(original, output_str=True)], "flush_cache": True, "weight_version": "per-rank-orig"})
+        "serialized_named_tensors": [MultiprocessingSerializer.serialize(original, output_str=True)],
+        "flush_cache": True, "weight_version": "per-rank-orig"})
     assert r.status_code == 200 and _outputs(seer_url) == base
 
 
