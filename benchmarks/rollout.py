@@ -274,8 +274,8 @@ def calibrate(urls: list[str], prompt: list[int], kv_cap: int, batches: tuple[in
     xs = list(per_batch)
     slope = (per_batch[xs[-1]] - per_batch[xs[0]]) / (xs[-1] - xs[0])
     base = per_batch[1] - slope
-    context = min(1024, kv_cap // 32)
     mid = batches[len(batches) // 2]
+    context = min(1024, kv_cap // (2 * mid))  # a rollout's contexts, within half the KV at this batch
     asyncio.run(decode(mid, 4, context))  # cache the long prompt: time decode, not prefill
     long_step = asyncio.run(decode(mid, steps, context)) / steps
     per_kv = max(0.0, (long_step - per_batch[mid]) / (mid * context))
