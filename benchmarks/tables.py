@@ -234,7 +234,9 @@ def emulation_check_table(results: Results, stem: str) -> str:
     profile fitted on them."""
     run = results[stem]
     rows = [[mode_name(m), fsec(r["real_s"]), fsec(r["emulated_s"]), f"{r['error'] * 100:+.1f}%",
-             "yes" if r["within_bar"] else "no", f"{fint(r['real_retractions'])} / {fint(r['emulated_retractions'])}"]
+             "yes" if r["within_bar"] else "no", f"{r['body_error'] * 100:+.1f}%",
+             f"{fsec(r['real_tail_s'])} / {fsec(r['emulated_tail_s'])}",
+             f"{fint(r['real_retractions'])} / {fint(r['emulated_retractions'])}"]
             for m, r in run["per_mode"].items()]
     cfg = run["config"]
     caption = (f"CPU-measured ({cfg['machine']}): the same rollouts ({' '.join(cfg['rollout_args'])}) on real "
@@ -242,7 +244,7 @@ def emulation_check_table(results: Results, stem: str) -> str:
                f"{cfg['repeats']} run(s) per mode; emulation overrun steps {run['overrun_share']:.1%}. "
                f"Bar: within {cfg['bar']:.0%}. Source: {source([stem])}.")
     return "\n".join(table(["mode", "real SmolLM2", "emulated", "error", f"within {cfg['bar']:.0%}",
-                             "retractions (real / emulated)"], rows) + ["", caption])
+                             "error until 90% finished", "last 10% (real / emulated)", "retractions (real / emulated)"], rows) + ["", caption])
 
 
 def emulated_pool_table(results: Results, stem: str) -> str:
