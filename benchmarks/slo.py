@@ -251,10 +251,11 @@ def predict(args, trace: list[TraceSample] | None, classes: dict[str, SLO], emul
             r = simulate(trace, policy, model, args.instances, args.max_tokens, admission=admission(emulation),
                          slo_traffic=schedule(classes, args, args.seed + i), slo_mechanism=mode == "seer",
                          slo_headroom=args.slo_headroom)
-            runs.append({"slo_attainment": r.slo["slo_attainment"], "admitted": r.slo["admitted"],
-                         "rejected": r.slo["rejected"], "rollout_throughput_tok_s": r.throughput_tok_s,
-                         "per_class": r.slo["per_class"],
-                         "best_effort_deferred_share": r.slo["best_effort_deferred_share"]})
+            slo = r.slo or {"slo_attainment": None, "admitted": 0, "rejected": 0, "per_class": {},
+                            "best_effort_deferred_share": 0.0}  # no SLO request arrived
+            runs.append({"slo_attainment": slo["slo_attainment"], "admitted": slo["admitted"],
+                         "rejected": slo["rejected"], "rollout_throughput_tok_s": r.throughput_tok_s,
+                         "per_class": slo["per_class"], "best_effort_deferred_share": slo["best_effort_deferred_share"]})
         admitted = sum(r["admitted"] for r in runs)
         out[mode] = {"slo_attainment": (sum((r["slo_attainment"] or 0) * r["admitted"] for r in runs) / admitted
                                         if admitted else None),
@@ -278,6 +279,65 @@ def frontier(args, trace: list[TraceSample] | None, calib: dict, emulation: Emul
                      "seer_attainment": p["seer"]["slo_attainment"], "seer_rejected": p["seer"]["rejected"],
                      "rollout_throughput_ratio": p["ratios"]["rollout_throughput"]})
     return rows
+
+
+def load_frontier(args, trace: list[TraceSample] | None, classes: dict[str, SLO], emulation: EmulationConfig,
+                  ) -> list[dict]:
+    """The trade the simulator predicts as the interactive load changes (``--sim-load-scales``: the
+    arrival rates of every phase times each scale; 0 is the rollout alone, which prices seer's chunked
+    rollout apart from the SLO mechanism), at the measured run's SLO classes."""
+    rows = []
+    for scale in args.sim_load_scales:
+        scaled = argparse.Namespace(**{**vars(args), "rates": [r * scale for r in args.rates]})
+        p = predict(scaled, trace, classes, emulation, args.repeats)
+        rows.append({"load_scale": scale, "rates": scaled.rates, "requests": p["seer"]["admitted"] + p["seer"]["rejected"],
+                     "plain_attainment": p["plain"]["slo_attainment"], "seer_attainment": p["seer"]["slo_attainment"],
+                     "seer_rejected": p["seer"]["rejected"],
+                     "best_effort_deferred_share": statistics.fmean(r["best_effort_deferred_share"]
+                                                                    for r in p["seer"]["runs"]),
+                     "rollout_throughput_ratio": p["ratios"]["rollout_throughput"]})
+    return rows
+
+
+def rollout_of(args, model: str) -> Rollout:
+    """The rollout a run sends: its prompts, and with ``--workload`` the hidden target lengths."""
+    rng = random.Random(args.seed)
+    work = prompts(rng, args.prompts)
+    trace, eos = None, None
+    if args.workload:
+        from transformers import AutoTokenizer
+
+        spec = PRESETS[args.workload]
+        shape = dataclasses.replace(spec.scaled(args.max_tokens), group_size=args.group_size)
+        trace = [TraceSample(s.group_id, s.sample_index, len(work[s.group_id]), s.output_len)
+                 for s in generate(shape, args.prompts, args.seed)]
+        eos = AutoTokenizer.from_pretrained(model).eos_token_id
+    return Rollout(work, args.group_size, args.max_tokens, trace, eos)
+
+
+def length_scale_of(args) -> float:
+    return args.max_tokens / PRESETS[args.workload].max_tokens if args.workload else 1.0
+
+
+def sim_check_of(args, rollout: Rollout, classes: dict[str, SLO], calib: dict) -> dict:
+    emulation = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale_of(args))
+    return {**predict(args, rollout.trace, classes, emulation, args.repeats),
+            "frontier": frontier(args, rollout.trace, calib, emulation),
+            "load_frontier": load_frontier(args, rollout.trace, classes, emulation)}
+
+
+def resimulate(path: Path, args) -> None:
+    """Redo an emulated result's simulator account (``sim_check``) with this code, from the run's own
+    configuration and calibration (``--sim-load-scales`` where the run had none); the measured part is
+    left as it is."""
+    result = json.loads(path.read_text())
+    saved = argparse.Namespace(**{"sim_load_scales": args.sim_load_scales, **result["config"]})
+    classes = {n: SLO(ttft_s=c["ttft_ms"] / 1e3, tpot_s=c["tpot_ms"] / 1e3) for n, c in result["slo_classes"].items()}
+    result["sim_check"] = sim_check_of(saved, rollout_of(saved, resolve_model_path(saved.model)), classes,
+                                    result["calibration"])
+    result["config"] = vars(saved)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"rewrote the simulator account of {path}")
 
 
 def plot(result: dict, path: Path) -> None:
@@ -331,25 +391,23 @@ def main() -> None:
     p.add_argument("--chunk-size", type=int, default=SCHEDULER.chunk_size, help="seer's --chunk-size")
     p.add_argument("--sim-sweep", type=float, nargs="+", default=[0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
                    help="with --emulate: strict TPOT SLOs (x the TPOT beside the rollout) the simulator sweeps")
+    p.add_argument("--sim-load-scales", type=float, nargs="+", default=[0.0, 0.25, 0.5, 1.0],
+                   help="with --emulate: interactive loads (x --rates) the simulator sweeps; 0: the rollout alone")
+    p.add_argument("--resimulate", default=None, metavar="RESULT.json",
+                   help="only redo the simulator account of an emulated result, from its config and calibration")
     p.add_argument("--log-dir", default="/tmp/seer_slo_logs")
     args = p.parse_args()
+    if args.resimulate:
+        resimulate(Path(args.resimulate), args)
+        return
 
-    rng = random.Random(args.seed)
     model = resolve_model_path(args.model)
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    work = prompts(rng, args.prompts)
-    trace, eos, length_scale = None, None, 1.0
-    if args.workload:
-        from transformers import AutoTokenizer
-
-        spec = PRESETS[args.workload]
-        shape = dataclasses.replace(spec.scaled(args.max_tokens), group_size=args.group_size)
-        trace = [TraceSample(s.group_id, s.sample_index, len(work[s.group_id]), s.output_len)
-                 for s in generate(shape, args.prompts, args.seed)]
-        eos = AutoTokenizer.from_pretrained(model).eos_token_id
-        length_scale = args.max_tokens / spec.max_tokens
-    rollout = Rollout(work, args.group_size, args.max_tokens, trace, eos)
+    rollout = rollout_of(args, model)
+    trace, length_scale = rollout.trace, length_scale_of(args)
+    rng = random.Random(args.seed)
+    prompts(rng, args.prompts)  # the order of the modes draws from the same stream after the prompts
     cpu = not has_cuda()
     emulation = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale)
     sglang_args = ["--sleep-on-idle", *(["--enable-custom-logit-processor"] if trace else [])]
@@ -432,8 +490,7 @@ def main() -> None:
              if "seer" in modes and "plain" in modes else None)
     sim_check = None
     if args.emulate:
-        sim_check = {**predict(args, trace, classes, emulation, args.repeats),
-                     "frontier": frontier(args, trace, calib, emulation)}
+        sim_check = sim_check_of(args, rollout, classes, calib)
     hardware = (f"EMULATED {args.emulate} (not a GPU measurement)" if args.emulate else
                 f"CPU, measured (not a GPU figure), {platform.machine()}")
     result = {"benchmark": "slo", "hardware": hardware, "machine": platform.node(),

@@ -517,6 +517,22 @@ def slo_frontier_table(results: Results, stem: str) -> str:
     return "\n".join(table(header, rows) + ["", caption])
 
 
+def slo_load_table(results: Results, stem: str) -> str:
+    """The simulator's sweep of the interactive load in a ``benchmarks.slo --emulate`` result."""
+    d = results[stem]
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    rows = [[f"{r['load_scale']:g}x ({', '.join(f'{x:g}' for x in r['rates'])})", fint(r["requests"]),
+             pct(r["plain_attainment"]), pct(r["seer_attainment"]), fint(r["seer_rejected"]),
+             pct(r["best_effort_deferred_share"]), fratio(r["rollout_throughput_ratio"])]
+            for r in d["sim_check"]["load_frontier"]]
+    header = ["interactive load (req/s per phase)", "SLO requests", "plain attainment", "seer attainment",
+              "seer refused", "rollout rows sitting out SLO steps", "rollout throughput seer / plain"]
+    caption = (f"SIMULATED on the profile of {d['hardware']}: the measured run's trace, SLO classes and arrival "
+               f"schedules with every rate scaled, {d['config']['repeats']} schedules per load. Source: "
+               f"{source([stem])}.")
+    return "\n".join(table(header, rows) + ["", caption])
+
+
 # ---------------------------------------------------------------- drafters and draft server (CPU)
 
 IMPL = {"ext": "C extension", "ctypes": "C core via ctypes", "python": "pure Python"}
@@ -693,6 +709,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),
     "emulated_h100_moonlight_workloads": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads"),
+    "emulated_h100_qwen2vl_sd": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_plain"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
     "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
@@ -710,6 +727,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "slo": lambda r: slo_table(r, "slo_cpu"),
     "slo_emulated": lambda r: slo_table(r, "slo_emulated_h100"),
     "slo_emulated_frontier": lambda r: slo_frontier_table(r, "slo_emulated_h100"),
+    "slo_emulated_load": lambda r: slo_load_table(r, "slo_emulated_h100"),
     "default_pool": lambda r: default_pool_table(r, pick(r, r"default_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),

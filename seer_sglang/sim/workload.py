@@ -100,13 +100,14 @@ def slo_arrivals(classes: Mapping[str, SLO], rates: list[float], phase_s: float,
     t = start_s
     for phase, rate in enumerate(rates):
         end = start_s + (phase + 1) * phase_s
-        while True:
+        while rate > 0:
             t += rng.expovariate(rate)
             if t >= end:
                 t = end
                 break
             name = names[len(out) % len(names)]
             out.append(SLOArrival(t, rng.randint(*prompt_len), output_len, classes[name], name, phase))
+        t = max(t, end)  # a quiet phase (rate 0) sends nothing
     return out
 
 

@@ -258,3 +258,14 @@ def test_sim_cli_scales_a_workload_like_the_emulated_testbed(tmp_path):
     assert report["config"]["workload_spec"]["prompt_len"] == [40, 90]
     assert list(report["ablation"]) == ["round-robin", "context"]
     assert report["config"]["admission"] == dataclasses.asdict(Admission().scaled(256 / 40_960))
+
+
+def test_slo_arrivals_skip_a_quiet_phase_and_keep_the_others():
+    """A phase of rate 0 sends nothing, and the phase after it starts on time."""
+    from seer_sglang.core.slo import SLO
+    from seer_sglang.sim.workload import slo_arrivals
+
+    classes = {"a": SLO(1.0, 0.1)}
+    quiet = slo_arrivals(classes, [0.0, 3.0], 5.0, 1.0, 16, seed=7)
+    assert quiet and all(a.phase == 1 and 6.0 <= a.arrival_s < 11.0 for a in quiet)
+    assert slo_arrivals(classes, [0.0, 0.0], 5.0, 1.0, 16) == []
