@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROLLOUT_ARGS = ["--instances", "2", "--workload", "moonlight", "--prompts", "8", "--group-size", "4",
                 "--max-tokens", "256", "--chunk-size", "64", "--kv-tokens", "2048", "--dtype", "float32",
-                "--calib-batches", "1,4,16", "--calib-steps", "16"]
+                "--calib-batches", "1,2,3,4,8,16", "--calib-steps", "16"]
 RUNS = {"real": ["--model", "smollm2"],
         "emulated": ["--model", "tiny-smollm2", "--emulate-time-scale", "1", "--emulate-length-scale", "1"]}
 

@@ -283,7 +283,9 @@ def calibrate(urls: list[str], prompt: list[int], kv_cap: int, batches: tuple[in
     peak = max(b * len(urls) / t for b, t in per_batch.items())
     # A one-token request on a cached prompt is all overhead but one forward: HTTP, tokenizing, scheduling.
     overhead = statistics.median(asyncio.run(decode(1, 1)) for _ in range(5)) - per_batch[1]
-    return {"step_s_by_batch": per_batch, "min_step_s": per_batch[1], "peak_tok_s": peak,
+    # Each batch's step without the KV read of its short context: the fit's piecewise batch term.
+    points = [[b, max(1e-4, t - per_kv * b * len(prompt))] for b, t in sorted(per_batch.items())]
+    return {"step_s_by_batch": per_batch, "decode_batch_s": points, "min_step_s": per_batch[1], "peak_tok_s": peak,
             "prefill_s_per_token": pre, "decode_base_s": max(base, 1e-4), "decode_per_seq_s": max(slope, 0.0),
             "decode_per_kv_token_s": per_kv, "capacity_tokens": kv_cap, "request_overhead_s": max(0.0, overhead)}
 
@@ -654,6 +656,7 @@ def main() -> None:
                                decode_per_kv_token_s=calib["decode_per_kv_token_s"],
                                prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
                                request_overhead_s=calib["request_overhead_s"],
+                               decode_batch_s=tuple((b, t) for b, t in calib["decode_batch_s"]),
                                source=f"measured by benchmarks.rollout on {machine}")
         step_model.save(out.with_suffix(".step_model.json"))
     else:  # the simulator runs the very model the instances were padded to

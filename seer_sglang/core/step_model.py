@@ -18,8 +18,9 @@ before them (N * (C + N/2) query-key pairs), and reads the weights at least once
 
 (a model scaled to shorter lengths charges a share of a prefill's fixed part, see ``scaled``).
 
-A model fitted on CPU (linear in B and K, compute-shaped) has ``weight_read = compute = 0``, which
-reduces the decode step to base + per_seq * B + kv_read * K.
+A model fitted on CPU (compute-shaped) has ``weight_read = compute = 0``, which reduces the decode step
+to base + per_seq * B + kv_read * K, or, where the fit kept its measured batch sizes
+(``decode_batch_s``), to their piecewise-linear step time at B plus kv_read * K.
 """
 
 from __future__ import annotations
@@ -53,12 +54,28 @@ class StepModel:
     attention_per_pair_s: float = 0.0  # prefill attention per (query, key) pair
     kv_bytes_per_token: int = 0  # informative: what the KV read and the capacity were derived from
     prefill_fixed_scale: float = 1.0  # share of a prefill step's fixed cost (base, weight read) charged
+    # A fit whose step is not linear in the batch (a CPU's): measured (batch, seconds) points at a short
+    # context, which replace base + per_seq * B; linear between them and along the last segment after.
+    decode_batch_s: tuple[tuple[int, float], ...] = ()
+
+    def fixed_s(self, batch: int) -> float:
+        """A decode step's cost apart from its KV read and compute: base + per_seq * B, or the measured
+        points where the fit has them."""
+        points = self.decode_batch_s
+        if not points:
+            return self.decode_base_s + self.decode_per_seq_s * batch
+        if len(points) == 1 or batch <= points[0][0]:
+            return points[0][1]
+        for (b0, t0), (b1, t1) in zip(points, points[1:]):
+            if batch <= b1:
+                return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+        return t1 + (t1 - t0) * (batch - b1) / (b1 - b0)
 
     def decode_step(self, batch: int, kv_tokens: int, tokens: int | None = None) -> float:
         """One decode (``tokens`` = batch) or verify (``tokens`` = every tree node) step."""
         memory = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens
         compute = self.compute_per_token_s * (batch if tokens is None else tokens)
-        return self.decode_base_s + self.decode_per_seq_s * batch + max(memory, compute)
+        return self.fixed_s(batch) + max(memory, compute)
 
     def decode_steps(self, steps: int, batch: int, kv_tokens: int, tokens: int | None = None,
                      growth: float | None = None) -> float:
@@ -67,7 +84,7 @@ class StepModel:
         linearly, compute is constant, the step takes the larger)."""
         if steps <= 0:
             return 0.0
-        fixed = self.decode_base_s + self.decode_per_seq_s * batch
+        fixed = self.fixed_s(batch)
         m0 = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens
         slope = self.decode_per_kv_token_s * (batch if growth is None else growth)
         compute = self.compute_per_token_s * (batch if tokens is None else tokens)
@@ -129,7 +146,8 @@ class StepModel:
             capacity_tokens=max(1, int(self.capacity_tokens * s)), weight_read_s=self.weight_read_s * x,
             compute_per_token_s=self.compute_per_token_s * x, attention_per_pair_s=self.attention_per_pair_s * x / s,
             pool_load_s_per_token=self.pool_load_s_per_token * x / s, request_overhead_s=self.request_overhead_s * x,
-            prefill_fixed_scale=self.prefill_fixed_scale * s)
+            prefill_fixed_scale=self.prefill_fixed_scale * s,
+            decode_batch_s=tuple((b, t * x) for b, t in self.decode_batch_s))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2))
@@ -142,6 +160,7 @@ class StepModel:
         unknown = sorted(k for k in data if k not in known and not k.startswith("_"))
         if unknown:
             raise ValueError(f"{path}: unknown step-model keys {unknown}")
+        data["decode_batch_s"] = tuple((int(b), float(t)) for b, t in data.get("decode_batch_s", ()))
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

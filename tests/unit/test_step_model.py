@@ -168,3 +168,21 @@ def test_the_launcher_sizes_emulated_instances_from_the_profile():
     assert (back.emulate, back.emulate_time_scale, back.emulate_length_scale) == ("h100-70b", 4.0, 0.01)
     with pytest.raises(ValueError, match="no step-time profile"):
         emulation.emulated_model(EmulationConfig(profile="h100-7b"))
+
+
+def test_a_fit_with_measured_batches_interpolates_between_them(tmp_path):
+    """A CPU step is not linear in the batch; a fit that kept its measured points uses them, with the
+    KV read on top, and a saved fit loads back the same."""
+    fit = StepModel(name="cpu", decode_base_s=0.07, decode_per_seq_s=0.009, decode_per_kv_token_s=2e-5,
+                    prefill_per_token_s=4e-3, capacity_tokens=2048,
+                    decode_batch_s=((1, 0.075), (2, 0.120), (4, 0.140), (16, 0.210)))
+    assert fit.decode_step(2, 0) == pytest.approx(0.120)
+    assert fit.decode_step(3, 0) == pytest.approx(0.130)
+    assert fit.decode_step(3, 500) == pytest.approx(0.130 + 500 * 2e-5)
+    assert fit.decode_step(28, 0) == pytest.approx(0.210 + 12 * 0.070 / 12)  # along the last segment
+    assert fit.decode_steps(10, 3, 100) == pytest.approx(sum(fit.decode_step(3, 100 + 3 * k) for k in range(10)))
+    assert fit.scaled(1.0, 10).decode_step(3, 0) == pytest.approx(1.30)
+    fit.save(tmp_path / "fit.json")
+    assert StepModel.load(tmp_path / "fit.json") == fit
+    linear = dataclasses.replace(fit, decode_batch_s=())
+    assert linear.decode_step(3, 0) == pytest.approx(0.07 + 3 * 0.009)
