@@ -656,7 +656,7 @@ def main() -> None:
                                decode_per_kv_token_s=calib["decode_per_kv_token_s"],
                                prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
                                request_overhead_s=calib["request_overhead_s"],
-                               decode_batch_s=tuple((b, t) for b, t in calib["decode_batch_s"]),
+                               decode_batch_s=calib["decode_batch_s"],
                                source=f"measured by benchmarks.rollout on {machine}")
         step_model.save(out.with_suffix(".step_model.json"))
     else:  # the simulator runs the very model the instances were padded to

@@ -282,14 +282,15 @@ def frontier(args, trace: list[TraceSample] | None, calib: dict, emulation: Emul
 
 
 def load_frontier(args, trace: list[TraceSample] | None, classes: dict[str, SLO], emulation: EmulationConfig,
-                  ) -> list[dict]:
+                  at_run_load: dict) -> list[dict]:
     """The trade the simulator predicts as the interactive load changes (``--sim-load-scales``: the
     arrival rates of every phase times each scale; 0 is the rollout alone, which prices seer's chunked
-    rollout apart from the SLO mechanism), at the measured run's SLO classes."""
+    rollout apart from the SLO mechanism), at the measured run's SLO classes; ``at_run_load`` is
+    ``predict``'s account at scale 1, already made."""
     rows = []
     for scale in args.sim_load_scales:
         scaled = argparse.Namespace(**{**vars(args), "rates": [r * scale for r in args.rates]})
-        p = predict(scaled, trace, classes, emulation, args.repeats)
+        p = at_run_load if scale == 1.0 else predict(scaled, trace, classes, emulation, args.repeats)
         rows.append({"load_scale": scale, "rates": scaled.rates, "requests": p["seer"]["admitted"] + p["seer"]["rejected"],
                      "plain_attainment": p["plain"]["slo_attainment"], "seer_attainment": p["seer"]["slo_attainment"],
                      "seer_rejected": p["seer"]["rejected"],
@@ -299,10 +300,10 @@ def load_frontier(args, trace: list[TraceSample] | None, classes: dict[str, SLO]
     return rows
 
 
-def rollout_of(args, model: str) -> Rollout:
-    """The rollout a run sends: its prompts, and with ``--workload`` the hidden target lengths."""
-    rng = random.Random(args.seed)
-    work = prompts(rng, args.prompts)
+def rollout_of(args, model: str, rng: random.Random | None = None) -> Rollout:
+    """The rollout a run sends: its prompts (drawn from ``rng``, by default seeded with ``--seed``), and
+    with ``--workload`` the hidden target lengths."""
+    work = prompts(rng or random.Random(args.seed), args.prompts)
     trace, eos = None, None
     if args.workload:
         from transformers import AutoTokenizer
@@ -321,9 +322,9 @@ def length_scale_of(args) -> float:
 
 def sim_check_of(args, rollout: Rollout, classes: dict[str, SLO], calib: dict) -> dict:
     emulation = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale_of(args))
-    return {**predict(args, rollout.trace, classes, emulation, args.repeats),
-            "frontier": frontier(args, rollout.trace, calib, emulation),
-            "load_frontier": load_frontier(args, rollout.trace, classes, emulation)}
+    at_run_load = predict(args, rollout.trace, classes, emulation, args.repeats)
+    return {**at_run_load, "frontier": frontier(args, rollout.trace, calib, emulation),
+            "load_frontier": load_frontier(args, rollout.trace, classes, emulation, at_run_load)}
 
 
 def resimulate(path: Path, args) -> None:
@@ -404,10 +405,9 @@ def main() -> None:
     model = resolve_model_path(args.model)
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    rollout = rollout_of(args, model)
+    rng = random.Random(args.seed)  # the prompts, then the order of the modes
+    rollout = rollout_of(args, model, rng)
     trace, length_scale = rollout.trace, length_scale_of(args)
-    rng = random.Random(args.seed)
-    prompts(rng, args.prompts)  # the order of the modes draws from the same stream after the prompts
     cpu = not has_cuda()
     emulation = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale)
     sglang_args = ["--sleep-on-idle", *(["--enable-custom-logit-processor"] if trace else [])]

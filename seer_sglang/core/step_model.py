@@ -58,6 +58,10 @@ class StepModel:
     # context, which replace base + per_seq * B; linear between them and along the last segment after.
     decode_batch_s: tuple[tuple[int, float], ...] = ()
 
+    def __post_init__(self) -> None:
+        # points from JSON (a saved fit, an instance's report) arrive as lists: one form for every path
+        object.__setattr__(self, "decode_batch_s", tuple((int(b), float(t)) for b, t in self.decode_batch_s))
+
     def fixed_s(self, batch: int) -> float:
         """A decode step's cost apart from its KV read and compute: base + per_seq * B, or the measured
         points where the fit has them."""
@@ -160,7 +164,6 @@ class StepModel:
         unknown = sorted(k for k in data if k not in known and not k.startswith("_"))
         if unknown:
             raise ValueError(f"{path}: unknown step-model keys {unknown}")
-        data["decode_batch_s"] = tuple((int(b), float(t)) for b, t in data.get("decode_batch_s", ()))
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

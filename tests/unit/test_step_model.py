@@ -1,6 +1,7 @@
 """The step-time model shared by the simulator and the emulated instances."""
 
 import dataclasses
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -184,5 +185,6 @@ def test_a_fit_with_measured_batches_interpolates_between_them(tmp_path):
     assert fit.scaled(1.0, 10).decode_step(3, 0) == pytest.approx(1.30)
     fit.save(tmp_path / "fit.json")
     assert StepModel.load(tmp_path / "fit.json") == fit
+    assert StepModel(**json.loads(json.dumps(dataclasses.asdict(fit)))) == fit  # an instance's report
     linear = dataclasses.replace(fit, decode_batch_s=())
     assert linear.decode_step(3, 0) == pytest.approx(0.07 + 3 * 0.009)
