@@ -217,10 +217,11 @@ class DraftConfig:
 class SLOConfig:
     """Requests with an ``slo`` beside a rollout (credit batching, VBS admission, TTFT guard)."""
 
-    headroom: float = flag(0.8, "--slo-headroom", "share of the tightest TPOT SLO that one decode step may "
-                           "take by the instance's step-time model, when it decides how many best-effort "
-                           "samples share a step and whether an SLO request is admitted; the rest is left for "
-                           "the prefills between decode steps (default: %(default)s)")
+    headroom: float = flag(0.9, "--slo-headroom", "share of its TPOT SLO an SLO request keeps to on average: "
+                           "each decode step takes the best-effort samples that fit in the time its pace leaves "
+                           "(by the instance's step-time model, the prefills between steps and the model's "
+                           "errors paid back from measured time), and an SLO request is admitted when a step "
+                           "of the virtual batch fits in this share of the tightest SLO (default: %(default)s)")
     min_fit_steps: int = 16  # decode steps an instance times before it trusts its own step-time fit
     report_interval_s: float = 1.0  # how often the frontend reads the instances' step-time fits
 
@@ -258,8 +259,8 @@ class PluginConfig:
                                          "factor on every emulated time")
     emulate_length_scale: float = env_only(EmulationConfig.length_scale, "SEER_EMULATE_LENGTH_SCALE",
                                            "the workload's lengths relative to the profile's")
-    slo_headroom: float = env_only(SLOConfig.headroom, "SEER_SLO_HEADROOM", "share of the tightest TPOT SLO "
-                                   "a decode step may take")
+    slo_headroom: float = env_only(SLOConfig.headroom, "SEER_SLO_HEADROOM", "share of its TPOT SLO an SLO "
+                                   "request keeps to on average")
     emulation_only: bool = env_only(False, "SEER_EMULATION_ONLY", "install the step emulation and no other "
                                     "hook: plain SGLang on emulated steps (the benchmark baseline)")
 

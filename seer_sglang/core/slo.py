@@ -8,7 +8,9 @@ Three pure mechanisms, decisions as plain dataclasses, no clock and no I/O of th
   proportionality ``TRP(r) = min STP / STP(r)`` among the running SLO requests. Each step it gains
   ``TRP(r)`` credit and decodes when it holds 1, paying 1: the strictest decodes every step, one
   with twice its SLO every second step. A request that skips a step keeps its KV. Best-effort
-  requests (rollout samples, no SLO) fill the room the strictest SLO leaves in the batch.
+  requests (rollout samples, no SLO) fill the room the SLO requests' pace leaves in the step
+  (:func:`step_budget`: a TPOT SLO is a mean, so a request that ran ahead lends its banked time to a
+  larger step, and one behind gets a smaller one).
 - **VBS admission** (:func:`admit`). The virtual batch size ``VBS = sum TRP`` is the expected
   number of requests in a step. A newcomer is admitted only if a step of ``VBS`` sequences at the
   average context still meets the smallest TPOT SLO, by the instance's step-time model.
@@ -107,23 +109,44 @@ def virtual_batch(tpots: Sequence[float]) -> tuple[float, float]:
 
 
 def best_effort_room(tpots: Sequence[float], slo_kv_tokens: float, step_s: StepTime, best_effort_kv: Sequence[float],
-                     headroom: float = SLO_CONFIG.headroom) -> Optional[int]:
+                     headroom: float = SLO_CONFIG.headroom, budget_s: Optional[float] = None) -> Optional[int]:
     """How many best-effort sequences, taken in order with contexts ``best_effort_kv``, may share a step
-    with SLO requests of TPOT SLOs ``tpots`` (mean context ``slo_kv_tokens``) while the strictest still
-    meets its SLO (a step may take ``headroom`` of it); ``None`` without SLO requests. The step reads
-    the KV of every sequence in it: a long rollout sample costs more room than a short one."""
+    with SLO requests of TPOT SLOs ``tpots`` (mean context ``slo_kv_tokens``) while the step takes at
+    most ``budget_s`` (default: ``headroom`` of the tightest SLO; :func:`step_budget` paces it);
+    ``None`` without SLO requests. The step reads the KV of every sequence in it: a long rollout sample
+    costs more room than a short one."""
     if not tpots:
         return None
     bound, vbs = virtual_batch(tpots)
+    limit = headroom * bound if budget_s is None else budget_s
     kv_total = vbs * slo_kv_tokens
     room = 0
     for kv in best_effort_kv:
         kv_total += kv
         batch = vbs + room + 1
-        if step_s(batch, kv_total / batch) > headroom * bound:
+        if step_s(batch, kv_total / batch) > limit:
             break
         room += 1
     return room
+
+
+def step_budget(tpots: Mapping[str, float], paces: Mapping[str, Pace], now_s: float,
+                headroom: float = SLO_CONFIG.headroom) -> float:
+    """The time the next decode step may take so that every running SLO request keeps, on average over
+    its tokens, to ``headroom`` of its TPOT SLO.
+
+    The SLO is a mean: a request judged by ``(last - first) / (tokens - 1)`` does not need every step
+    under ``headroom`` of it, only its pace. A request that has run ahead (steps cheaper than their
+    budget, no best-effort rows to fill them) may spend the time it banked on a larger step; one that
+    fell behind (a prefill between steps, a step longer than the model said) gets a smaller one, down
+    to none of the best-effort rows. The model's errors and the prefills between steps are so paid
+    back from measured time instead of a fixed margin. A request decoding every ``1 / TRP`` steps gets
+    ``TRP`` of its allowance per step; one without a pace yet allows ``headroom`` of its SLO. No step
+    is planned longer than the tightest SLO."""
+    bound = min(tpots.values())
+    allowances = [trp * (paces[rid].since_s + (paces[rid].tokens + 1) * tpots[rid] * headroom - now_s)
+                  if rid in paces else headroom * bound for rid, trp in proportionality(tpots).items()]
+    return min(bound, *allowances)
 
 
 @dataclass(frozen=True)
@@ -213,17 +236,19 @@ def screen(waiting: Sequence[Waiting], running_tpots: Sequence[float], running_k
 
 
 def plan_step(batcher: CreditBatcher, running: Mapping[str, Optional[float]], kv_tokens: Mapping[str, float],
-              step_s: StepTime, headroom: float = SLO_CONFIG.headroom) -> StepBatch:
+              step_s: StepTime, headroom: float = SLO_CONFIG.headroom, paces: Mapping[str, Pace] | None = None,
+              now_s: float = 0.0) -> StepBatch:
     """One decode step of an instance: ``running`` is rid -> TPOT SLO (``None``: best-effort), in
-    queue order, ``kv_tokens`` rid -> context. Without SLO requests every request decodes; with them,
-    credit batching, and best-effort requests fill, in order, the room the tightest SLO leaves
-    (:func:`best_effort_room`)."""
-    slo = [rid for rid, t in running.items() if t is not None]
+    queue order, ``kv_tokens`` rid -> context, ``paces`` rid -> the SLO requests' progress at ``now_s``.
+    Without SLO requests every request decodes; with them, credit batching, and best-effort requests
+    fill, in order, the room the step's budget leaves (:func:`step_budget`, :func:`best_effort_room`)."""
+    slo = {rid: t for rid, t in running.items() if t is not None}
     if not slo:
         batcher.credits.clear()
         return StepBatch(list(running), [])
-    room = best_effort_room([running[rid] for rid in slo], sum(kv_tokens[rid] for rid in slo) / len(slo), step_s,
-                            [kv_tokens[rid] for rid, t in running.items() if t is None], headroom)
+    budget = step_budget(slo, paces or {}, now_s, headroom)
+    room = best_effort_room(list(slo.values()), sum(kv_tokens[rid] for rid in slo) / len(slo), step_s,
+                            [kv_tokens[rid] for rid, t in running.items() if t is None], headroom, budget)
     return batcher.step(running, room)
 
 

@@ -185,7 +185,10 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
                            "overlap scheduler, whose relay of drafts and tokens follows the whole batch")
         return original(scheduler, batch, *args, **kwargs)
     kv = {req.rid: len(req.origin_input_ids) + len(req.output_ids) for req in batch.reqs}
-    decision = plan_step(st.batcher, running, kv, step_s, st.headroom)
+    by_rid = {req.rid: req for req in batch.reqs}
+    paces = {rid: Pace(running[rid], since, len(by_rid[rid].output_ids) - tokens)
+             for rid, (since, tokens) in st.paces.items() if rid in by_rid}
+    decision = plan_step(st.batcher, running, kv, step_s, st.headroom, paces, now)
     decode = set(decision.decode)
     st.stats["best_effort_decoded"] += sum(1 for rid in decision.decode if running[rid] is None)
     st.stats["best_effort_deferred"] += sum(1 for rid in decision.skipped if running[rid] is None)

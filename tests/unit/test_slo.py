@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from seer_sglang.core.slo import (SLO, CreditBatcher, Waiting, admit, best_effort_room, order_waiting,
-                                  proportionality, step_time)
+from seer_sglang.core.slo import (SLO, CreditBatcher, Pace, Waiting, admit, best_effort_room, order_waiting,
+                                  plan_step, proportionality, step_budget, step_time)
 from seer_sglang.core.step_model import StepModel
 
 
@@ -63,6 +63,49 @@ def test_long_rollout_samples_take_more_room_than_short_ones():
     assert best_effort_room([0.040], 1000, step_s, [1000] * 64, 1.0) == 29  # 10 + 30 x 1 ms
     assert best_effort_room([0.040], 1000, step_s, [10_000] * 64, 1.0) == 2  # 10 + 1 + 2 x 10 ms
     assert best_effort_room([0.040], 1000, step_s, [1000, 1000, 30_000, 1000], 1.0) == 2  # in order
+
+
+def test_step_budget_follows_each_requests_pace():
+    tpots = {"strict": 0.040, "loose": 0.080}
+    assert step_budget(tpots, {}, now_s=10.0, headroom=0.9) == pytest.approx(0.036)  # no pace yet: 90% of 40 ms
+    # 10 tokens in 0.30 s, against 0.36 s at 90% of 40 ms: the 60 ms it banked may go to a larger step,
+    # never planned over the tightest SLO itself
+    ahead = {"strict": Pace(0.040, 9.7, 10), "loose": Pace(0.080, 9.5, 10)}
+    assert step_budget(tpots, ahead, now_s=10.0, headroom=0.9) == pytest.approx(0.040)
+    behind = {"strict": Pace(0.040, 9.6, 10), "loose": Pace(0.080, 9.5, 10)}  # 4 ms behind: a 32 ms step
+    assert step_budget(tpots, behind, now_s=10.0, headroom=0.9) == pytest.approx(9.6 + 11 * 0.036 - 10.0)
+    # the loose request (TRP 1/2) decodes every second step: half of its allowance per step
+    late_loose = {"strict": Pace(0.040, 9.7, 10), "loose": Pace(0.080, 9.0, 13)}
+    assert step_budget(tpots, late_loose, now_s=10.0, headroom=0.9) == pytest.approx(0.5 * (9.0 + 14 * 0.072 - 10.0))
+    # a request without a pace yet (just admitted) holds the step to 90% of the tightest SLO
+    assert step_budget(tpots, {"strict": Pace(0.040, 9.7, 10)}, now_s=10.0, headroom=0.9) == pytest.approx(0.036)
+
+
+def _mean_tpot(paced: bool) -> tuple[float, int]:
+    """A strict request (40 ms TPOT SLO) beside 64 rollout rows for 200 tokens, on an instance whose
+    real steps take 25% longer than its model says and that runs a 15 ms prefill every 8 steps."""
+    model = StepModel(name="t", decode_base_s=0.010, decode_per_seq_s=0.001, decode_per_kv_token_s=0.0,
+                      prefill_per_token_s=1e-4, capacity_tokens=100_000)
+    step_s = step_time(model)
+    running = {"strict": 0.040, **{f"s{i}": None for i in range(64)}}
+    kv = dict.fromkeys(running, 100)
+    batcher, now, rows = CreditBatcher(), 0.0, 0
+    for n in range(200):
+        paces = {"strict": Pace(0.040, 0.0, n)} if paced else None
+        batch = plan_step(batcher, running, kv, step_s, 0.9, paces, now)
+        rows += len(batch.decode) - 1
+        now += 1.25 * step_s(len(batch.decode), 100)
+        if n % 8 == 7:
+            now += 0.015
+    return now / 200, rows
+
+
+def test_paced_steps_keep_the_mean_tpot_where_a_fixed_share_of_the_slo_does_not():
+    fixed_tpot, fixed_rows = _mean_tpot(paced=False)
+    paced_tpot, paced_rows = _mean_tpot(paced=True)
+    assert fixed_tpot > 0.040  # each step planned at 36 ms: the slow steps and the prefills break the SLO
+    assert 0.9 * 0.036 < paced_tpot <= 0.036 + 0.002  # the pace pays them back from measured time
+    assert paced_rows > 0.5 * fixed_rows  # and the rollout rows still fill what is left
 
 
 def test_admission_holds_the_tightest_tpot_slo():
