@@ -455,8 +455,9 @@ def main() -> None:
             instance_urls = (urls if mode == "plain" else
                              [x["url"] for x in httpx.get(f"{urls[0]}/instances", timeout=30).json()["instances"]])
             before = emulation_counters(instance_urls) if args.emulate else []
-            run = asyncio.run(run_mode(mode, urls, args, rollout, schedule(classes, args, args.seed + i),
-                                       args.seed + i))
+            repeat = len(runs[mode])  # both modes get the same arrival schedule in the same repeat
+            run = asyncio.run(run_mode(mode, urls, args, rollout, schedule(classes, args, args.seed + repeat),
+                                       args.seed + repeat))
             scored = score(run, classes, args)
             if args.emulate:
                 scored["emulation"] = emulation_delta(before, emulation_counters(instance_urls))
