@@ -495,7 +495,8 @@ def main() -> None:
     hardware = (f"EMULATED {args.emulate} (not a GPU measurement)" if args.emulate else
                 f"CPU, measured (not a GPU figure), {platform.machine()}")
     result = {"benchmark": "slo", "hardware": hardware, "machine": platform.node(),
-              "config": {k: v for k, v in vars(args).items() if k not in ("out", "log_dir")},
+              "config": {**{k: v for k, v in vars(args).items() if k not in ("out", "log_dir")},
+                         "paired_schedules": True},
               "calibration": calib,
               "slo_classes": {n: {"ttft_ms": s.ttft_s * 1e3, "tpot_ms": s.tpot_s * 1e3} for n, s in classes.items()},
               "modes": modes, "ratios": {"rollout_throughput": ratio}, "runs": runs, "sim_check": sim_check,

@@ -498,7 +498,10 @@ def slo_table(results: Results, stem: str) -> str:
                f"{c['group_size']} samples {lengths}; beside it interactive requests of "
                f"{c['interactive_tokens']} tokens, strict and loose in turn (TTFT SLO {c['ttft_ms']:.0f} ms), "
                f"arriving at {', '.join(f'{r:g}' for r in c['rates'])} req/s for {c['phase_s']:.0f} s each. "
-               f"{c['repeats']} runs per mode in random order (spread: min–max). SLO attainment: share of admitted "
+               f"Seer's `--slo-headroom` {c['slo_headroom']:g}. "
+               f"{c['repeats']} runs per mode in random order, the same arrival schedule for both modes in a "
+               f"repeat{'' if c.get('paired_schedules') else ' (each run its own schedule in this file)'} "
+               f"(spread: min–max). SLO attainment: share of admitted "
                f"requests that met both SLOs. Rollout throughput seer / plain: {fratio(d['ratios']['rollout_throughput'])}. "
                f"Goal: {goal}.{predicted} Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
@@ -728,6 +731,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "slo_emulated": lambda r: slo_table(r, "slo_emulated_h100"),
     "slo_emulated_frontier": lambda r: slo_frontier_table(r, "slo_emulated_h100"),
     "slo_emulated_load": lambda r: slo_load_table(r, "slo_emulated_h100"),
+    "slo_emulated_light": lambda r: slo_table(r, "slo_emulated_h100_light"),
+    "slo_emulated_light_load": lambda r: slo_load_table(r, "slo_emulated_h100_light"),
     "default_pool": lambda r: default_pool_table(r, pick(r, r"default_pool_cpu_.*")),
     "drafter_lookup": lambda r: drafter_lookup_table(r, ["drafters_cpu"]),
     "drafter_append": lambda r: drafter_append_table(r, ["drafters_cpu"]),
