@@ -185,10 +185,7 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
                            "overlap scheduler, whose relay of drafts and tokens follows the whole batch")
         return original(scheduler, batch, *args, **kwargs)
     kv = {req.rid: len(req.origin_input_ids) + len(req.output_ids) for req in batch.reqs}
-    by_rid = {req.rid: req for req in batch.reqs}
-    paces = {rid: Pace(running[rid], since, len(by_rid[rid].output_ids) - tokens)
-             for rid, (since, tokens) in st.paces.items() if rid in by_rid}
-    decision = plan_step(st.batcher, running, kv, step_s, st.headroom, paces, now)
+    decision = plan_step(st.batcher, running, kv, step_s, st.headroom, _paces(st, batch.reqs), now)
     decode = set(decision.decode)
     st.stats["best_effort_decoded"] += sum(1 for rid in decision.decode if running[rid] is None)
     st.stats["best_effort_deferred"] += sum(1 for rid in decision.skipped if running[rid] is None)
@@ -257,6 +254,13 @@ def _refusals(st: _State, waiting: list[Any], running_batch: Any) -> dict[int, t
     return {int(key): why for key, why in verdict.refused.items()}
 
 
+def _paces(st: _State, reqs: list[Any]) -> dict[str, Pace]:
+    """rid -> progress since it was first seen decoding, for the SLO requests among ``reqs``."""
+    by_rid = {r.rid: r for r in reqs}
+    return {rid: Pace(_tpot(by_rid[rid]), since, len(by_rid[rid].output_ids) - tokens)
+            for rid, (since, tokens) in st.paces.items() if rid in by_rid}
+
+
 def _hold_best_effort(st: _State, scheduler: Any, running_batch: Any) -> list[Any]:
     """Take the best-effort requests out of the waiting queue for this prefill round when a running SLO
     request has not banked the time their prefill would take (``prefill_fits``); returns them."""
@@ -266,12 +270,10 @@ def _hold_best_effort(st: _State, scheduler: Any, running_batch: Any) -> list[An
     if not best_effort:
         return []
     now = time.perf_counter()
-    by_rid = {r.rid: r for r in running_batch.reqs}
-    paces = [Pace(_tpot(by_rid[rid]), since, len(by_rid[rid].output_ids) - tokens)
-             for rid, (since, tokens) in st.paces.items() if rid in by_rid and not by_rid[rid].finished()]
+    paces = _paces(st, [r for r in running_batch.reqs if not r.finished()])
     budget = getattr(scheduler, "max_prefill_tokens", 16384)
     tokens = min(budget, sum(len(r.origin_input_ids) for r in best_effort))
-    if prefill_fits(paces, now, st.prefill_s(tokens)):
+    if prefill_fits(list(paces.values()), now, st.prefill_s(tokens)):
         return []
     st.stats["prefills_held"] += 1
     scheduler.waiting_queue[:] = [r for r in scheduler.waiting_queue if slo_of(r)]

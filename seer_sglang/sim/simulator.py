@@ -276,13 +276,10 @@ class Simulation:
         inst.waiting = collections.deque(sorted(kept, key=lambda s: s.arrival.arrival_s + (s.slo.ttft_s or 0.0))
                                          + rest)
 
-    def _paced(self, inst: SimInstance) -> list[tuple[Slot, Pace]]:
-        """The running SLO requests past their first token, each with its progress since it."""
-        return [(s, Pace(s.slo.tpot_s, s.first_s, s.produced - 1)) for s in inst.running
-                if s.slo is not None and s.slo.tpot_s is not None and s.first_s is not None]
-
-    def _paces(self, inst: SimInstance) -> list[Pace]:
-        return [p for _, p in self._paced(inst)]
+    def _paces(self, inst: SimInstance) -> dict[str, Pace]:
+        """rid -> progress since its first token, for the running SLO requests past it."""
+        return {s.sample.rid: Pace(s.slo.tpot_s, s.first_s, s.produced - 1) for s in inst.running
+                if s.slo is not None and s.slo.tpot_s is not None and s.first_s is not None}
 
     # ---- engine side: the model --------------------------------------------------------------
     def _push(self, t: float, index: int) -> None:
@@ -292,7 +289,7 @@ class Simulation:
     def _admit(self, inst: SimInstance) -> float:
         """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs."""
         self._screen_slo(inst)
-        paces = self._paces(inst) if self.slo_mechanism else []
+        paces = list(self._paces(inst).values()) if self.slo_mechanism else []
         new, cached = [], []
         load_s = 0.0
         kv = inst.kv_held()
@@ -387,9 +384,9 @@ class Simulation:
         slo = [s for s in old if s.slo is not None and s.slo.tpot_s is not None]
         if not slo:
             return inst.running
-        paces = {s.sample.rid: p for s, p in self._paced(inst)}
         decision = plan_step(inst.batcher, {s.sample.rid: s.slo.tpot_s if s.slo is not None else None for s in old},
-                             {s.sample.rid: s.context for s in old}, self.step_s, self.slo_headroom, paces, self.now)
+                             {s.sample.rid: s.context for s in old}, self.step_s, self.slo_headroom,
+                             self._paces(inst), self.now)
         chosen = set(decision.decode)
         inst.best_effort_decoded += sum(1 for s in old if s.slo is None and s.sample.rid in chosen)
         inst.best_effort_deferred += sum(1 for s in old if s.slo is None and s.sample.rid not in chosen)
