@@ -348,6 +348,29 @@ def sched_cost_table(results: Results, stems: list[str]) -> str:
                             "chunks placed per call", "median per placed chunk"], rows) + ["", caption])
 
 
+def cascade_verify_table(results: Results, stems: list[str]) -> str:
+    """``benchmarks.cascade_verify``: one verify step's attention per layer, FlashInfer's single-level
+    verify (what SGLang runs) against the three-level cascade, per GPU measured."""
+    rows, devices = [], []
+    for stem in stems:
+        d = results[stem]
+        devices.append(f"{d['meta']['device']} (torch {d['meta']['torch']})")
+        for r in d["results"]:
+            rows.append([d["meta"]["device"], f"{r['groups']} x {r['siblings']}", fint(r["prompt"]), fint(r["own"]),
+                         fint(r["context_slots"]), f"{r['saved_slots'] / r['context_slots']:.0%}",
+                         f"{r['single_ms']:.3f} ms", f"{r['cascade_ms']:.3f} ms", fratio(r["speedup"]),
+                         f"{r['max_abs_diff']:.4f}"])
+    meta = results[stems[0]]["meta"]
+    hq, hk, hd = meta["heads"]
+    caption = (f"GPU-measured ({'; '.join(devices)}), one run, {meta['dtype'].removeprefix('torch.')}, "
+               f"{hq} query heads, {hk} KV heads, head dim {hd}, {results[stems[0]]['results'][0]['draft_nodes']} "
+               f"draft nodes per request, page size 1; times are the median per layer (CUDA events). "
+               f"Source: {source(stems)}.")
+    return "\n".join(table(["GPU", "groups x siblings", "prompt", "own tokens (up to)", "KV slots read by FlashInfer",
+                            "read once instead", "FlashInfer verify", "cascade", "FlashInfer / cascade",
+                            "largest difference"], rows) + ["", caption])
+
+
 def transfer_table(results: Results, stems: list[str]) -> str:
     d = results[stems[0]]
     cfg = d["config"]
@@ -724,6 +747,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_ablation": lambda r: sim_ablation_table(r, _sim_order(r)),
     "sim_speculation": lambda r: sim_spec_table(r, _sim_order(r)),
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
+    "cascade_verify": lambda r: cascade_verify_table(r, pick(r, r"cascade_verify_.*")),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),

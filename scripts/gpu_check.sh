@@ -20,7 +20,9 @@ if ! "$PY" -c "import flashinfer" 2>/dev/null; then
 fi
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi -L || true
-"$PY" -m pytest -q -m gpu -p no:cacheprovider tests/gpu
+rc=0
+"$PY" -m pytest -q -ra --durations=10 -m gpu -p no:cacheprovider tests/gpu || rc=$?
 GPU=$("$PY" -c "import torch, re; print(re.sub(r'[^A-Za-z0-9]+', '_', torch.cuda.get_device_name()).strip('_'))")
 mkdir -p "$RESULTS"
 "$PY" -m benchmarks.cascade_verify --out "$RESULTS/cascade_verify_$GPU.json"
+exit $rc
