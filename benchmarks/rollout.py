@@ -143,7 +143,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
         ids = prompts[g]
         prompt = {"input_ids": ids, "group_id": f"{tag}{mode}-{g}",
                   "custom_params": [sample_params(ids, m, eos, replay) for m in members]}
-        if mode.startswith("oracle"):
+        if mode.startswith(("oracle", "group-oracle")):
             prompt["oracle_lengths"] = [m.output_len for m in members]
         body["prompts"].append(prompt)
     async with httpx.AsyncClient(timeout=None) as http:

@@ -385,8 +385,32 @@ class OraclePolicy(ContextPolicy):
         return rank
 
 
+class GroupOraclePolicy(ContextPolicy):
+    """BENCHMARKS ONLY. The bound of any group-level length estimate: knows each group's true longest
+    sample (its samples' ``Sample.oracle_length``) and serves groups longest-first, every sample of a
+    group alike, with no probes. ``context`` estimates exactly this; what separates this policy from
+    ``oracle`` is how much lengths vary within a group, which no group estimate can see."""
+
+    name = "group-oracle"
+    _group_longest: dict[str, int] = {}
+
+    def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
+        self._group_longest = {gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
+                                        for s in group.samples) for gid, group in buffer.groups.items()}
+        return super().order(pending, buffer)
+
+    def rank_key(self):
+        longest = self._group_longest
+
+        def rank(s: Sample) -> tuple:
+            return (2, -longest.get(s.group_id, s.params.max_new_tokens))
+
+        return rank
+
+
 POLICIES: dict[str, type[SchedulingPolicy]] = {
-    p.name: p for p in (WholeGroupPolicy, RoundRobinPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy)
+    p.name: p for p in (WholeGroupPolicy, RoundRobinPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy,
+                        GroupOraclePolicy)
 }
 
 

@@ -42,6 +42,7 @@ from sglang.srt.speculative.ngram_info import NgramVerifyInput
 from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..config import DRAFT, PluginConfig
+from ..core.step_model import emulated_model
 from ..speculative.budget import BudgetRequest, high_priority, make_budget
 from ..speculative.draft import Draft, Drafter
 from ..wire import CASCADE_BACKEND, DEPTH_PARAM, parse_chunk_rid
@@ -229,7 +230,9 @@ class SeerSpecWorker(NGRAMWorker):
         self.variable_width = on_cpu = str(self.device).startswith("cpu")
         # Only the seer_cascade backend reads the verify input's group tags: no per-step work otherwise.
         self.tag_groups = not on_cpu and server_args.attention_backend == CASCADE_BACKEND
-        self.budget = make_budget(config.budget, self.full_width - 1, config.cost_path)
+        # An emulated instance's steps last what its profile says: the budget prices drafts by the profile.
+        self.budget = make_budget(config.budget, self.full_width - 1, config.cost_path,
+                                  emulated_model(config.emulate, config.emulate_length_scale, config.emulate_time_scale))
         self._planned: tuple[np.ndarray, np.ndarray] | None = None
         self._verified: list[int] = []
         self._gamma = 0  # the draft length the budget chose for this step

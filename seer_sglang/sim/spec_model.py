@@ -86,10 +86,7 @@ class SpecModel:
         return 0.0 if model.compute_per_token_s else model.prefill_per_token_s
 
     def budget(self, model: StepModel) -> DraftBudget:
-        """The engine's budget over this model's costs: a one-token verify step is a decode step. On a GPU
-        profile a verified token is priced at its compute, what it adds once the step is compute-bound."""
-        per_token = self.token_cost(model) or model.compute_per_token_s
-        cost = CostModel(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token),
-                         per_token,
-                         CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max))
-        return DraftBudget(cost, self.gamma_max, self.lam)
+        """The engine's budget over this model's costs (``CostModel.from_step_model``: a GPU profile's
+        roofline, as an emulated instance's budget has it, or a CPU fit's linear step)."""
+        curve = CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max)
+        return DraftBudget(CostModel.from_step_model(model, curve, self.verify_per_token_s), self.gamma_max, self.lam)

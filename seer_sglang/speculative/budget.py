@@ -9,13 +9,15 @@ Pure objects with no I/O: the SGLang plugin and the simulator call the same code
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Sequence
 
 import numpy as np
 
 from ..config import BUDGETS
+from ..core.step_model import StepModel
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,11 @@ class CostModel:
     request (the last verified token plus gamma drafts), plus verify_base_s + verify_per_seq_s * B when
     the step verifies drafts (n > 1): the tree mask, the acceptance walk and the KV moves that a plain
     decode step (n = 1) does without. And an acceptance curve: ``accept_curve[i]`` = probability that
-    draft token i + 1 of a linear draft is accepted (non-increasing; zero past its end)."""
+    draft token i + 1 of a linear draft is accepted (non-increasing; zero past its end).
+
+    With ``memory_s`` (a GPU profile's weight read) the token term is a roofline instead:
+    max(memory_s, per_token_s * B * n). A memory-bound decode step computes far less than it reads, so
+    drafts verify for free until their compute passes the read; a linear model would price every one."""
 
     base_s: float
     per_seq_s: float
@@ -32,10 +38,26 @@ class CostModel:
     accept_curve: tuple[float, ...]
     verify_base_s: float = 0.0
     verify_per_seq_s: float = 0.0
+    memory_s: float = 0.0
 
     def step_time(self, batch: int, tokens_per_request: float) -> float:
         verify = self.verify_base_s + self.verify_per_seq_s * batch if tokens_per_request > 1 else 0.0
-        return self.base_s + self.per_seq_s * batch + self.per_token_s * batch * tokens_per_request + verify
+        tokens = self.per_token_s * batch * tokens_per_request
+        return self.base_s + self.per_seq_s * batch + max(self.memory_s, tokens) + verify
+
+    @classmethod
+    def from_step_model(cls, model: StepModel, accept_curve: Sequence[float],
+                        verify_per_token_s: float | None = None) -> "CostModel":
+        """The step-time terms of a ``StepModel``: a GPU profile's roofline (its decode step with the KV
+        read left out, so drafts look no freer than they are), or a CPU fit's linear step, whose
+        verified tokens each cost a prefill token (or ``verify_per_token_s``)."""
+        curve = tuple(float(p) for p in accept_curve)
+        if model.compute_per_token_s and verify_per_token_s is None:
+            return cls(model.decode_base_s, model.decode_per_seq_s, model.compute_per_token_s, curve,
+                       memory_s=model.weight_read_s)
+        per_token = model.prefill_per_token_s if verify_per_token_s is None else verify_per_token_s
+        return cls(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token),
+                   per_token, curve)
 
     def expected_accepted(self, k: int, scores: Sequence[float] | None = None) -> float:
         """Expected accepted draft tokens among the first k: the sum of their acceptance
@@ -193,10 +215,15 @@ class OnlineCost:
     ``model()`` is None until the window shows at least ``min_widths`` widths (two for the draft budget,
     which must tell verify steps from plain ones; one for SLO admission, which prices plain decode
     steps). A step of width 1 is a plain decode step (no drafts anywhere in the batch).
+
+    With ``times`` (an emulated instance: its steps last what its profile says, whatever the host
+    spent) only the acceptance curve is learned; ``model()`` is ``times`` with it, once ``min_points``
+    requests have verified a draft.
     """
 
     def __init__(self, gamma_max: int = 8, window: int = 256, min_points: int = 32, min_widths: int = 2,
-                 per_batch: int | None = None):
+                 per_batch: int | None = None, times: CostModel | None = None):
+        self.times = times
         self.gamma_max = gamma_max
         self.points: list[tuple[int, float, float]] = []
         self.window = window
@@ -248,6 +275,10 @@ class OnlineCost:
     def model(self) -> CostModel | None:
         if self._stale:
             self._stale = False
+            if self.times is not None:
+                if self.tried[0] >= self.min_points:
+                    self._fitted = dataclasses.replace(self.times, accept_curve=self.curve())
+                return self._fitted
             widths = {n for _, n, _ in self.points}
             if len(self.points) >= self.min_points and len(widths) >= self.min_widths:
                 self._fitted = CostModel.fit(self.points, self.curve())
@@ -324,8 +355,9 @@ class AdaptiveBudget:
     EXPLORE_SHARE = 0.02
     CREDIT_STEPS = 1024  # the credit saved up is capped at this many steps' worth
 
-    def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0):
-        self.online = None if cost is not None else OnlineCost(gamma_max)
+    def __init__(self, cost: CostModel | None = None, gamma_max: int = 8, lam: float = 2.0,
+                 times: CostModel | None = None):
+        self.online = None if cost is not None else OnlineCost(gamma_max, times=times)
         self.rates = MeasuredRates()
         self.gamma_max = gamma_max
         self.lam = lam
@@ -412,20 +444,24 @@ def load_cost(path: str) -> CostModel:
     data = json.loads(Path(path).read_text())
     if "per_token_s" in data:
         return CostModel(data["base_s"], data["per_seq_s"], data["per_token_s"], tuple(data["accept_curve"]),
-                         data.get("verify_base_s", 0.0), data.get("verify_per_seq_s", 0.0))
-    # A verify step is memory-bound while its tokens' compute stays below the weight read: the
-    # linear model then starts from the base plus the weight read.
-    per_token = data["prefill_per_token_s"]
-    base = data["decode_base_s"] + data.get("weight_read_s", 0.0)
-    return CostModel(base, max(0.0, data["decode_per_seq_s"] - per_token), per_token,
-                     CostModel.geometric_curve(data.get("accept_rate", 0.6)))
+                         data.get("verify_base_s", 0.0), data.get("verify_per_seq_s", 0.0), data.get("memory_s", 0.0))
+    required = {f.name for f in fields(StepModel) if f.default is MISSING and f.name != "name"}
+    if not required <= data.keys():
+        raise ValueError(f"{path}: neither CostModel fields (base_s, per_seq_s, per_token_s, accept_curve) nor a "
+                         f"StepModel (missing {sorted(required - data.keys())})")
+    known = {f.name for f in fields(StepModel)}
+    model = StepModel(**{"name": Path(path).stem, **{k: v for k, v in data.items() if k in known}})
+    return CostModel.from_step_model(model, CostModel.geometric_curve(data.get("accept_rate", 0.6)))
 
 
-def make_budget(name: str, gamma_max: int, cost_path: str | None = None):
+def make_budget(name: str, gamma_max: int, cost_path: str | None = None, times: StepModel | None = None):
     """``adaptive`` (Seer's budget), ``threshold`` (fixed gamma below a batch size) or ``full`` (every
-    draft token, every step): ``config.BUDGETS``, the names of ``launch_server --draft-budget``."""
+    draft token, every step): ``config.BUDGETS``, the names of ``launch_server --draft-budget``.
+    ``times``: the step model an emulated instance runs on, whose step times the adaptive budget then
+    takes instead of fitting them (it still learns acceptance)."""
     if name == "adaptive":
-        return AdaptiveBudget(load_cost(cost_path) if cost_path else None, gamma_max)
+        known = CostModel.from_step_model(times, ()) if times is not None and not cost_path else None
+        return AdaptiveBudget(load_cost(cost_path) if cost_path else None, gamma_max, times=known)
     if name == "threshold":
         return ThresholdSwitch(gamma=gamma_max)
     if name == "full":

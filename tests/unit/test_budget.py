@@ -216,14 +216,16 @@ def test_profiles_load_from_cost_or_step_model_files(tmp_path):
     cost = load_cost(str(path))
     # a one-token verify step costs what the step model's decode step costs
     assert cost.step_time(8, 1) == pytest.approx(fitted.decode_step(8, 0))
-    # a memory-bound model is linearised from its weight read: within 2% at small batches, and above
-    # the roofline (drafts priced as not free) at larger ones
+    # a GPU profile keeps its roofline: a verify step of every width costs what the profile's step of
+    # that many tokens costs (KV read aside), so drafts are free until their compute passes the weight read
     dense = load_profile("h100-70b")
     dense.save(path)
     cost = load_cost(str(path))
-    for batch in (1, 8):
-        assert cost.step_time(batch, 1) == pytest.approx(dense.decode_step(batch, 0), rel=0.02)
-    assert cost.step_time(64, 1) >= dense.decode_step(64, 0)
+    for batch in (1, 8, 64, 256):
+        for width in (1, 3, 9):
+            assert cost.step_time(batch, width) == pytest.approx(dense.decode_step(batch, 0, batch * width))
+    assert cost.step_time(8, 9) == pytest.approx(cost.step_time(8, 1))  # memory-bound: drafts ride free
+    assert cost.step_time(256, 9) > 2 * cost.step_time(256, 1)  # compute-bound: they do not
     assert cost.accept_curve == CostModel.geometric_curve(0.6)
     assert make_budget("full", 5).allocate([BudgetRequest("a", False, [0.1] * 9)], 10_000).per_request == {"a": 5}
     assert not make_budget("threshold", 5).allocate([BudgetRequest("a", False, [0.1])], 64).enabled
@@ -268,3 +270,25 @@ def test_budget_records_each_step_into_the_fit_and_the_rates():
     assert budget.online.points[-1] == (4, pytest.approx(1 + 5 / 4), 0.5)
     assert budget.online.curve()[:2] == pytest.approx((2 / 3, 1 / 2))
     assert budget.rates.rate(4, 0) is None  # no plain step yet
+
+
+def test_an_emulated_budget_takes_its_profiles_step_times_and_learns_acceptance():
+    """With ``--emulate`` the adaptive budget decides by the profile's roofline (the time an emulated
+    step is padded to), not by a fit of the host's step times, and learns acceptance from its steps."""
+    from seer_sglang.core.step_model import load_profile
+    from seer_sglang.speculative.budget import make_budget
+
+    dense = load_profile("h100-70b")
+    budget = make_budget("adaptive", 8, times=dense)
+    assert budget.current_model() is None  # acceptance not seen yet: profiling lengths
+    for _ in range(8):  # slow host steps do not enter: the step times are the profile's
+        budget.record_step(16, 4, [4] * 16, [3] * 16, seconds=5.0)
+    model = budget.current_model()
+    assert model is not None and model.memory_s == dense.weight_read_s
+    assert model.step_time(16, 5) == pytest.approx(dense.decode_step(16, 0, 16 * 5))
+    assert model.accept_curve[:3] == (1.0, 1.0, 1.0) and model.accept_curve[3] == 0.0
+    assert budget.gamma_star(16) >= 3  # accepted drafts that cost nothing at this batch are taken
+    host_fit = make_budget("adaptive", 8)
+    for _ in range(8):
+        host_fit.record_step(16, 4, [4] * 16, [3] * 16, seconds=5.0)
+    assert host_fit.current_model() is None  # a host fit needs plain steps too

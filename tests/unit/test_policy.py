@@ -104,7 +104,7 @@ def test_make_policy_rejects_unknown_names():
 
 # ---- divided rollout and context-aware policies ------------------------------------------------
 
-from seer_sglang.core.policy import ChunkedPolicy, ContextPolicy, OraclePolicy  # noqa: E402
+from seer_sglang.core.policy import ChunkedPolicy, ContextPolicy, GroupOraclePolicy, OraclePolicy  # noqa: E402
 
 
 def finish(policy, sample, length):
@@ -230,6 +230,20 @@ def test_oracle_orders_by_true_remaining_length():
     order = [s.rid for s in OraclePolicy(chunk_size=8).order(buf.pending(), buf)]
     assert order == ["b-0", "a-1", "a-0", "a-2", "b-1"]
     assert ContextPolicy().order(buf.pending(), buf)[0].rid in ("a-0", "b-0")  # others ignore oracle_length
+
+
+def test_group_oracle_serves_groups_by_their_true_longest_sample():
+    """Every sample of the group with the longest true sample first, whatever its own length; no probes."""
+    buf = RequestBuffer()
+    buf.add_group(Group.make("a", [1, 2], 3, SamplingParams(max_new_tokens=1000), oracle_lengths=[100, 900, 50]))
+    buf.add_group(Group.make("b", [1, 2], 2, SamplingParams(max_new_tokens=1000), oracle_lengths=[400, 10]))
+    policy = GroupOraclePolicy(chunk_size=8)
+    assert [s.rid for s in policy.order(buf.pending(), buf)] == ["a-0", "a-1", "a-2", "b-0", "b-1"]
+    buf.groups["a"].samples[1].output_ids = [1] * 600  # progress does not move a group
+    for s in buf.groups["b"].samples:
+        s.output_ids = [1] * 5
+    assert [s.rid for s in policy.order(buf.pending(), buf)][:3] == ["a-0", "a-1", "a-2"]
+    assert make_policy("group-oracle", chunk_size=8).chunk_size == 8
 
 
 def test_context_dispatch_priorities_follow_the_order():

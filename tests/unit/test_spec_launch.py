@@ -42,7 +42,7 @@ def test_budget_and_profile_reach_the_instances(tmp_path):
     with pytest.raises(ValueError, match="--draft-budget"):
         drafting("suffix", 8, 4, tmp_path, cpu=True, budget="greedy")
     (tmp_path / "bad.json").write_text('{"base_s": 1}')
-    with pytest.raises(KeyError):  # a broken profile stops the launcher, not each instance
+    with pytest.raises(ValueError, match="missing"):  # a broken profile stops the launcher, not each instance
         drafting("suffix", 8, 4, tmp_path, cpu=True, cost_path=str(tmp_path / "bad.json"))
 
 

@@ -1,0 +1,150 @@
+"""What bounds a measured emulated rollout, in the simulator that predicted it: more workloads of the same
+shape, bound policies the real benchmark did not run, and speculation at other acceptance rates.
+
+    python -m benchmarks.sim_bounds --from benchmarks/results/emulated_h100_moonlight_workloads.json \\
+        --seeds 0-7 --modes divided,context,group-oracle,oracle --out benchmarks/results/sim_bounds_moonlight.json
+    python -m benchmarks.sim_bounds --from benchmarks/results/emulated_h100_qwen2vl_sd_x30_plain.json \\
+        --modes context,oracle,context+sd,oracle+sd --acceptance measured,seer-linear,seer-4path \\
+        --out benchmarks/results/sim_bounds_qwen2vl_sd.json
+
+The step model, KV capacity, admission rule and workload generator are those of the result file
+(``benchmarks.rollout`` rebuilt from its config), so with the file's own seeds each mode's prediction is
+its ``sim_check``. ``group-oracle`` knows each group's true longest sample: the most any group-level
+length estimate (``context``'s) can know. Acceptance for ``+sd`` modes: ``measured`` is the file's
+``--sim-acceptance`` (replayed on the text the run replayed); ``seer-linear`` and ``seer-4path`` are the
+mean acceptance lengths the Seer paper reports for its models' text with 0, 1, 5 and 15 finished
+siblings (linear and 4-path drafts). Simulated, not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from benchmarks.rollout import build_workload, emulation_settings, mode_options
+from seer_sglang.config import EmulationConfig
+from seer_sglang.core.policy import make_policy
+from seer_sglang.frontend.tokenizer import PromptTokenizer
+from seer_sglang.launch.emulation import admission
+from seer_sglang.models import resolve_model_path
+from seer_sglang.sim.simulator import simulate
+from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
+from seer_sglang.sim.workload import PRESETS
+
+# Seer (v3): mean acceptance length, bonus token included, with n finished siblings as references.
+SEER_ACCEPTANCE = {"seer-linear": ((0, 1.70), (1, 2.04), (5, 2.32), (15, 2.53)),
+                   "seer-4path": ((0, 1.85), (1, 2.25), (5, 2.59), (15, 2.85))}
+SEER_DRAFT_TOKENS = 8
+
+
+def seer_spec(name: str) -> SpecModel:
+    """A simulator acceptance from Seer's reported lengths: n references are the share n / 15 of a
+    group's other siblings (the simulator interpolates on that share)."""
+    points = tuple((n / 15, alpha_for_length(length, SEER_DRAFT_TOKENS)) for n, length in SEER_ACCEPTANCE[name])
+    return SpecModel(own_alpha=points[0][1], group_alpha=points[-1][1], gamma_max=SEER_DRAFT_TOKENS,
+                     measured=points, source=f"{name}: Seer's reported acceptance lengths")
+
+
+def parse_seeds(text: str | None, default: list[int]) -> list[int]:
+    if not text:
+        return default
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return seeds
+
+
+def rebuild(config: dict, seeds: list[int]):
+    """The traces of ``seeds``, the step model, the KV capacity and the admission rule of a
+    ``benchmarks.rollout --emulate`` run."""
+    args = argparse.Namespace(**config)
+    spec = dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
+    tokenizer = PromptTokenizer(resolve_model_path(args.model))
+    traces = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec).trace for s in seeds]
+    emulated, length_scale = emulation_settings(args)
+    if emulated is None:
+        raise SystemExit("--from must be an emulated run (benchmarks.rollout --emulate)")
+    model = dataclasses.replace(emulated, capacity_tokens=args.kv_tokens,
+                                request_overhead_s=config["calibration"]["request_overhead_s"])
+    rule = admission(EmulationConfig(args.emulate, args.emulate_time_scale, length_scale))
+    return traces, model, rule
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--from", dest="source", required=True, help="a benchmarks.rollout --emulate result file")
+    ap.add_argument("--seeds", default=None, help="workload seeds, e.g. 0-7 (default: the file's own)")
+    ap.add_argument("--modes", default="divided,context,group-oracle,oracle",
+                    help="policies, as benchmarks.rollout names them; plain SGLang (baseline) always runs")
+    ap.add_argument("--acceptance", default="measured", help="for +sd modes: measured (the file's --sim-acceptance), seer-linear, "
+                    "seer-4path, or a benchmarks.draft_replay --references result file")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    source = json.loads(Path(args.source).read_text())
+    config = source["config"]
+    own = [config["seed"] + r for r in range(config["repeats"])] if config.get("vary_trace") else [config["seed"]]
+    seeds = parse_seeds(args.seeds, own)
+    traces, model, rule = rebuild(config, seeds)
+    specs: dict[str, SpecModel] = {}
+    speculative = any(o.startswith("sd") for m in args.modes.split(",") for o in mode_options(m)[1])
+    for name in args.acceptance.split(",") if speculative else []:
+        if name == "measured":
+            if not config.get("sim_acceptance"):
+                raise SystemExit("the file has no --sim-acceptance: use seer-linear or seer-4path")
+            specs[name] = SpecModel.from_replay(config["sim_acceptance"])
+        elif name in SEER_ACCEPTANCE:
+            specs[name] = seer_spec(name)
+        else:  # a benchmarks.draft_replay --references result
+            specs[Path(name).stem] = SpecModel.from_replay(name)
+
+    runs: dict[str, list] = {}
+    for mode in ["baseline", *args.modes.split(",")]:
+        name, options = mode_options(mode)
+        sd = any(o.startswith("sd") for o in options)
+        for acc in (specs if sd else [None]):
+            spec = None if acc is None else dataclasses.replace(specs[acc], grouped="sd-suffix" not in options)
+            key = mode if acc is None else f"{mode} ({acc})"
+            runs[key] = [simulate(t, make_policy("round-robin" if mode == "baseline" else name,
+                                                 chunk_size=config["chunk_size"]),
+                                  model, config["instances"], config["max_tokens"], spec=spec, admission=rule)
+                         for t in traces]
+            print(f"{key}: {statistics.fmean(r.completion_s for r in runs[key]):.1f} s", flush=True)
+
+    base = runs["baseline"]
+    base_tail = statistics.fmean(r.tail_s for r in base)
+    modes = {}
+    for key, rs in runs.items():
+        per_seed = [b.completion_s / r.completion_s for b, r in zip(base, rs)]
+        acc = [r.mean_acceptance_length for r in rs if r.mean_acceptance_length is not None]
+        modes[key] = {"completion_s": statistics.fmean(r.completion_s for r in rs),
+                      "tail_s": statistics.fmean(r.tail_s for r in rs),
+                      "throughput": sum(b.completion_s for b in base) / sum(r.completion_s for r in rs),
+                      "tail": statistics.fmean(r.tail_s for r in rs) / base_tail if base_tail else None,
+                      "per_seed": per_seed, "min": min(per_seed), "max": max(per_seed),
+                      "efficiency": statistics.fmean(r.efficiency for r in rs),
+                      "mean_acceptance_length": statistics.fmean(acc) if acc else None}
+    report = {"config": {"from": args.source, "seeds": seeds, "source_seeds": own, "modes": list(runs),
+                         "workload": config["workload"], "instances": config["instances"],
+                         "prompts": config["prompts"], "group_size": config["group_size"],
+                         "max_tokens": config["max_tokens"], "chunk_size": config["chunk_size"],
+                         "kv_tokens": config["kv_tokens"], "emulate": config["emulate"],
+                         "emulate_time_scale": config["emulate_time_scale"],
+                         "acceptance": {k: s.source for k, s in specs.items()}},
+              "label": "SIMULATED, not measured: the simulator over the step model and workload of the source file",
+              "modes": modes}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    for key, m in modes.items():
+        print(f"{key:>28}: {m['throughput']:.3f}x ({m['min']:.2f}-{m['max']:.2f}) tail {m['tail']:.2f}x "
+              f"efficiency {m['efficiency']:.2f}" + (f" acceptance {m['mean_acceptance_length']:.2f}"
+                                                      if m["mean_acceptance_length"] else ""))
+
+
+if __name__ == "__main__":
+    main()
