@@ -288,6 +288,10 @@ def test_an_emulated_budget_takes_its_profiles_step_times_and_learns_acceptance(
     assert model.step_time(16, 5) == pytest.approx(dense.decode_step(16, 0, 16 * 5))
     assert model.accept_curve[:3] == (1.0, 1.0, 1.0) and model.accept_curve[3] == 0.0
     assert budget.gamma_star(16) >= 3  # accepted drafts that cost nothing at this batch are taken
+    for _ in range(8):  # the host ran drafted steps slower than plain ones: no veto, the profile decides
+        budget.record_step(16, 0, [0] * 16, [0] * 16, seconds=1.0)
+        budget.record_step(16, 3, [3] * 16, [3] * 16, seconds=50.0)
+    assert not budget.rates.pays(16, 3) and budget.gamma_star(16) >= 3
     host_fit = make_budget("adaptive", 8)
     for _ in range(8):
         host_fit.record_step(16, 4, [4] * 16, [3] * 16, seconds=5.0)
