@@ -74,6 +74,31 @@ def rebuild(config: dict, seeds: list[int]):
     return traces, model, rule
 
 
+def plot(report: dict, path: Path) -> None:
+    """Throughput vs plain SGLang per mode (bar: over all workloads; whiskers: the per-workload range)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = {k: m for k, m in report["modes"].items() if k != "baseline"}
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(modes)), 3.6))
+    xs = range(len(modes))
+    values = [m["throughput"] for m in modes.values()]
+    low = [v - m["min"] for v, m in zip(values, modes.values())]
+    high = [m["max"] - v for v, m in zip(values, modes.values())]
+    ax.bar(xs, values, yerr=[low, high], capsize=4, color="tab:blue")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    labels = [k.replace("acceptance_text_", "").replace(" (", "\n(") for k in modes]
+    ax.set_xticks(list(xs), labels, fontsize=7, rotation=15)
+    ax.set_ylabel("throughput vs plain SGLang")
+    cfg = report["config"]
+    ax.set_title(f"SIMULATED: {cfg['workload']}, {cfg['instances']} instances, {len(cfg['seeds'])} workload(s)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from", dest="source", required=True, help="a benchmarks.rollout --emulate result file")
@@ -96,7 +121,7 @@ def main() -> None:
         if name == "measured":
             if not config.get("sim_acceptance"):
                 raise SystemExit("the file has no --sim-acceptance: use seer-linear or seer-4path")
-            specs[name] = SpecModel.from_replay(config["sim_acceptance"])
+            specs[Path(config["sim_acceptance"]).stem] = SpecModel.from_replay(config["sim_acceptance"])
         elif name in SEER_ACCEPTANCE:
             specs[name] = seer_spec(name)
         else:  # a benchmarks.draft_replay --references result
@@ -140,6 +165,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
+    plot(report, out.with_suffix(".png"))
     for key, m in modes.items():
         print(f"{key:>28}: {m['throughput']:.3f}x ({m['min']:.2f}-{m['max']:.2f}) tail {m['tail']:.2f}x "
               f"efficiency {m['efficiency']:.2f}" + (f" acceptance {m['mean_acceptance_length']:.2f}"

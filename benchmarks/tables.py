@@ -221,12 +221,52 @@ def emulated_table(results: Results, stem: str) -> str:
                   f"the same shape (seeds {cfg['seed']}–{cfg['seed'] + cfg['repeats'] - 1}), every mode on it, in a "
                   f"random order; mean (min–max) over them; throughput: total over the repeats, with the range "
                   f"of the per-workload ratios. ")
-               + (f"Every sample replays SmolLM2's recorded text ({source([Path(cfg['replay']).stem])}), so "
-                  "drafts are accepted as on that text. " if cfg.get("replay") else "")
+               + (f"Every sample replays SmolLM2's recorded text{_recorded_at(cfg['replay'])} "
+                  f"({source([Path(cfg['replay']).stem])}), so drafts are accepted as on that text. "
+                  if cfg.get("replay") else "")
                + (f"The simulator's acceptance: {source([Path(cfg['sim_acceptance']).stem])}. "
                   if cfg.get("sim_acceptance") else "")
                + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
+
+
+def _recorded_at(replay: str) -> str:
+    """' at temperature T' for a ``benchmarks.record_text`` file, from its own config."""
+    path = ROOT / replay
+    if not path.is_file():
+        return ""
+    return f" at temperature {json.loads(path.read_text())['config']['temperature']:g}"
+
+
+def sim_bounds_table(results: Results, stem: str) -> str:
+    """``benchmarks.sim_bounds``: the simulator over an emulated run's workload shape, with bound policies
+    and other acceptance, against plain SGLang on the same workloads."""
+    d = results[stem]
+    cfg = d["config"]
+    rows = []
+    for m, r in d["modes"].items():
+        if m == "baseline":
+            continue
+        ratio = fratio(r["throughput"])
+        if fratio(r["min"]) != fratio(r["max"]):
+            ratio += f" ({fratio(r['min'])}–{fratio(r['max'])})"
+        acc = r.get("mean_acceptance_length")
+        rows.append([mode_name(m.split(" (")[0]) + (f" ({m.split(' (')[1]}" if " (" in m else ""), ratio,
+                     fratio(r["tail"]), f"{r['efficiency']:.2f}", f"{acc:.2f}" if acc else "-"])
+    seeds = cfg["seeds"]
+    span = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+    acceptance = "; ".join(f"`{k}`: {v}" for k, v in cfg.get("acceptance", {}).items())
+    caption = (f"SIMULATED, not measured: the simulator over the step model, KV ({cfg['kv_tokens']:,} tokens per "
+               f"instance), admission rule and workload shape of {source([Path(cfg['from']).stem])} "
+               f"(`{cfg['emulate']}` profile, times x{cfg['emulate_time_scale']:g}; {cfg['instances']} instances, "
+               f"{cfg['prompts']} x {cfg['group_size']} {cfg['workload']}-shaped samples up to {cfg['max_tokens']} "
+               f"tokens, chunk {cfg['chunk_size']}), {len(seeds)} workload{'s' if len(seeds) > 1 else ''} ({span}). "
+               f"Throughput: total over the workloads vs plain SGLang's on the same ones, with the range of "
+               f"the per-workload ratios; efficiency: the run's lower bound without speculation (throughput or longest "
+               f"sample) over its completion time, so above 1 where drafts were accepted." + (f" Acceptance: {acceptance}." if acceptance else "")
+               + f" Source: {source([stem])}.")
+    return "\n".join(table(["mode", "throughput vs plain SGLang", "tail vs plain", "efficiency",
+                            "tokens per verify step"], rows) + ["", caption])
 
 
 def emulation_check_table(results: Results, stem: str) -> str:
@@ -719,8 +759,8 @@ def text_acceptance_table(results: Results, stem: str) -> str:
     ns = list(next(iter(curves.values())))
     rows = [[f"`{drafter}`"] + [f"{curve[n]:.2f}" for n in ns] for drafter, curve in curves.items()]
     caption = (f"Replayed on the CPU through the instances' own drafters ({d['config']['draft_tokens']} draft tokens, "
-               f"{d['config']['draft_paths']} paths) over the recorded SmolLM2-135M text that the emulated run "
-               f"replays ({source([Path(d['config']['outputs']).stem])}); each sample decoded alone after n of its "
+               f"{d['config']['draft_paths']} paths) over the recorded SmolLM2-135M text{_recorded_at(d['config']['outputs'])} "
+               f"that the emulated run replays ({source([Path(d['config']['outputs']).stem])}); each sample decoded alone after n of its "
                f"siblings finished. Cells: tokens per verify step. Source: {source([stem])}.")
     return "\n".join(table(["drafter"] + [f"n = {n}" for n in ns], rows) + ["", caption])
 
@@ -736,6 +776,11 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),
     "emulated_h100_moonlight_workloads": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads"),
     "emulated_h100_qwen2vl_sd": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_plain"),
+    "sim_bounds_moonlight": lambda r: sim_bounds_table(r, "sim_bounds_moonlight"),
+    "text_acceptance_t06": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32_t0.6"),
+    "sim_bounds_qwen2vl_sd": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_sd"),
+    "emulated_h100_qwen2vl_sd_t06": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_t0.6"),
+    "emulated_h100_qwen2vl_sd_t06_x60": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
     "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
