@@ -269,3 +269,30 @@ def test_slo_arrivals_skip_a_quiet_phase_and_keep_the_others():
     quiet = slo_arrivals(classes, [0.0, 3.0], 5.0, 1.0, 16, seed=7)
     assert quiet and all(a.phase == 1 and 6.0 <= a.arrival_s < 11.0 for a in quiet)
     assert slo_arrivals(classes, [0.0, 0.0], 5.0, 1.0, 16) == []
+
+
+def test_the_simulators_budget_prices_a_gpu_profile_as_the_emulated_instances_do():
+    """One cost model for both: the budget's verify step is the profile's roofline, so at a small batch
+    on a memory-bound profile it drafts more than a budget that priced every verified token."""
+    from seer_sglang.core.step_model import load_profile
+    from seer_sglang.sim.spec_model import SpecModel
+    from seer_sglang.speculative.budget import CostModel, make_budget
+
+    gpu = load_profile("h100-70b")
+    spec = SpecModel()
+    cost = spec.budget(gpu).cost
+    assert cost == CostModel.from_step_model(gpu, cost.accept_curve) and cost.memory_s == gpu.weight_read_s
+    emulated = make_budget("adaptive", spec.gamma_max, times=gpu).online.times
+    assert emulated.step_time(16, 9) == pytest.approx(cost.step_time(16, 9))
+    linear = dataclasses.replace(cost, base_s=cost.base_s + cost.memory_s, memory_s=0.0)
+    assert cost.best_gamma(16, spec.gamma_max) > linear.best_gamma(16, spec.gamma_max)
+
+
+def test_sim_bounds_seeds_and_the_papers_acceptance():
+    from benchmarks.sim_bounds import SEER_ACCEPTANCE, parse_seeds, seer_spec
+
+    assert parse_seeds("0-2,5", [9]) == [0, 1, 2, 5] and parse_seeds(None, [9]) == [9]
+    spec = seer_spec("seer-linear")
+    for n, length in SEER_ACCEPTANCE["seer-linear"]:  # the chain acceptance gives the reported length back
+        a = spec.alpha(n, 16)
+        assert sum(a ** i for i in range(spec.gamma_max + 1)) == pytest.approx(length, rel=1e-6)
