@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import hashlib
 import json
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.rollout import build_workload
+from benchmarks.rollout import build_workload, workload_shape
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, start_instance,
                                             stop_instances, wait_healthy)
@@ -105,7 +104,7 @@ def main() -> None:
 
     model_path = resolve_model_path(args.model)
     tokenizer = PromptTokenizer(model_path)
-    spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
+    spec = workload_shape(args)
     works = {}
     for seed in (int(s) for s in args.seeds.split(",")):
         args.seed = seed

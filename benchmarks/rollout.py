@@ -294,31 +294,42 @@ def calib_batches(args) -> tuple[int, ...]:
     return tuple(int(b) for b in args.calib_batches.split(","))
 
 
+def mode_drafter(mode: str) -> str | None:
+    """The ``+sd...`` option of a mode, if it speculates."""
+    return next((o for o in mode_options(mode)[1] if o.startswith("sd")), None)
+
+
+def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
+    """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it);
+    ``spec``, the acceptance of a ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
+    from seer_sglang.core.policy import make_policy
+    from seer_sglang.sim.simulator import simulate
+
+    name, options = mode_options(mode)
+    policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
+                         whole_tail="tail" in options)
+    if spec is not None:
+        spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
+    return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule)
+
+
 def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
     """The simulator, on the step model the instances ran (emulated) or were fitted to (CPU), against the
     mean of the real runs (each repeat's workload simulated once): ``error`` is signed and relative
     (predicted / real - 1)."""
-    from seer_sglang.core.policy import make_policy
-    from seer_sglang.sim.simulator import simulate
-
     from seer_sglang.sim.spec_model import SpecModel
 
     measured = SpecModel.from_replay(args.sim_acceptance) if args.sim_acceptance else None
     out = {}
     for mode, real in results.items():
-        name, options = mode_options(mode)
-        drafter = next((o for o in options if o.startswith("sd")), None)
+        drafter = mode_drafter(mode)
         if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
             continue  # without acceptance measured on this text (--sim-acceptance) there is nothing to hold it to
-        spec = None if drafter is None else dataclasses.replace(measured, grouped=drafter == "sd")
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         sims = {}
         for trace in traces:
             if id(trace) not in sims:
-                policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
-                                     whole_tail="tail" in options)
-                sims[id(trace)] = simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec,
-                                           admission=rule)
+                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured if drafter else None)
         runs = [sims[id(t)] for t in traces]
         predicted = statistics.fmean(r.completion_s for r in runs)
         out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
@@ -328,6 +339,16 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
                      "real_retractions": real["retractions"],
                      "predicted_per_repeat_s": [r.completion_s for r in runs]}
     return out
+
+
+def workload_shape(args):
+    """The preset's lengths scaled to ``--max-tokens``, with the run's group size."""
+    return dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
+
+
+def workload_seeds(args) -> list[int]:
+    """One workload seed per repeat with ``--vary-trace`` (repeat r runs seed + r), else the one seed."""
+    return [args.seed + r for r in range(args.repeats)] if args.vary_trace else [args.seed]
 
 
 def ratios_against(results: dict, base_mode: str) -> dict:
@@ -550,8 +571,8 @@ def main() -> None:
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)
     tokenizer = PromptTokenizer(model_path)
-    spec = dataclasses.replace(preset.scaled(args.max_tokens), group_size=args.group_size)
-    seeds = [args.seed + r for r in range(args.repeats)] if args.vary_trace else [args.seed]
+    spec = workload_shape(args)
+    seeds = workload_seeds(args)
     recording = json.loads(Path(args.replay).read_text()) if args.replay else None
     by_seed = {}
     for seed in seeds:

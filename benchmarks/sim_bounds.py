@@ -24,15 +24,13 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.rollout import build_workload, emulation_settings, mode_options
+from benchmarks.rollout import (build_workload, emulation_settings, mode_drafter, simulate_mode, workload_seeds,
+                                workload_shape)
 from seer_sglang.config import EmulationConfig
-from seer_sglang.core.policy import make_policy
 from seer_sglang.frontend.tokenizer import PromptTokenizer
 from seer_sglang.launch.emulation import admission
 from seer_sglang.models import resolve_model_path
-from seer_sglang.sim.simulator import simulate
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
-from seer_sglang.sim.workload import PRESETS
 
 # Seer (v3): mean acceptance length, bonus token included, with n finished siblings as references.
 SEER_ACCEPTANCE = {"seer-linear": ((0, 1.70), (1, 2.04), (5, 2.32), (15, 2.53)),
@@ -62,7 +60,7 @@ def rebuild(config: dict, seeds: list[int]):
     """The traces of ``seeds``, the step model, the KV capacity and the admission rule of a
     ``benchmarks.rollout --emulate`` run."""
     args = argparse.Namespace(**config)
-    spec = dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
+    spec = workload_shape(args)
     tokenizer = PromptTokenizer(resolve_model_path(args.model))
     traces = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec).trace for s in seeds]
     emulated, length_scale = emulation_settings(args)
@@ -112,12 +110,13 @@ def main() -> None:
 
     source = json.loads(Path(args.source).read_text())
     config = source["config"]
-    own = [config["seed"] + r for r in range(config["repeats"])] if config.get("vary_trace") else [config["seed"]]
+    run_args = argparse.Namespace(**config)
+    own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
     traces, model, rule = rebuild(config, seeds)
     specs: dict[str, SpecModel] = {}
-    speculative = any(o.startswith("sd") for m in args.modes.split(",") for o in mode_options(m)[1])
-    for name in args.acceptance.split(",") if speculative else []:
+    modes = args.modes.split(",")
+    for name in args.acceptance.split(",") if any(mode_drafter(m) for m in modes) else []:
         if name == "measured":
             if not config.get("sim_acceptance"):
                 raise SystemExit("the file has no --sim-acceptance: use seer-linear or seer-4path")
@@ -128,25 +127,20 @@ def main() -> None:
             specs[Path(name).stem] = SpecModel.from_replay(name)
 
     runs: dict[str, list] = {}
-    for mode in ["baseline", *args.modes.split(",")]:
-        name, options = mode_options(mode)
-        sd = any(o.startswith("sd") for o in options)
-        for acc in (specs if sd else [None]):
-            spec = None if acc is None else dataclasses.replace(specs[acc], grouped="sd-suffix" not in options)
+    for mode in ["baseline", *modes]:
+        for acc in (specs if mode_drafter(mode) else [None]):
             key = mode if acc is None else f"{mode} ({acc})"
-            runs[key] = [simulate(t, make_policy("round-robin" if mode == "baseline" else name,
-                                                 chunk_size=config["chunk_size"]),
-                                  model, config["instances"], config["max_tokens"], spec=spec, admission=rule)
+            runs[key] = [simulate_mode(mode, t, model, rule, run_args, None if acc is None else specs[acc])
                          for t in traces]
             print(f"{key}: {statistics.fmean(r.completion_s for r in runs[key]):.1f} s", flush=True)
 
     base = runs["baseline"]
     base_tail = statistics.fmean(r.tail_s for r in base)
-    modes = {}
+    summary = {}
     for key, rs in runs.items():
         per_seed = [b.completion_s / r.completion_s for b, r in zip(base, rs)]
         acc = [r.mean_acceptance_length for r in rs if r.mean_acceptance_length is not None]
-        modes[key] = {"completion_s": statistics.fmean(r.completion_s for r in rs),
+        summary[key] = {"completion_s": statistics.fmean(r.completion_s for r in rs),
                       "tail_s": statistics.fmean(r.tail_s for r in rs),
                       "throughput": sum(b.completion_s for b in base) / sum(r.completion_s for r in rs),
                       "tail": statistics.fmean(r.tail_s for r in rs) / base_tail if base_tail else None,
@@ -161,12 +155,12 @@ def main() -> None:
                          "emulate_time_scale": config["emulate_time_scale"],
                          "acceptance": {k: s.source for k, s in specs.items()}},
               "label": "SIMULATED, not measured: the simulator over the step model and workload of the source file",
-              "modes": modes}
+              "modes": summary}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     plot(report, out.with_suffix(".png"))
-    for key, m in modes.items():
+    for key, m in summary.items():
         print(f"{key:>28}: {m['throughput']:.3f}x ({m['min']:.2f}-{m['max']:.2f}) tail {m['tail']:.2f}x "
               f"efficiency {m['efficiency']:.2f}" + (f" acceptance {m['mean_acceptance_length']:.2f}"
                                                       if m["mean_acceptance_length"] else ""))

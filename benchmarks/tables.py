@@ -251,7 +251,8 @@ def sim_bounds_table(results: Results, stem: str) -> str:
         if fratio(r["min"]) != fratio(r["max"]):
             ratio += f" ({fratio(r['min'])}–{fratio(r['max'])})"
         acc = r.get("mean_acceptance_length")
-        rows.append([mode_name(m.split(" (")[0]) + (f" ({m.split(' (')[1]}" if " (" in m else ""), ratio,
+        mode, _, accepted_on = m.partition(" (")  # "<mode> (<acceptance>)" for a +sd mode
+        rows.append([mode_name(mode) + (f" ({accepted_on}" if accepted_on else ""), ratio,
                      fratio(r["tail"]), f"{r['efficiency']:.2f}", f"{acc:.2f}" if acc else "-"])
     seeds = cfg["seeds"]
     span = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"

@@ -392,10 +392,9 @@ class GroupOraclePolicy(ContextPolicy):
     ``oracle`` is how much lengths vary within a group, which no group estimate can see."""
 
     name = "group-oracle"
-    _group_longest: dict[str, int] = {}
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
-        self._group_longest = {gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
+        self._group_longest: dict[str, int] = {gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
                                         for s in group.samples) for gid, group in buffer.groups.items()}
         return super().order(pending, buffer)
 
