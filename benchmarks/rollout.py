@@ -43,7 +43,7 @@ import httpx
 
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
                                             start_instance, stop_instances, visible_gpus, wait_healthy)
-from seer_sglang.models import resolve_model_path
+from seer_sglang.models import resolve_model_path, vocab_size as model_vocab_size
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
 from seer_sglang.launch.emulation import admission, instance_args, instance_env
@@ -176,8 +176,16 @@ def emulation_delta(before: list[dict], after: list[dict]) -> dict:
     steps = sum(a.get("steps", 0) - b.get("steps", 0) for a, b in zip(after, before))
     overruns = sum(a.get("overruns", 0) - b.get("overruns", 0) for a, b in zip(after, before))
     lost = sum(a.get("lost_s", 0.0) - b.get("lost_s", 0.0) for a, b in zip(after, before))
+    kinds: dict[str, dict] = {}
+    for a, b in zip(after, before):
+        for kind, entry in a.get("kinds", {}).items():
+            was = b.get("kinds", {}).get(kind, {})
+            total = kinds.setdefault(kind, {"steps": 0, "model_s": 0.0, "host_s": 0.0})
+            for key in total:
+                total[key] += entry[key] - was.get(key, 0)
     return {"steps": steps, "overruns": overruns, "overrun_share": overruns / steps if steps else 0.0,
-            "lost_s": lost, "max_overrun_s": max((a.get("max_overrun_s", 0.0) for a in after), default=0.0)}
+            "lost_s": lost, "max_overrun_s": max((a.get("max_overrun_s", 0.0) for a in after), default=0.0),
+            "kinds": kinds}
 
 
 def emulation_settings(args) -> tuple[StepModel | None, float]:
@@ -487,6 +495,36 @@ def build_workload(args, tokenizer, spec) -> Workload:
                     tokenizer.tok.eos_token_id)
 
 
+def compact_vocabulary(workloads: list[Workload], vocab_size: int, keep: set[int]) -> dict[int, int] | None:
+    """Map the workloads' tokens one to one into ``[0, vocab_size)`` for a model with a smaller
+    vocabulary than its tokenizer (``tiny-smollm2-4k``), in place; None when every token fits already.
+
+    Drafters and the verify step compare tokens only for equality, so a one-to-one map keeps every
+    draft's acceptance; ``keep`` (EOS and the other special tokens) keep their ids. The prompts,
+    warm-up prompts and recorded outputs of all workloads share one map: it is the same text.
+    """
+    tokens = set()
+    for work in workloads:
+        for ids in [*work.prompts, *work.warm_prompts, *(work.replay or {}).values()]:
+            tokens.update(ids)
+    if not tokens or max(tokens) < vocab_size:
+        return None
+    fixed = {t for t in keep if t < vocab_size}
+    free = (i for i in range(vocab_size) if i not in fixed)
+    mapping = {t: t for t in fixed}
+    movable = sorted(tokens - fixed)
+    if len(movable) > vocab_size - len(fixed):
+        raise SystemExit(f"the workload has {len(tokens)} distinct tokens: more than the model's vocabulary "
+                         f"of {vocab_size}")
+    mapping.update(zip(movable, free))
+    for work in workloads:
+        work.prompts = [[mapping[t] for t in ids] for ids in work.prompts]
+        work.warm_prompts = [[mapping[t] for t in ids] for ids in work.warm_prompts]
+        if work.replay is not None:
+            work.replay = {key: [mapping[t] for t in ids] for key, ids in work.replay.items()}
+    return mapping
+
+
 class Measured:
     """Every repeat of every mode, with the emulation counters around each run."""
 
@@ -570,10 +608,12 @@ def main() -> None:
 
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)
-    tokenizer = PromptTokenizer(model_path)
+    recording = json.loads(Path(args.replay).read_text()) if args.replay else None
+    # A replay's prompts are the recording's: its model's tokenizer makes them (then they are mapped
+    # into a compact model's vocabulary).
+    tokenizer = PromptTokenizer(resolve_model_path(recording["config"]["model"]) if recording else model_path)
     spec = workload_shape(args)
     seeds = workload_seeds(args)
-    recording = json.loads(Path(args.replay).read_text()) if args.replay else None
     by_seed = {}
     for seed in seeds:
         by_seed[seed] = build_workload(argparse.Namespace(**{**vars(args), "seed": seed}), tokenizer, spec)
@@ -581,6 +621,10 @@ def main() -> None:
             from benchmarks.record_text import load
 
             by_seed[seed].replay = load(recording, args, seed, by_seed[seed].prompts)
+    vocab_size = model_vocab_size(model_path)
+    if compact_vocabulary(list(by_seed.values()), vocab_size, {work.eos for work in by_seed.values()}
+                          | set(tokenizer.tok.all_special_ids)) is not None:
+        print(f"tokens mapped one to one into the model's vocabulary of {vocab_size}", flush=True)
     works = [by_seed[s] for s in seeds] if args.vary_trace else [by_seed[args.seed]] * args.repeats
     work = works[0]
     trace = work.trace

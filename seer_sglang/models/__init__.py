@@ -8,6 +8,11 @@
   benchmarks run it and force its outputs to replay recorded SmolLM2 text
   (``benchmarking/force_length.py``), so the drafters and the verify path see real text while each
   step costs what the emulated profile says and the real work per step stays small.
+- ``tiny-smollm2-4k``: the same over only the first 4,096 ids of SmolLM2's vocabulary (its tokenizer
+  cut to them, so any text still tokenizes). Emulated benchmarks build their prompts with SmolLM2's
+  whole tokenizer and map each workload's tokens one to one into those ids (a few thousand distinct tokens),
+  which keeps every token equality the drafters see, while each verified token's host work over the
+  vocabulary (logits, the replay processor, softmax and the seeded draw) is 12 times smaller.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from pathlib import Path
 
 from ..config import cache_root
 
-MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2")
+MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k")
 _READY = ".seer_ready"
 # Bumped when a recipe changes, so cached models are rebuilt.
-RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1"}
+RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1", "tiny-smollm2-4k": "1"}
+COMPACT_VOCAB = 4096  # tiny-smollm2-4k
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -73,6 +79,13 @@ def resolve_model_path(path_or_name: str | None) -> str:
     if path_or_name in MODEL_NAMES:
         return str(prepare(path_or_name))
     return path_or_name
+
+
+def vocab_size(model_path: str) -> int:
+    """The model's own vocabulary size (its ``config.json``), which may be below its tokenizer's."""
+    import json
+
+    return int(json.loads((Path(model_path) / "config.json").read_text())["vocab_size"])
 
 
 def _tiny_corpus() -> list[str]:
@@ -151,13 +164,31 @@ def _build_smollm2(out: Path) -> None:
     model.save_pretrained(out)
 
 
-def _build_tiny_smollm2(out: Path) -> None:
+def _truncate_bpe(tokenizer_json: Path, vocab_size: int) -> None:
+    """Keep a BPE tokenizer's first ``vocab_size`` ids and the merges among them, so any text
+    tokenizes into the smaller vocabulary (SGLang's own warm-up request is text)."""
+    import json
+
+    data = json.loads(tokenizer_json.read_text())
+    model = data["model"]
+    vocab = {token: i for token, i in model["vocab"].items() if i < vocab_size}
+    pairs = (merge if isinstance(merge, list) else merge.split(" ") for merge in model["merges"])
+    model["merges"] = [[a, b] for a, b in pairs if a in vocab and b in vocab and a + b in vocab]
+    model["vocab"] = vocab
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < vocab_size]
+    tokenizer_json.write_text(json.dumps(data, ensure_ascii=False))
+
+
+def _build_tiny_smollm2(out: Path, vocab_size: int | None = None) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
     source = prepare("smollm2")
     AutoTokenizer.from_pretrained(source).save_pretrained(out)
     config = AutoConfig.from_pretrained(source)
-    _tiny_llama(out, config.vocab_size, config.bos_token_id, config.eos_token_id, config.pad_token_id)
+    if vocab_size is not None:
+        _truncate_bpe(out / "tokenizer.json", vocab_size)
+    _tiny_llama(out, vocab_size or config.vocab_size, config.bos_token_id, config.eos_token_id, config.pad_token_id)
 
 
-BUILDERS = {"tiny": _build_tiny, "smollm2": _build_smollm2, "tiny-smollm2": _build_tiny_smollm2}
+BUILDERS = {"tiny": _build_tiny, "smollm2": _build_smollm2, "tiny-smollm2": _build_tiny_smollm2,
+            "tiny-smollm2-4k": lambda out: _build_tiny_smollm2(out, COMPACT_VOCAB)}

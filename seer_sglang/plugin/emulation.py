@@ -38,7 +38,23 @@ REPORT_KEY = "seer_emulation"
 _model: StepModel | None = None
 _clock: float | None = None  # the emulated end of the previous step; None after an idle spell
 _tolerance_s = 0.0  # how far the clock may fall behind before a step counts as an overrun
-STATS = {"profile": "", "steps": 0, "overruns": 0, "model_s": 0.0, "lost_s": 0.0, "max_overrun_s": 0.0}
+_last_end: float | None = None  # when the previous step returned; None after an idle spell
+STATS = {"profile": "", "steps": 0, "overruns": 0, "model_s": 0.0, "lost_s": 0.0, "max_overrun_s": 0.0, "kinds": {}}
+
+
+def step_kind(batch) -> str:
+    mode = batch.forward_mode
+    return "verify" if mode.is_target_verify() else "prefill" if mode.is_extend() else "decode"
+
+
+def note_host(kind: str, model_s: float, host_s: float) -> None:
+    """Per kind of step: the modelled time against the host's (the step's forward and the scheduler's
+    work since the previous step returned), so a run that falls behind says which steps the host
+    could not hold."""
+    entry = STATS["kinds"].setdefault(kind, {"steps": 0, "model_s": 0.0, "host_s": 0.0})
+    entry["steps"] += 1
+    entry["model_s"] += model_s
+    entry["host_s"] += host_s
 
 
 def batch_step_s(model: StepModel, batch) -> float:
@@ -55,7 +71,7 @@ def batch_step_s(model: StepModel, batch) -> float:
 def padded_forward(original, worker, batch=None, *args, **kwargs):
     """AROUND hook: run the real step, then wait until the instance's emulated clock reaches the end
     of this step."""
-    global _clock
+    global _clock, _last_end
     start = time.perf_counter()
     result = original(worker, batch, *args, **kwargs)
     if batch is None or _model is None or batch.forward_mode.is_idle():
@@ -65,6 +81,7 @@ def padded_forward(original, worker, batch=None, *args, **kwargs):
     now = time.perf_counter()
     STATS["steps"] += 1
     STATS["model_s"] += step
+    note_host(step_kind(batch), step, now - (start if _last_end is None else _last_end))
     late = now - due
     if late > _tolerance_s:
         STATS["overruns"] += 1
@@ -72,28 +89,30 @@ def padded_forward(original, worker, batch=None, *args, **kwargs):
     if late < 0:
         time.sleep(-late)
     _clock = due
+    _last_end = time.perf_counter()
     return result
 
 
 def went_idle(*args, **kwargs) -> None:
     """BEFORE hook on the scheduler's idle housekeeping: the clock restarts with the next step, and
     whatever it was behind is lost."""
-    global _clock
+    global _clock, _last_end
     if _clock is not None:
         STATS["lost_s"] += max(0.0, time.perf_counter() - _clock)
-    _clock = None
+    _clock = _last_end = None
 
 
 def report(result, controller, state, *args, **kwargs):
     """AFTER hook on the scheduler's internal state (``/server_info``): the emulation's counters."""
     if _model is not None:
         steps = STATS["steps"]
-        state[REPORT_KEY] = {**STATS, "overrun_share": STATS["overruns"] / steps if steps else 0.0}
+        kinds = {kind: dict(entry) for kind, entry in STATS["kinds"].items()}
+        state[REPORT_KEY] = {**STATS, "kinds": kinds, "overrun_share": STATS["overruns"] / steps if steps else 0.0}
     return result
 
 
 def reset() -> None:
-    STATS.update(steps=0, overruns=0, model_s=0.0, lost_s=0.0, max_overrun_s=0.0)
+    STATS.update(steps=0, overruns=0, model_s=0.0, lost_s=0.0, max_overrun_s=0.0, kinds={})
 
 
 def register_hooks() -> None:

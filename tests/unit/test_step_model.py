@@ -140,6 +140,32 @@ def test_the_clock_counts_work_between_steps_and_catches_up_after_a_late_step(mo
     emulation.went_idle()
 
 
+def test_the_emulation_reports_host_time_against_model_time_by_kind_of_step(monkeypatch):
+    """A run that falls behind must say which steps the host could not hold: per kind of step, the
+    model's time and the host's (the forward and the scheduler's work since the previous step)."""
+    import time
+
+    from seer_sglang.plugin import emulation
+
+    monkeypatch.setattr(emulation, "_model", dataclasses.replace(ROOF, decode_base_s=0.02, weight_read_s=0.0))
+    monkeypatch.setattr(emulation, "_tolerance_s", 1.0)
+    emulation.reset()
+    emulation.went_idle()
+    emulation.padded_forward(lambda worker, batch: None, None, _batch("decode", [10]))
+    time.sleep(0.05)  # the scheduler's work before the verify step: the host's, past the model's 20 ms
+    emulation.padded_forward(lambda worker, batch: time.sleep(0.01), None, _batch("verify", [10], input_tokens=4))
+    kinds = emulation.STATS["kinds"]
+    assert set(kinds) == {"decode", "verify"} and kinds["verify"]["steps"] == 1
+    assert kinds["decode"]["host_s"] < 0.015 <= kinds["decode"]["model_s"]  # padded, not host work
+    assert 0.06 <= kinds["verify"]["host_s"] < 0.09 and kinds["verify"]["model_s"] < 0.03
+    state = {}
+    emulation.report(None, None, state)
+    assert state["seer_emulation"]["kinds"]["verify"]["steps"] == 1
+    emulation.reset()
+    emulation.went_idle()
+    assert emulation.STATS["kinds"] == {}
+
+
 def test_admission_scales_with_the_lengths_and_sets_sglangs_own_variables():
     from pathlib import Path
 

@@ -1,0 +1,30 @@
+"""An emulated benchmark may serve a model with a smaller vocabulary than its tokenizer: the workload's
+tokens are mapped one to one into it, keeping every equality a drafter sees and the special tokens."""
+
+import pytest
+
+from benchmarks.rollout import Workload, compact_vocabulary
+
+
+def _work(prompts, replay=None, warm=()):
+    return Workload(prompts=prompts, trace=[], warm_prompts=list(warm), warm_trace=[], eos=2, replay=replay)
+
+
+def test_tokens_map_one_to_one_and_special_tokens_keep_their_ids():
+    first = _work([[1, 40000, 7, 2]], replay={(0, 0): [40000, 49000, 40000, 2]}, warm=[[1, 30000]])
+    second = _work([[1, 49000, 5]])
+    mapping = compact_vocabulary([first, second], 16, keep={0, 1, 2})
+    assert mapping[1] == 1 and mapping[2] == 2
+    assert len(set(mapping.values())) == len(mapping) and max(mapping.values()) < 16
+    assert first.prompts == [[1, mapping[40000], mapping[7], 2]]
+    assert first.replay[(0, 0)] == [mapping[40000], mapping[49000], mapping[40000], 2]
+    assert second.prompts[0][1] == first.replay[(0, 0)][1]  # one map for all workloads
+    assert first.warm_prompts == [[1, mapping[30000]]]
+
+
+def test_a_workload_that_fits_is_left_alone_and_one_that_cannot_fit_is_refused():
+    work = _work([[1, 7, 2]], replay={(0, 0): [9, 2]})
+    assert compact_vocabulary([work], 16, keep={2}) is None
+    assert work.prompts == [[1, 7, 2]]
+    with pytest.raises(SystemExit, match="distinct tokens"):
+        compact_vocabulary([_work([list(range(20, 40))])], 16, keep={2})
