@@ -23,6 +23,9 @@ from seer_sglang.speculative.drafters import ESCAPE, MIX_STATES
 from seer_sglang.speculative.draft import Draft
 
 
+FINISHED_MIN_STEPS = 100  # the fewest verify steps behind one point of the by-finished-siblings curve
+
+
 def accepted_length(draft: Draft, continuation: list[int]) -> int:
     """Draft tokens accepted against the true continuation: the longest root path of the tree that
     the continuation follows token by token."""
@@ -45,6 +48,7 @@ class ReplayResult:
     by_sibling: list[float]  # acceptance length of sibling i over all groups
     tail_tokens: int = 0  # the long tail: tokens of steps where every sibling of the sample had finished
     tail_steps: int = 0
+    by_finished: dict[int, list[int]] | None = None  # finished siblings at the step -> [tokens, steps]
 
     @property
     def acceptance_length(self) -> float:
@@ -53,6 +57,22 @@ class ReplayResult:
     @property
     def tail_acceptance_length(self) -> float | None:
         return self.tail_tokens / self.tail_steps if self.tail_steps else None
+
+    def finished_curve(self, min_steps: int) -> dict[int, float]:
+        """Tokens per verify step by the number of siblings finished at the step; a count seen in fewer
+        than ``min_steps`` steps is pooled with the counts after it, and the pool sits at their mean."""
+        curve, pool = {}, [0, 0, 0]  # tokens, steps, sum of n weighted by steps
+        for n, (tokens, steps) in sorted((self.by_finished or {}).items()):
+            pool = [pool[0] + tokens, pool[1] + steps, pool[2] + n * steps]
+            if pool[1] >= min_steps:
+                curve[round(pool[2] / pool[1])] = pool[0] / pool[1]
+                pool = [0, 0, 0]
+        if pool[1]:
+            n = round(pool[2] / pool[1])
+            if curve and n <= max(curve):
+                n = max(curve) + 1
+            curve[n] = pool[0] / pool[1]
+        return curve
 
 
 def verify_step(drafter, group_id: str, request_id: str, out: list[int], pos: int, draft_tokens: int,
@@ -63,8 +83,9 @@ def verify_step(drafter, group_id: str, request_id: str, out: list[int], pos: in
     return min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
 
 
-def _result(tokens: list[int], steps: list[int], *tail: int) -> ReplayResult:
-    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail)
+def _result(tokens: list[int], steps: list[int], *tail: int, by_finished=None) -> ReplayResult:
+    return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail,
+                        by_finished=by_finished)
 
 
 def drafter_for(name: str, blend: tuple[int, float] | None = None):
@@ -84,6 +105,8 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
     waves = [[0], list(range(1, size))] if staggered else [list(range(size))]
     tokens, steps = [0] * size, [0] * size
     tail = [0, 0]
+    finished = [0] * len(groups)
+    by_finished: dict[int, list[int]] = {}
     for g, group in enumerate(groups):
         drafter.register_group(f"g{g}", group["prompt"])
     for wave in waves:
@@ -98,15 +121,19 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
                 out = groups[g]["outputs"][i]
                 if pos >= len(out):
                     del running[(g, i)]
+                    finished[g] += 1
                     continue
                 advance = verify_step(drafter, f"g{g}", f"g{g}-{i}", out, pos, draft_tokens, draft_paths)
                 running[(g, i)] = pos + advance
                 tokens[i] += advance
                 steps[i] += 1
+                bucket = by_finished.setdefault(finished[g], [0, 0])
+                bucket[0] += advance
+                bucket[1] += 1
                 if not any(h == g and j != i for h, j in running) and wave is waves[-1]:
                     tail[0] += advance
                     tail[1] += 1
-    return _result(tokens, steps, *tail)
+    return _result(tokens, steps, *tail, by_finished=by_finished)
 
 
 def replay_with_references(drafter_name: str, groups: list[dict], references: int, draft_tokens: int = 8,
@@ -190,9 +217,19 @@ def reference_curves(groups: list[dict], args) -> None:
         print(f"{name:>13}: " + "  ".join(f"n={n} {a:.3f}" for n, a in curves[name].items()), flush=True)
     if not args.out:
         return
+    # The same text decoded with every sibling running at once, as instances decode a group: a
+    # running sibling's tokens are drafts too, so this is the acceptance by finished siblings that
+    # the simulator takes (``SpecModel.from_replay``).
+    together = {name: replay(name, groups, args.draft_tokens, args.draft_paths, False, args.blend)
+                for name in curves}
+    for name, r in together.items():
+        print(f"{name:>13}: together {r.acceptance_length:.3f}, by finished siblings " +
+              "  ".join(f"n={n} {a:.3f}" for n, a in r.finished_curve(FINISHED_MIN_STEPS).items()), flush=True)
     base = curves.get("suffix", {}).get(counts[0])
     report = {"config": vars(args), "acceptance_by_references": curves,
-              "vs_suffix": {d: {n: a / base for n, a in c.items()} for d, c in curves.items()} if base else None}
+              "vs_suffix": {d: {n: a / base for n, a in c.items()} for d, c in curves.items()} if base else None,
+              "acceptance_together": {name: r.acceptance_length for name, r in together.items()},
+              "acceptance_by_finished": {name: r.finished_curve(FINISHED_MIN_STEPS) for name, r in together.items()}}
     out = Path(args.out)
     out.write_text(json.dumps(report, indent=2))
     import matplotlib

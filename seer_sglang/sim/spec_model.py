@@ -65,9 +65,12 @@ class SpecModel:
     def from_replay(cls, path: str | Path, drafter: str = DRAFT.drafter, **kwargs) -> "SpecModel":
         """Acceptance measured on real text: a ``benchmarks.draft_replay --references`` result, whose
         tokens per verify step with n finished siblings (n = 0 .. G-1) become acceptance probabilities
-        at sibling share n / (G-1)."""
+        at sibling share n / (G-1). Where the file has it, the curve is the one measured with the whole
+        group decoding at once (``acceptance_by_finished``), as instances decode it: running siblings'
+        tokens are drafts too, so with none finished it is well above a lone sample's."""
         data = json.loads(Path(path).read_text())
-        by_n = {int(n): length for n, length in data["acceptance_by_references"][drafter].items()}
+        curves = data.get("acceptance_by_finished") or data["acceptance_by_references"]
+        by_n = {int(n): length for n, length in curves[drafter].items()}
         gamma = int(data["config"].get("draft_tokens", cls.gamma_max))
         top = max(by_n) or 1
         points = tuple((n / top, alpha_for_length(length, gamma)) for n, length in sorted(by_n.items()))

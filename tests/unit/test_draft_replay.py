@@ -65,3 +65,19 @@ def test_acceptance_grows_with_finished_sibling_references():
     lengths = [r.acceptance_length for r in group]
     assert lengths == sorted(lengths) and lengths[1] > 1.5 and lengths[-1] > lengths[1] + 0.2
     assert all(r.tokens == sum(len(o) - 1 for g in groups for o in g["outputs"]) for r in group + own)
+
+
+def test_the_replay_counts_acceptance_by_finished_siblings_and_pools_rare_counts():
+    """The simulator's acceptance curve with the whole group decoding at once: every verify step lands in
+    the bucket of its group's finished siblings, and counts seen in few steps are pooled."""
+    groups = _groups(3, shared=0.9, lengths=(120, 120, 80, 75, 70, 65, 60, 55))
+    r = replay("group-suffix", groups, staggered=True)
+    assert sum(steps for _, steps in r.by_finished.values()) == r.steps
+    assert sum(tokens for tokens, _ in r.by_finished.values()) == r.tokens
+    assert r.by_finished[0][0] == sum(len(g["outputs"][0]) - 1 for g in groups)  # the probe runs alone first
+    whole = r.finished_curve(min_steps=r.steps)
+    assert list(whole.values()) == [r.tokens / r.steps]
+    fine = r.finished_curve(min_steps=1)
+    assert fine == {n: tokens / steps for n, (tokens, steps) in r.by_finished.items()}
+    pooled = r.finished_curve(min_steps=50)
+    assert len(pooled) < len(fine) and sorted(pooled) == list(pooled)

@@ -100,6 +100,13 @@ def test_measured_acceptance_replaces_the_assumed_one(tmp_path):
     assert lengths == pytest.approx({0: 1.3, 3: 1.5, 15: 2.1}, abs=1e-6)
     assert spec.alpha(0, 16) < spec.alpha(2, 16) < spec.alpha(3, 16) < spec.alpha(9, 16) < spec.alpha(15, 16)
     assert dataclasses.replace(spec, grouped=False).alpha(15, 16) == spec.alpha(0, 16)
+    # measured with the whole group decoding at once: that curve, not the lone-sample references
+    path.write_text(json.dumps({"config": {"draft_tokens": 8},
+                                "acceptance_by_references": {"group-suffix": {"0": 1.3, "15": 2.1}},
+                                "acceptance_by_finished": {"group-suffix": {"0": 1.8, "15": 1.7}}}))
+    together = SpecModel.from_replay(path)
+    assert sum(together.alpha(0, 16) ** i for i in range(9)) == pytest.approx(1.8, abs=1e-6)
+    assert sum(together.alpha(15, 16) ** i for i in range(9)) == pytest.approx(1.7, abs=1e-6)
 
 
 def test_verify_tokens_cost_compute_on_a_gpu_profile():
