@@ -482,6 +482,16 @@ class Workload:
     replay: dict | None = None  # recorded text by (group, sample index), ``--replay``
 
 
+def prompt_tokenizer(args):
+    """The tokenizer that makes the workload's prompts: the model's, or with ``--replay`` the recorded
+    model's, since a replay's prompts are the recording's (then mapped into a compact model's
+    vocabulary, ``compact_vocabulary``)."""
+    from seer_sglang.frontend.tokenizer import PromptTokenizer
+
+    source = json.loads(Path(args.replay).read_text())["config"]["model"] if getattr(args, "replay", None) else args.model
+    return PromptTokenizer(resolve_model_path(source))
+
+
 def build_workload(args, tokenizer, spec) -> Workload:
     def traced(prompts: list[list[int]], count: int, seed: int) -> list[TraceSample]:
         return [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
@@ -604,14 +614,10 @@ def main() -> None:
         args.warmup_prompts = args.instances
     emulated, length_scale = emulation_settings(args)
 
-    from seer_sglang.frontend.tokenizer import PromptTokenizer
-
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)
     recording = json.loads(Path(args.replay).read_text()) if args.replay else None
-    # A replay's prompts are the recording's: its model's tokenizer makes them (then they are mapped
-    # into a compact model's vocabulary).
-    tokenizer = PromptTokenizer(resolve_model_path(recording["config"]["model"]) if recording else model_path)
+    tokenizer = prompt_tokenizer(args)
     spec = workload_shape(args)
     seeds = workload_seeds(args)
     by_seed = {}

@@ -24,12 +24,10 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.rollout import (build_workload, emulation_settings, mode_drafter, simulate_mode, workload_seeds,
-                                workload_shape)
+from benchmarks.rollout import (build_workload, emulation_settings, mode_drafter, prompt_tokenizer, simulate_mode,
+                                workload_seeds, workload_shape)
 from seer_sglang.config import EmulationConfig
-from seer_sglang.frontend.tokenizer import PromptTokenizer
 from seer_sglang.launch.emulation import admission
-from seer_sglang.models import resolve_model_path
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
 
 # Seer (v3): mean acceptance length, bonus token included, with n finished siblings as references.
@@ -61,7 +59,7 @@ def rebuild(config: dict, seeds: list[int]):
     ``benchmarks.rollout --emulate`` run."""
     args = argparse.Namespace(**config)
     spec = workload_shape(args)
-    tokenizer = PromptTokenizer(resolve_model_path(args.model))
+    tokenizer = prompt_tokenizer(args)
     traces = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec).trace for s in seeds]
     emulated, length_scale = emulation_settings(args)
     if emulated is None:

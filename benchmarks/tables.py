@@ -222,7 +222,9 @@ def emulated_table(results: Results, stem: str) -> str:
                   f"random order; mean (min–max) over them; throughput: total over the repeats, with the range "
                   f"of the per-workload ratios. ")
                + (f"Every sample replays SmolLM2's recorded text{_recorded_at(cfg['replay'])} "
-                  f"({source([Path(cfg['replay']).stem])}), so drafts are accepted as on that text. "
+                  f"({source([Path(cfg['replay']).stem])}), so drafts are accepted as on that text"
+                  + (" (its tokens mapped one to one into the model's 4,096-id vocabulary)"
+                     if cfg["model"].endswith("-4k") else "") + ". "
                   if cfg.get("replay") else "")
                + (f"The simulator's acceptance: {source([Path(cfg['sim_acceptance']).stem])}. "
                   if cfg.get("sim_acceptance") else "")
@@ -782,6 +784,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_bounds_qwen2vl_sd": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_sd"),
     "emulated_h100_qwen2vl_sd_t06": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_t0.6"),
     "emulated_h100_qwen2vl_sd_t06_x60": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6"),
+    "emulated_h100_qwen2vl_sd_t06_x60_4k": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6_4k"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
     "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),

@@ -159,11 +159,16 @@ class StepModel:
     @classmethod
     def load(cls, path: str | Path) -> "StepModel":
         """A model file; keys starting with ``_`` are documentation and ignored."""
-        data = json.loads(Path(path).read_text())
+        return cls.from_dict(json.loads(Path(path).read_text()), source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "step model", strict: bool = True) -> "StepModel":
+        """The model of ``data``'s own keys; with ``strict``, another key (not starting with ``_``, which
+        marks documentation) is an error, since it is most likely a misspelt one."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(k for k in data if k not in known and not k.startswith("_"))
-        if unknown:
-            raise ValueError(f"{path}: unknown step-model keys {unknown}")
+        if strict and unknown:
+            raise ValueError(f"{source}: unknown step-model keys {unknown}")
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -326,7 +326,7 @@ class RolloutEngine:
                 self.hooks.on_slo_report(client.index, report)
             fit, model = report.get("fit"), report.get("model")
             if model:  # an emulated instance decides by its profile
-                self.views[client.index].step_s = step_time(StepModel(**model))
+                self.views[client.index].step_s = step_time(StepModel.from_dict(model, strict=False))
             else:
                 self.views[client.index].step_s = fitted_step_time(fit["base_s"], fit["per_seq_s"]) if fit else None
 

@@ -451,8 +451,7 @@ def load_cost(path: str) -> CostModel:
     if not required <= data.keys():
         raise ValueError(f"{path}: neither CostModel fields (base_s, per_seq_s, per_token_s, accept_curve) nor a "
                          f"StepModel (missing {sorted(required - data.keys())})")
-    known = {f.name for f in fields(StepModel)}
-    model = StepModel(**{"name": Path(path).stem, **{k: v for k, v in data.items() if k in known}})
+    model = StepModel.from_dict({"name": Path(path).stem, **data}, source=path, strict=False)  # may carry accept_rate
     return CostModel.from_step_model(model, CostModel.geometric_curve(data.get("accept_rate", 0.6)))
 
 
