@@ -28,3 +28,23 @@ def test_a_workload_that_fits_is_left_alone_and_one_that_cannot_fit_is_refused()
     assert work.prompts == [[1, 7, 2]]
     with pytest.raises(SystemExit, match="distinct tokens"):
         compact_vocabulary([_work([list(range(20, 40))])], 16, keep={2})
+
+
+def test_a_bpe_tokenizer_cut_to_its_first_ids_still_tokenizes_any_text(tiny_model, tmp_path):
+    """The compact model's tokenizer: every id it emits is inside the smaller vocabulary (SGLang's own
+    warm-up request is text), and text still decodes back to itself."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from seer_sglang.models import _truncate_bpe
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{tiny_model}/{name}", tmp_path / name)
+    _truncate_bpe(tmp_path / "tokenizer.json", 400)
+    cut, full = AutoTokenizer.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tiny_model)
+    text = "The capital city of France is Paris; 37 apples times 12 oranges = ? Ünïcödé ✓"
+    ids = cut.encode(text)
+    assert max(ids) < 400 and cut.decode(ids) == text
+    assert len(ids) > len(full.encode(text))  # fewer merges, more tokens
+    assert cut.eos_token_id == full.eos_token_id
