@@ -50,7 +50,9 @@ class SpecModel:
     source: str = "assumed"
 
     def alpha(self, finished_siblings: int, group_size: int) -> float:
-        share = 0.0 if not self.grouped or group_size <= 1 else min(1.0, finished_siblings / (group_size - 1))
+        if not self.grouped:
+            return self.own_alpha
+        share = 0.0 if group_size <= 1 else min(1.0, finished_siblings / (group_size - 1))
         if self.measured:
             points = sorted(self.measured)
             if share <= points[0][0]:
@@ -74,7 +76,11 @@ class SpecModel:
         gamma = int(data["config"].get("draft_tokens", cls.gamma_max))
         top = max(by_n) or 1
         points = tuple((n / top, alpha_for_length(length, gamma)) for n, length in sorted(by_n.items()))
-        return cls(own_alpha=points[0][1], group_alpha=points[-1][1], gamma_max=gamma, measured=points,
+        # The per-request ablation (grouped=False) drafts from a request's own history: the ``suffix``
+        # drafter's acceptance on the same text, where the file has it.
+        own = data.get("acceptance_together", {}).get("suffix")
+        own_alpha = alpha_for_length(own, gamma) if own else points[0][1]
+        return cls(own_alpha=own_alpha, group_alpha=points[-1][1], gamma_max=gamma, measured=points,
                    source=f"measured: {path} ({drafter})", **kwargs)
 
     def draft_scores(self, alpha: float) -> list[float]:

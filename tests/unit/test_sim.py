@@ -107,6 +107,12 @@ def test_measured_acceptance_replaces_the_assumed_one(tmp_path):
     together = SpecModel.from_replay(path)
     assert sum(together.alpha(0, 16) ** i for i in range(9)) == pytest.approx(1.8, abs=1e-6)
     assert sum(together.alpha(15, 16) ** i for i in range(9)) == pytest.approx(1.7, abs=1e-6)
+    # the per-request ablation takes the suffix drafter's own acceptance on the text, not the group's
+    path.write_text(json.dumps({"config": {"draft_tokens": 8},
+                                "acceptance_by_finished": {"group-suffix": {"0": 1.8, "15": 1.7}},
+                                "acceptance_together": {"group-suffix": 1.75, "suffix": 1.4}}))
+    own = dataclasses.replace(SpecModel.from_replay(path), grouped=False)
+    assert all(sum(own.alpha(n, 16) ** i for i in range(9)) == pytest.approx(1.4, abs=1e-6) for n in (0, 15))
 
 
 def test_verify_tokens_cost_compute_on_a_gpu_profile():
