@@ -60,19 +60,18 @@ class ReplayResult:
 
     def finished_curve(self, min_steps: int) -> dict[int, float]:
         """Tokens per verify step by the number of siblings finished at the step; a count seen in fewer
-        than ``min_steps`` steps is pooled with the counts after it, and the pool sits at their mean."""
-        curve, pool = {}, [0, 0, 0]  # tokens, steps, sum of n weighted by steps
+        than ``min_steps`` steps is pooled with the counts after it (the last ones with the pool before
+        them), and the pool sits at their step-weighted mean count."""
+        pools: list[list[int]] = []  # [tokens, steps, sum of n weighted by steps]
         for n, (tokens, steps) in sorted((self.by_finished or {}).items()):
-            pool = [pool[0] + tokens, pool[1] + steps, pool[2] + n * steps]
-            if pool[1] >= min_steps:
-                curve[round(pool[2] / pool[1])] = pool[0] / pool[1]
-                pool = [0, 0, 0]
-        if pool[1]:
-            n = round(pool[2] / pool[1])
-            if curve and n <= max(curve):
-                n = max(curve) + 1
-            curve[n] = pool[0] / pool[1]
-        return curve
+            if not pools or pools[-1][1] >= min_steps:
+                pools.append([0, 0, 0])
+            pools[-1] = [pools[-1][0] + tokens, pools[-1][1] + steps, pools[-1][2] + n * steps]
+        if len(pools) > 1 and pools[-1][1] < min_steps:
+            last = pools.pop()
+            pools[-1] = [a + b for a, b in zip(pools[-1], last)]
+        # Pools cover increasing, disjoint ranges of counts, so their rounded means are distinct.
+        return {round(n_sum / steps): tokens / steps for tokens, steps, n_sum in pools}
 
 
 def verify_step(drafter, group_id: str, request_id: str, out: list[int], pos: int, draft_tokens: int,

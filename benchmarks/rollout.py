@@ -482,14 +482,15 @@ class Workload:
     replay: dict | None = None  # recorded text by (group, sample index), ``--replay``
 
 
-def prompt_tokenizer(args):
+def prompt_tokenizer(args, recording: dict | None = None):
     """The tokenizer that makes the workload's prompts: the model's, or with ``--replay`` the recorded
     model's, since a replay's prompts are the recording's (then mapped into a compact model's
-    vocabulary, ``compact_vocabulary``)."""
+    vocabulary, ``compact_vocabulary``). ``recording``: the ``--replay`` file already read, if it was."""
     from seer_sglang.frontend.tokenizer import PromptTokenizer
 
-    source = json.loads(Path(args.replay).read_text())["config"]["model"] if getattr(args, "replay", None) else args.model
-    return PromptTokenizer(resolve_model_path(source))
+    if recording is None and getattr(args, "replay", None):
+        recording = json.loads(Path(args.replay).read_text())
+    return PromptTokenizer(resolve_model_path(recording["config"]["model"] if recording else args.model))
 
 
 def build_workload(args, tokenizer, spec) -> Workload:
@@ -617,7 +618,7 @@ def main() -> None:
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)
     recording = json.loads(Path(args.replay).read_text()) if args.replay else None
-    tokenizer = prompt_tokenizer(args)
+    tokenizer = prompt_tokenizer(args, recording)
     spec = workload_shape(args)
     seeds = workload_seeds(args)
     by_seed = {}

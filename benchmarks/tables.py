@@ -224,7 +224,7 @@ def emulated_table(results: Results, stem: str) -> str:
                + (f"Every sample replays SmolLM2's recorded text{_recorded_at(cfg['replay'])} "
                   f"({source([Path(cfg['replay']).stem])}), so drafts are accepted as on that text"
                   + (" (its tokens mapped one to one into the model's 4,096-id vocabulary)"
-                     if cfg["model"].endswith("-4k") else "") + ". "
+                     if cfg["model"] == "tiny-smollm2-4k" else "") + ". "
                   if cfg.get("replay") else "")
                + (f"The simulator's acceptance: {source([Path(cfg['sim_acceptance']).stem])}. "
                   if cfg.get("sim_acceptance") else "")

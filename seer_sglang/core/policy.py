@@ -394,8 +394,9 @@ class GroupOraclePolicy(ContextPolicy):
     name = "group-oracle"
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
-        self._group_longest: dict[str, int] = {gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
-                                        for s in group.samples) for gid, group in buffer.groups.items()}
+        self._group_longest: dict[str, int] = {
+            gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens for s in group.samples)
+            for gid, group in buffer.groups.items()}
         return super().order(pending, buffer)
 
     def rank_key(self):
