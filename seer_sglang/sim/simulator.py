@@ -329,13 +329,17 @@ class Simulation:
 
         SGLang 0.5.23 (``ScheduleBatch._get_decode_retraction_order``) retracts the request with the
         fewest output tokens first (a chunk's output is its own request's), the longest input among
-        equals: the least work lost."""
+        equals: the least work lost. Its stable sort leaves equal requests in batch order and retracts
+        from the end: the latest admitted of them goes first. The scheduler appends a retracted
+        request to the end of its waiting queue (``Scheduler._add_request_to_queue``), behind the
+        requests already waiting, and FCFS keeps that order."""
         retracted = False
         while len(inst.running) > 1 and inst.kv_held() + len(inst.running) > self.model.capacity_tokens:
-            victim = min(inst.running, key=lambda s: (s.produced, -(s.context - s.produced), s.sample.rid))
-            inst.running.remove(victim)
+            at = min(range(len(inst.running)), key=lambda i: (inst.running[i].produced,
+                                                             -(inst.running[i].context - inst.running[i].produced), -i))
+            victim = inst.running.pop(at)
             inst.cache.pop(f"s:{victim.sample.rid}", None)  # its KV is freed: re-prefill later
-            inst.waiting.appendleft(victim)
+            inst.waiting.append(victim)
             inst.retractions += 1
             self.views[inst.index].retractions += 1
             retracted = True

@@ -155,10 +155,28 @@ def test_retraction_takes_sglangs_victim_the_fewest_output_tokens_first(trace):
         s.output_ids.n = produced[s.rid]
     inst.running = [Slot(s, budget=100, reserve=0, produced=produced[s.rid]) for s in samples]
     longer_input = max(samples[1:3], key=lambda s: len(s.prompt_ids))
-    sim._retract_until_fits(inst)  # nothing fits: all but one leave, in SGLang's order
-    order = [slot.sample.rid for slot in reversed(inst.waiting)]
+    sim._retract_until_fits(inst)  # nothing fits: all but one leave, in SGLang's order, to the queue's end
+    order = [slot.sample.rid for slot in inst.waiting]
     assert order[0] == longer_input.rid and set(order[:2]) == {samples[1].rid, samples[2].rid}
     assert order[2] == samples[0].rid and [s.sample.rid for s in inst.running] == [samples[3].rid]
+
+
+def test_retraction_among_equals_takes_the_latest_admitted_and_queues_it_behind_the_waiting(trace):
+    """SGLang's stable sort keeps equal requests in batch order and retracts from the end; the scheduler
+    appends the retracted request behind the requests already waiting (FCFS)."""
+    from seer_sglang.sim.simulator import Simulation, Slot
+
+    sim = Simulation(trace, make_policy("group"), dataclasses.replace(SMALL, capacity_tokens=0), instances=1,
+                     max_tokens=4096)
+    inst = sim.instances[0]
+    siblings = sim.groups[0].samples[:4]  # one prompt: equal inputs
+    for s in siblings:
+        s.output_ids.n = 7
+    inst.running = [Slot(s, budget=100, reserve=0, produced=7) for s in siblings[:3]]
+    inst.waiting.append(Slot(siblings[3], budget=100, reserve=0, produced=7))
+    sim._retract_until_fits(inst)
+    assert [s.sample.rid for s in inst.running] == [siblings[0].rid]
+    assert [s.sample.rid for s in inst.waiting] == [siblings[3].rid, siblings[2].rid, siblings[1].rid]
 
 
 def test_kv_cap_holds_the_asked_share_of_each_instances_working_set(trace):
