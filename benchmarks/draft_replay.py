@@ -49,6 +49,7 @@ class ReplayResult:
     tail_tokens: int = 0  # the long tail: tokens of steps where every sibling of the sample had finished
     tail_steps: int = 0
     by_finished: dict[int, list[int]] | None = None  # finished siblings at the step -> [tokens, steps]
+    by_sample: dict[tuple[int, int], list[int]] | None = None  # (group, sibling) -> [tokens, steps]
 
     @property
     def acceptance_length(self) -> float:
@@ -82,9 +83,9 @@ def verify_step(drafter, group_id: str, request_id: str, out: list[int], pos: in
     return min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
 
 
-def _result(tokens: list[int], steps: list[int], *tail: int, by_finished=None) -> ReplayResult:
+def _result(tokens: list[int], steps: list[int], *tail: int, by_finished=None, by_sample=None) -> ReplayResult:
     return ReplayResult(sum(tokens), sum(steps), [t / s if s else 0.0 for t, s in zip(tokens, steps)], *tail,
-                        by_finished=by_finished)
+                        by_finished=by_finished, by_sample=by_sample)
 
 
 def drafter_for(name: str, blend: tuple[int, float] | None = None):
@@ -106,6 +107,7 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
     tail = [0, 0]
     finished = [0] * len(groups)
     by_finished: dict[int, list[int]] = {}
+    by_sample: dict[tuple[int, int], list[int]] = {}
     for g, group in enumerate(groups):
         drafter.register_group(f"g{g}", group["prompt"])
     for wave in waves:
@@ -126,13 +128,13 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
                 running[(g, i)] = pos + advance
                 tokens[i] += advance
                 steps[i] += 1
-                bucket = by_finished.setdefault(finished[g], [0, 0])
-                bucket[0] += advance
-                bucket[1] += 1
+                for bucket in (by_finished.setdefault(finished[g], [0, 0]), by_sample.setdefault((g, i), [0, 0])):
+                    bucket[0] += advance
+                    bucket[1] += 1
                 if not any(h == g and j != i for h, j in running) and wave is waves[-1]:
                     tail[0] += advance
                     tail[1] += 1
-    return _result(tokens, steps, *tail, by_finished=by_finished)
+    return _result(tokens, steps, *tail, by_finished=by_finished, by_sample=by_sample)
 
 
 def replay_with_references(drafter_name: str, groups: list[dict], references: int, draft_tokens: int = 8,
@@ -184,7 +186,7 @@ def main() -> None:
     # a benchmarks.record_text recording holds one workload per seed: their groups together
     groups = data["groups"] if "groups" in data else [g for w in data["workloads"] for g in w["groups"]]
     if args.references is not None:
-        reference_curves(groups, args)
+        reference_curves(groups, args, sample_keys(data))
         return
     results = {}
     for name in args.drafters.split(","):
@@ -205,8 +207,17 @@ def main() -> None:
         Path(args.out).write_text(json.dumps({"config": vars(args), "drafters": results}, indent=2))
 
 
-def reference_curves(groups: list[dict], args) -> None:
+def sample_keys(data: dict) -> list[str]:
+    """Per group of the replay, in order, the name of its samples in ``acceptance_by_sample``: a
+    recording's workload seed and the group's index in that workload (``seed:group``)."""
+    if "groups" in data:
+        return [f"0:{g}" for g in range(len(data["groups"]))]
+    return [f"{w['seed']}:{g}" for w in data["workloads"] for g in range(len(w["groups"]))]
+
+
+def reference_curves(groups: list[dict], args, keys: list[str] | None = None) -> None:
     """Acceptance length against the number of finished sibling references, per drafter."""
+    keys = keys or [f"0:{g}" for g in range(len(groups))]
     counts = [int(n) for n in args.references.split(",")]
     curves: dict[str, dict[int, float]] = {}
     for name in args.drafters.split(","):
@@ -228,7 +239,12 @@ def reference_curves(groups: list[dict], args) -> None:
     report = {"config": vars(args), "acceptance_by_references": curves,
               "vs_suffix": {d: {n: a / base for n, a in c.items()} for d, c in curves.items()} if base else None,
               "acceptance_together": {name: r.acceptance_length for name, r in together.items()},
-              "acceptance_by_finished": {name: r.finished_curve(FINISHED_MIN_STEPS) for name, r in together.items()}}
+              "acceptance_by_finished": {name: r.finished_curve(FINISHED_MIN_STEPS) for name, r in together.items()},
+              # Each sample's own tokens per verify step in that replay (``seed:group:sibling``): samples that
+              # run long are often the most repetitive, and a simulator of this very text can follow them.
+              "acceptance_by_sample": {name: {f"{keys[g]}:{i}": tokens / steps
+                                              for (g, i), (tokens, steps) in sorted(r.by_sample.items())}
+                                       for name, r in together.items()}}
     out = Path(args.out)
     out.write_text(json.dumps(report, indent=2))
     import matplotlib

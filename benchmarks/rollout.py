@@ -161,7 +161,22 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
                "retractions": sum(c.get("retractions", 0) for c in s["chunks"]), "target": None}
               for s in data["samples"]]
     return {"start": start, "finish": finish, "timeline": data["summary"]["timeline"],
-            "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv"), "spec": data["summary"].get("spec")}
+            "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv"), "spec": data["summary"].get("spec"),
+            "last_samples": last_samples(data["samples"], start)}
+
+
+LAST_SAMPLES = 3
+
+
+def last_samples(samples: list[dict], start: float) -> list[dict]:
+    """The samples that ended the rollout, chunk by chunk (times from the rollout's start): where the
+    simulator misses a completion time, it misses these samples, and their chunks say why."""
+    ends = sorted(samples, key=lambda s: s["timing"]["submitted_at"] + s["timing"]["latency_s"])[-LAST_SAMPLES:]
+    return [{"rid": s["rid"], "tokens": s["completion_tokens"], "spec": s["spec"],
+             "end_s": s["timing"]["submitted_at"] + s["timing"]["latency_s"] - start,
+             "chunks": [{"instance": c["instance"], "start_s": c["start"] - start,
+                         "end_s": None if c["end"] is None else c["end"] - start, "tokens": c["tokens"],
+                         "spec": c.get("spec")} for c in s["chunks"]]} for s in ends]
 
 
 # ---- emulation -------------------------------------------------------------------------------
@@ -221,6 +236,7 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
             "retractions": sum(f["retractions"] for f in run["finish"]), "samples": len(ends),
             "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
             "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
+            **({"last_samples": run["last_samples"]} if run.get("last_samples") else {}),
             **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
                if run.get("spec") and run["spec"]["draft_steps"] else {})}
 
@@ -321,13 +337,23 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule)
 
 
+def run_acceptance(args, seed: int):
+    """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``). Where the run replayed
+    the text that file was measured on, the workload of ``seed`` is that text sample for sample, and each
+    sample keeps its own acceptance."""
+    from seer_sglang.sim.spec_model import SpecModel
+
+    data = json.loads(Path(args.sim_acceptance).read_text())
+    same_text = bool(getattr(args, "replay", None)) and data["config"].get("outputs") == args.replay
+    return SpecModel.from_replay(args.sim_acceptance, seed=seed if same_text else None)
+
+
 def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
     """The simulator, on the step model the instances ran (emulated) or were fitted to (CPU), against the
     mean of the real runs (each repeat's workload simulated once): ``error`` is signed and relative
     (predicted / real - 1)."""
-    from seer_sglang.sim.spec_model import SpecModel
-
-    measured = SpecModel.from_replay(args.sim_acceptance) if args.sim_acceptance else None
+    seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
+    measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
     out = {}
     for mode, real in results.items():
         drafter = mode_drafter(mode)
@@ -335,9 +361,9 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
             continue  # without acceptance measured on this text (--sim-acceptance) there is nothing to hold it to
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         sims = {}
-        for trace in traces:
+        for trace, seed in zip(traces, seeds):
             if id(trace) not in sims:
-                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured if drafter else None)
+                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None)
         runs = [sims[id(t)] for t in traces]
         predicted = statistics.fmean(r.completion_s for r in runs)
         out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],

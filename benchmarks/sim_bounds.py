@@ -23,9 +23,10 @@ import dataclasses
 import json
 import statistics
 from pathlib import Path
+from typing import Callable
 
-from benchmarks.rollout import (build_workload, emulation_settings, mode_drafter, prompt_tokenizer, simulate_mode,
-                                workload_seeds, workload_shape)
+from benchmarks.rollout import (build_workload, emulation_settings, mode_drafter, prompt_tokenizer, run_acceptance,
+                                simulate_mode, workload_seeds, workload_shape)
 from seer_sglang.config import EmulationConfig
 from seer_sglang.launch.emulation import admission
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
@@ -112,24 +113,24 @@ def main() -> None:
     own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
     traces, model, rule = rebuild(config, seeds)
-    specs: dict[str, SpecModel] = {}
+    specs: dict[str, Callable[[int], SpecModel]] = {}  # acceptance name -> the SpecModel for a workload seed
     modes = args.modes.split(",")
     for name in args.acceptance.split(",") if any(mode_drafter(m) for m in modes) else []:
         if name == "measured":
             if not config.get("sim_acceptance"):
                 raise SystemExit("the file has no --sim-acceptance: use seer-linear or seer-4path")
-            specs[Path(config["sim_acceptance"]).stem] = SpecModel.from_replay(config["sim_acceptance"])
+            specs[Path(config["sim_acceptance"]).stem] = lambda seed: run_acceptance(run_args, seed)
         elif name in SEER_ACCEPTANCE:
-            specs[name] = seer_spec(name)
+            specs[name] = lambda seed, name=name: seer_spec(name)
         else:  # a benchmarks.draft_replay --references result
-            specs[Path(name).stem] = SpecModel.from_replay(name)
+            specs[Path(name).stem] = lambda seed, name=name: SpecModel.from_replay(name)
 
     runs: dict[str, list] = {}
     for mode in ["baseline", *modes]:
         for acc in (specs if mode_drafter(mode) else [None]):
             key = mode if acc is None else f"{mode} ({acc})"
-            runs[key] = [simulate_mode(mode, t, model, rule, run_args, None if acc is None else specs[acc])
-                         for t in traces]
+            runs[key] = [simulate_mode(mode, t, model, rule, run_args, None if acc is None else specs[acc](seed))
+                         for t, seed in zip(traces, seeds)]
             print(f"{key}: {statistics.fmean(r.completion_s for r in runs[key]):.1f} s", flush=True)
 
     base = runs["baseline"]
@@ -151,7 +152,7 @@ def main() -> None:
                          "max_tokens": config["max_tokens"], "chunk_size": config["chunk_size"],
                          "kv_tokens": config["kv_tokens"], "emulate": config["emulate"],
                          "emulate_time_scale": config["emulate_time_scale"],
-                         "acceptance": {k: s.source for k, s in specs.items()}},
+                         "acceptance": {k: s(seeds[0]).source for k, s in specs.items()}},
               "label": "SIMULATED, not measured: the simulator over the step model and workload of the source file",
               "modes": summary}
     out = Path(args.out)

@@ -169,12 +169,14 @@ class Simulation:
         self.finish_times: list[float] = []
         self.groups = []
         self.group_of: dict[str, Group] = {}
+        self.trace_key: dict[str, tuple[int, int]] = {}  # rid -> (group, sibling) in the trace
         for gid, members in groups_of(trace).items():
             params = SamplingParams(max_new_tokens=max_tokens)
             group = Group.make(f"g{gid}", [0] * members[0].prompt_len, len(members), params,
                                [m.output_len for m in members])
-            for s in group.samples:
+            for s, m in zip(group.samples, members):
                 s.output_ids = TokenCount()  # type: ignore[assignment]
+                self.trace_key[s.rid] = (gid, m.sample_index)
             self.groups.append(group)
             self.group_of[group.group_id] = group
 
@@ -404,7 +406,9 @@ class Simulation:
         for slot in running:
             group = self.group_of[slot.sample.group_id]
             finished = sum(s.done for s in group.samples)
-            scores.append(self.spec.draft_scores(self.spec.alpha(finished, len(group.samples))))
+            alpha = self.spec.sample_alpha(self.spec.alpha(finished, len(group.samples)),
+                                           self.trace_key.get(slot.sample.rid))
+            scores.append(self.spec.draft_scores(alpha))
         high = high_priority([slot.priority for slot in running])
         asks = [BudgetRequest(str(i), high[i], sc) for i, sc in enumerate(scores)]
         given = self.draft_budget.allocate(asks, len(running)).per_request

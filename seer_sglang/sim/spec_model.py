@@ -8,8 +8,10 @@ that the path to a draft token is accepted).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 from ..config import DRAFT
 from ..speculative.budget import CostModel, DraftBudget
@@ -27,6 +29,18 @@ def alpha_for_length(length: float, gamma: int) -> float:
         else:
             hi = mid
     return lo
+
+
+def length_for_alpha(alpha: float, gamma: int) -> float:
+    """Mean tokens per verify step of a chain of ``gamma`` drafts each accepted with ``alpha``."""
+    return sum(alpha ** i for i in range(gamma + 1))
+
+
+@lru_cache(maxsize=65536)
+def scaled_alpha(alpha: float, ratio: float, gamma: int) -> float:
+    """The acceptance probability whose mean length is ``ratio`` times that of ``alpha``."""
+    length = min(gamma + 0.999, max(1.0, length_for_alpha(alpha, gamma) * ratio))
+    return alpha_for_length(length, gamma)
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,10 @@ class SpecModel:
     # between them (``from_replay``); empty: the two alphas above.
     measured: tuple[tuple[float, float], ...] = ()
     source: str = "assumed"
+    # On a replayed text: each sample's own tokens per verify step, by (group, sibling) of the workload,
+    # and the mean over the text; a sample's acceptance is the curve's times its ratio to the mean.
+    sample_lengths: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    mean_length: float = 0.0
 
     def alpha(self, finished_siblings: int, group_size: int) -> float:
         if not self.grouped:
@@ -63,8 +81,17 @@ class SpecModel:
             return points[-1][1]
         return self.own_alpha + (self.group_alpha - self.own_alpha) * share
 
+    def sample_alpha(self, alpha: float, key: tuple[int, int] | None) -> float:
+        """``alpha`` for the sample ``key`` of a replayed text: samples that run long are often the most
+        repetitive, and draft better than the text's mean."""
+        length = self.sample_lengths.get(key) if key is not None and self.grouped else None
+        if not length or not self.mean_length:
+            return alpha
+        return scaled_alpha(alpha, length / self.mean_length, self.gamma_max)
+
     @classmethod
-    def from_replay(cls, path: str | Path, drafter: str = DRAFT.drafter, **kwargs) -> "SpecModel":
+    def from_replay(cls, path: str | Path, drafter: str = DRAFT.drafter, seed: int | None = None,
+                    **kwargs) -> "SpecModel":
         """Acceptance measured on real text: a ``benchmarks.draft_replay --references`` result, whose
         tokens per verify step with n finished siblings (n = 0 .. G-1) become acceptance probabilities
         at sibling share n / (G-1). Where the file has it, the curve is the one measured with the whole
@@ -80,8 +107,18 @@ class SpecModel:
         # drafter's acceptance on the same text, where the file has it.
         own = data.get("acceptance_together", {}).get("suffix")
         own_alpha = alpha_for_length(own, gamma) if own else points[0][1]
+        # ``seed``: the workload replays this very text (``benchmarks.rollout --replay``), so each sample
+        # keeps its own acceptance (``acceptance_by_sample``, keyed seed:group:sibling).
+        per_sample: dict[tuple[int, int], float] = {}
+        if seed is not None:
+            for key, length in data.get("acceptance_by_sample", {}).get(drafter, {}).items():
+                s, g, i = (int(x) for x in key.split(":"))
+                if s == seed:
+                    per_sample[(g, i)] = length
+        mean = data.get("acceptance_together", {}).get(drafter, 0.0) if per_sample else 0.0
         return cls(own_alpha=own_alpha, group_alpha=points[-1][1], gamma_max=gamma, measured=points,
-                   source=f"measured: {path} ({drafter})", **kwargs)
+                   source=f"measured: {path} ({drafter}{', per sample' if per_sample else ''})",
+                   sample_lengths=per_sample, mean_length=mean, **kwargs)
 
     def draft_scores(self, alpha: float) -> list[float]:
         return list(CostModel.geometric_curve(alpha, self.gamma_max))

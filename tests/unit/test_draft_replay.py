@@ -81,3 +81,15 @@ def test_the_replay_counts_acceptance_by_finished_siblings_and_pools_rare_counts
     assert fine == {n: tokens / steps for n, (tokens, steps) in r.by_finished.items()}
     pooled = r.finished_curve(min_steps=50)
     assert len(pooled) < len(fine) and sorted(pooled) == list(pooled)
+    # every sample's own steps, which the simulator of this very text follows sample by sample
+    assert sum(steps for _, steps in r.by_sample.values()) == r.steps
+    assert {key: tokens for key, (tokens, _) in r.by_sample.items()} == \
+        {(g, i): len(out) - 1 for g, group in enumerate(groups) for i, out in enumerate(group["outputs"])}
+
+
+def test_replay_names_samples_by_workload_seed_and_group():
+    from benchmarks.draft_replay import sample_keys
+
+    assert sample_keys({"groups": [{}, {}]}) == ["0:0", "0:1"]
+    assert sample_keys({"workloads": [{"seed": 3, "groups": [{}, {}]}, {"seed": 5, "groups": [{}]}]}) == \
+        ["3:0", "3:1", "5:0"]

@@ -1,0 +1,40 @@
+"""What an emulated rollout's result file records beside the figures: the samples that ended the rollout,
+chunk by chunk, and a simulator check that the current simulator gives back."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def test_last_samples_are_the_latest_to_end_with_their_chunks_from_the_rollouts_start():
+    from benchmarks.rollout import LAST_SAMPLES, last_samples
+
+    def sample(rid: str, end: float, chunks: list[tuple[int, float, float, int]]) -> dict:
+        return {"rid": rid, "completion_tokens": sum(c[3] for c in chunks), "spec": None,
+                "timing": {"submitted_at": 100.0, "latency_s": end - 100.0},
+                "chunks": [{"instance": i, "start": a, "end": b, "tokens": n, "spec": {"draft_steps": n}}
+                           for i, a, b, n in chunks]}
+
+    samples = [sample(f"g-{k}", 100.0 + 10 * k, [(k % 2, 100.0, 100.0 + 10 * k, 4 * k)]) for k in range(1, 6)]
+    samples.append(sample("g-9", 190.0, [(0, 100.0, 150.0, 32), (1, 151.0, 190.0, 20)]))
+    last = last_samples(samples, start=100.0)
+    assert [s["rid"] for s in last] == ["g-4", "g-5", "g-9"][-LAST_SAMPLES:]
+    assert last[-1]["end_s"] == pytest.approx(90.0) and last[-1]["tokens"] == 52
+    assert [(c["instance"], c["start_s"], c["end_s"], c["tokens"]) for c in last[-1]["chunks"]] == \
+        [(0, 0.0, 50.0, 32), (1, 51.0, 90.0, 20)]
+
+
+def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now():
+    """The tables quote each run's ``sim_check``: a change to the simulator must be rechecked into the
+    files (``python -m benchmarks.sim_recheck``)."""
+    from benchmarks.sim_recheck import recheck
+
+    run = json.loads((RESULTS / "emulated_h100_moonlight_sd_x30_t0.6_4k.json").read_text())
+    check = recheck(run)
+    assert set(check) == set(run["sim_check"]) == {"baseline", "context+sd"}
+    for mode, stored in run["sim_check"].items():
+        assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=1e-9), mode
+        assert check[mode]["predicted_retractions"] == stored["predicted_retractions"], mode
