@@ -786,6 +786,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_sd_t06_x60": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6"),
     "emulated_h100_qwen2vl_sd_t06_x60_4k": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6_4k"),
     "emulated_h100_moonlight_sd_t06_x30_4k": lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k"),
+    "emulated_h100_moonlight_sd_t06_x30_4k_rerun":
+        lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_rerun"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
     "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
