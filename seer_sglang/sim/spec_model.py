@@ -82,8 +82,9 @@ class SpecModel:
         return self.own_alpha + (self.group_alpha - self.own_alpha) * share
 
     def sample_alpha(self, alpha: float, key: tuple[int, int] | None) -> float:
-        """``alpha`` for the sample ``key`` of a replayed text: samples that run long are often the most
-        repetitive, and draft better than the text's mean."""
+        """``alpha`` for the sample ``key`` of a replayed text. Samples draft better or worse than the
+        text's mean (the long ones are often repetitions, and draft better), and the rollout ends on
+        the ones that draft worst; the curve by finished siblings alone averages them out."""
         length = self.sample_lengths.get(key) if key is not None and self.grouped else None
         if not length or not self.mean_length:
             return alpha
