@@ -215,9 +215,9 @@ def sample_keys(data: dict) -> list[str]:
     return [f"{w['seed']}:{g}" for w in data["workloads"] for g in range(len(w["groups"]))]
 
 
-def reference_curves(groups: list[dict], args, keys: list[str] | None = None) -> None:
-    """Acceptance length against the number of finished sibling references, per drafter."""
-    keys = keys or [f"0:{g}" for g in range(len(groups))]
+def reference_curves(groups: list[dict], args, keys: list[str]) -> None:
+    """Acceptance length against the number of finished sibling references, per drafter; ``keys``
+    names each group's samples (``sample_keys``)."""
     counts = [int(n) for n in args.references.split(",")]
     curves: dict[str, dict[int, float]] = {}
     for name in args.drafters.split(","):

@@ -338,14 +338,11 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
 
 
 def run_acceptance(args, seed: int):
-    """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``). Where the run replayed
-    the text that file was measured on, the workload of ``seed`` is that text sample for sample, and each
-    sample keeps its own acceptance."""
+    """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``), per sample where the
+    run replayed the text that file was measured on (``SpecModel.from_replay``)."""
     from seer_sglang.sim.spec_model import SpecModel
 
-    data = json.loads(Path(args.sim_acceptance).read_text())
-    same_text = bool(getattr(args, "replay", None)) and data["config"].get("outputs") == args.replay
-    return SpecModel.from_replay(args.sim_acceptance, seed=seed if same_text else None)
+    return SpecModel.from_replay(args.sim_acceptance, seed=seed, text=getattr(args, "replay", None))
 
 
 def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:

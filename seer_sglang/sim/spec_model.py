@@ -18,22 +18,22 @@ from ..speculative.budget import CostModel, DraftBudget
 from ..core.step_model import StepModel
 
 
+def length_for_alpha(alpha: float, gamma: int) -> float:
+    """Mean tokens per verify step of a chain of ``gamma`` drafts each accepted with ``alpha``."""
+    return sum(alpha ** i for i in range(gamma + 1))
+
+
 def alpha_for_length(length: float, gamma: int) -> float:
     """The per-token acceptance probability whose chain of ``gamma`` drafts gives a mean of ``length``
     tokens per verify step (bonus token included): ``(1 - a**(gamma+1)) / (1 - a) = length``."""
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if sum(mid ** i for i in range(gamma + 1)) < length:
+        if length_for_alpha(mid, gamma) < length:
             lo = mid
         else:
             hi = mid
     return lo
-
-
-def length_for_alpha(alpha: float, gamma: int) -> float:
-    """Mean tokens per verify step of a chain of ``gamma`` drafts each accepted with ``alpha``."""
-    return sum(alpha ** i for i in range(gamma + 1))
 
 
 @lru_cache(maxsize=65536)
@@ -92,7 +92,7 @@ class SpecModel:
 
     @classmethod
     def from_replay(cls, path: str | Path, drafter: str = DRAFT.drafter, seed: int | None = None,
-                    **kwargs) -> "SpecModel":
+                    text: str | None = None, **kwargs) -> "SpecModel":
         """Acceptance measured on real text: a ``benchmarks.draft_replay --references`` result, whose
         tokens per verify step with n finished siblings (n = 0 .. G-1) become acceptance probabilities
         at sibling share n / (G-1). Where the file has it, the curve is the one measured with the whole
@@ -108,10 +108,11 @@ class SpecModel:
         # drafter's acceptance on the same text, where the file has it.
         own = data.get("acceptance_together", {}).get("suffix")
         own_alpha = alpha_for_length(own, gamma) if own else points[0][1]
-        # ``seed``: the workload replays this very text (``benchmarks.rollout --replay``), so each sample
-        # keeps its own acceptance (``acceptance_by_sample``, keyed seed:group:sibling).
+        # ``text``: the recording the workload of ``seed`` replays (``benchmarks.rollout --replay``). Where
+        # it is the one this file was measured on, the workload is that text sample for sample, and each
+        # sample keeps its own acceptance (``acceptance_by_sample``, keyed seed:group:sibling).
         per_sample: dict[tuple[int, int], float] = {}
-        if seed is not None:
+        if seed is not None and text and data["config"].get("outputs") == text:
             for key, length in data.get("acceptance_by_sample", {}).get(drafter, {}).items():
                 s, g, i = (int(x) for x in key.split(":"))
                 if s == seed:

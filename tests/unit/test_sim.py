@@ -124,19 +124,20 @@ def test_a_replayed_texts_samples_keep_their_own_acceptance(tmp_path):
     from seer_sglang.sim.spec_model import SpecModel, length_for_alpha
 
     path = tmp_path / "replay.json"
-    path.write_text(json.dumps({"config": {"draft_tokens": 8},
+    path.write_text(json.dumps({"config": {"draft_tokens": 8, "outputs": "text.json"},
                                 "acceptance_by_finished": {"group-suffix": {"0": 1.8, "15": 1.8}},
                                 "acceptance_together": {"group-suffix": 1.8, "suffix": 1.4},
                                 "acceptance_by_sample": {"group-suffix": {"0:2:5": 2.7, "0:2:6": 1.2,
                                                                           "1:2:5": 1.0}}}))
-    spec = SpecModel.from_replay(path, seed=0)
+    spec = SpecModel.from_replay(path, seed=0, text="text.json")
     base = spec.alpha(3, 16)
     assert length_for_alpha(spec.sample_alpha(base, (2, 5)), 8) == pytest.approx(1.8 * 2.7 / 1.8, abs=1e-6)
     assert length_for_alpha(spec.sample_alpha(base, (2, 6)), 8) == pytest.approx(1.2, abs=1e-6)
     assert spec.sample_alpha(base, (7, 0)) == base and spec.sample_alpha(base, None) == base
     assert dataclasses.replace(spec, grouped=False).sample_alpha(base, (2, 5)) == base
     assert SpecModel.from_replay(path).sample_alpha(base, (2, 5)) == base  # not this text's workload
-    assert length_for_alpha(SpecModel.from_replay(path, seed=1).sample_alpha(base, (2, 5)), 8) == \
+    assert SpecModel.from_replay(path, seed=0, text="other.json").sample_alpha(base, (2, 5)) == base
+    assert length_for_alpha(SpecModel.from_replay(path, seed=1, text="text.json").sample_alpha(base, (2, 5)), 8) == \
         pytest.approx(1.0, abs=1e-6)
 
 
