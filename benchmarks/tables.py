@@ -414,6 +414,60 @@ def cascade_verify_table(results: Results, stems: list[str]) -> str:
                             "largest difference"], rows) + ["", caption])
 
 
+def gpu_step_table(results: Results, stem: str) -> str:
+    """``benchmarks.gpu_step``: one TP rank of a GPU profile's model, measured, against the profile's terms."""
+    d = results[stem]
+    prof, fit = d["profile_terms"], d["fitted"]
+    terms = [  # (what, profile key or None, fitted key, unit scale, unit)
+        ("weight read (measured: with the rank's launch gaps)", "weight_read_s", "decode_fixed_s", 1e3, "ms"),
+        ("KV read per token", "decode_per_kv_token_s", "decode_per_kv_token_s", 1e9, "ns"),
+        ("decode cost per sequence on the GPU", None, "decode_per_seq_s", 1e6, "µs"),
+        ("compute per token (decode and verify)", "compute_per_token_s", "compute_per_token_s", 1e6, "µs"),
+        ("prefill compute per token", "prefill_per_token_s", "prefill_per_token_s", 1e6, "µs"),
+        ("prefill attention per query-key pair", "attention_per_pair_s", "attention_per_pair_s", 1e9, "ns"),
+        ("prefill fixed cost", None, "prefill_intercept_s", 1e3, "ms")]
+    rows = []
+    for what, pk, fk, scale, unit in terms:
+        want = prof[pk] if pk else None
+        rows.append([what, f"{want * scale:.3g} {unit}" if pk else "no term",
+                     f"{fit[fk] * scale:.3g} {unit}", fratio(fit[fk] / want) if pk else "-"])
+    arch = d["arch"]
+    caption = (f"GPU-measured ({d['device']}, torch {d['torch']}, {d['dtype']}): one rank of TP {arch['tp']} of a "
+               f"{arch['layers']}-layer, {arch['hidden']:,}-wide model ({arch['heads']} query / {arch['kv_heads']} KV "
+               f"heads of {arch['head_dim']}, MLP {arch['intermediate']:,}), {d['rank_weight_bytes'] / 1e9:.1f} GB of "
+               f"random weights, {d['rank_kv_bytes_per_token']:,} B of KV per token; {d['attention']}; "
+               f"{d['timing']}; fitted over the points below. Profile: `{d['profile']}` (public figures, the whole "
+               f"instance's step). Source: {source([stem])}.")
+    points = []
+    for p in d["points"]:
+        shape = (f"decode, batch {p['batch']:,} x {p['kv_per_seq']:,} KV tokens" if p["kind"] == "decode"
+                 else f"prefill, {p['new']:,} new after {p['cached']:,} cached")
+        points.append([shape, f"{p['measured_s'] * 1e3:.1f} ms", f"{p['profile_s'] * 1e3:.1f} ms", fratio(p["ratio"]),
+                       f"{p['profile_step_s'] * 1e3:.1f} ms", fratio(p["measured_s"] / p["profile_step_s"])])
+    return "\n".join(table(["term", "profile", "one rank, measured", "measured / profile"], rows) + ["", caption, ""]
+                     + table(["step", "one rank, measured", "profile, rank part", "measured / rank part",
+                              "profile, whole step", "measured rank / whole step"], points))
+
+
+def sim_profile_table(results: Results, pairs: list[tuple[str, str]]) -> str:
+    """The 32-instance simulation on the public profile and on the one with measured rank terms."""
+    rows = []
+    for public, measured in pairs:
+        a, b = results[public], results[measured]
+        for m in b["ablation"]:
+            if m == next(iter(b["ablation"])):
+                continue
+            x, y = a["ablation"][m], b["ablation"][m]
+            rows.append([_workload_label(b), f"`{m}`", f"{fratio(x['ratio_throughput'])} / {fratio(x['ratio_tail'])}",
+                         f"{fratio(y['ratio_throughput'])} / {fratio(y['ratio_tail'])}"])
+    runs = [results[s] for p in pairs for s in p]
+    first = runs[0]
+    return "\n".join(table(["workload", "mode", f"`{results[pairs[0][0]]['config']['model']}`: throughput / tail",
+                            f"measured rank terms: throughput / tail"], rows)
+                     + ["", _sim_caption(runs, [s for p in pairs for s in p],
+                                         f"cells: against {_sim_reference(first)} in the same simulation")])
+
+
 def transfer_table(results: Results, stems: list[str]) -> str:
     d = results[stems[0]]
     cfg = d["config"]
@@ -800,6 +854,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_speculation": lambda r: sim_spec_table(r, _sim_order(r)),
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "cascade_verify": lambda r: cascade_verify_table(r, pick(r, r"cascade_verify_.*")),
+    "gpu_step": lambda r: gpu_step_table(r, "gpu_step_NVIDIA_H100_80GB_HBM3"),
+    "sim_profile_measured": lambda r: sim_profile_table(
+        r, [(f"sim_h100_{w}", f"sim_gpu_step_measured_{w}") for w in ("moonlight", "qwen2vl")]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),

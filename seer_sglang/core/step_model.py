@@ -14,7 +14,10 @@ with B sequences, T tokens (B for decode, B x tree width for a verify) and K KV 
 prefill of N new tokens over C cached ones computes its tokens and their attention to everything
 before them (N * (C + N/2) query-key pairs), and reads the weights at least once::
 
-    prefill = base + max(weight_read, prefill_per_token * N + attention * pairs)
+    prefill = base + prefill_base + max(weight_read, prefill_per_token * N + attention * pairs)
+
+(``prefill_base``, 0 in the public profiles, is a prefill step's own fixed cost: an eager step's kernel
+launches, which a decode step's CUDA graph does not pay.)
 
 (a model scaled to shorter lengths charges a share of a prefill's fixed part, see ``scaled``).
 
@@ -54,6 +57,7 @@ class StepModel:
     attention_per_pair_s: float = 0.0  # prefill attention per (query, key) pair
     kv_bytes_per_token: int = 0  # informative: what the KV read and the capacity were derived from
     prefill_fixed_scale: float = 1.0  # share of a prefill step's fixed cost (base, weight read) charged
+    prefill_base_s: float = 0.0  # a prefill step's fixed cost beside decode_base_s (eager launches)
     # A fit whose step is not linear in the batch (a CPU's): measured (batch, seconds) points at a short
     # context, which replace base + per_seq * B; linear between them and along the last segment after.
     decode_batch_s: tuple[tuple[int, float], ...] = ()
@@ -119,7 +123,7 @@ class StepModel:
         if not self.weight_read_s:  # a CPU fit: prefill is linear in tokens, its base is in the fit
             return compute
         f = self.prefill_fixed_scale
-        return f * self.decode_base_s + max(f * self.weight_read_s, compute)
+        return f * (self.decode_base_s + self.prefill_base_s) + max(f * self.weight_read_s, compute)
 
     def migration_cost(self, page_size: int = KV_POOL.page_size) -> MigrationCost:
         """The router's move cost on this model. Without a pool no sample holds pooled tokens, so
@@ -150,7 +154,7 @@ class StepModel:
             capacity_tokens=max(1, int(self.capacity_tokens * s)), weight_read_s=self.weight_read_s * x,
             compute_per_token_s=self.compute_per_token_s * x, attention_per_pair_s=self.attention_per_pair_s * x / s,
             pool_load_s_per_token=self.pool_load_s_per_token * x / s, request_overhead_s=self.request_overhead_s * x,
-            prefill_fixed_scale=self.prefill_fixed_scale * s,
+            prefill_fixed_scale=self.prefill_fixed_scale * s, prefill_base_s=self.prefill_base_s * x,
             decode_batch_s=tuple((b, t * x) for b, t in self.decode_batch_s))
 
     def save(self, path: str | Path) -> None:

@@ -43,6 +43,16 @@ def test_prefill_prices_attention_to_cached_and_earlier_tokens():
     assert fitted.prefill(1000) == pytest.approx(1000 * 3e-5)
 
 
+def test_a_prefill_fixed_cost_adds_to_prefills_only():
+    """``prefill_base_s`` (an eager step's launches) is paid by every prefill, hidden by no compute,
+    and by no decode step; a shortened run charges its share of it, as of the other fixed costs."""
+    eager = dataclasses.replace(ROOF, prefill_base_s=0.01)
+    for n, c in [(10, 0), (4096, 0), (4096, 32_768)]:
+        assert eager.prefill(n, c) == pytest.approx(ROOF.prefill(n, c) + 0.01)
+    assert eager.decode_step(64, 10_000) == ROOF.decode_step(64, 10_000)
+    assert eager.scaled(0.1, 2.0).prefill(400, 400) == pytest.approx(eager.prefill(4000, 4000) * 0.1 * 2.0)
+
+
 def test_scaling_keeps_a_shortened_run_shaped_like_the_full_one():
     """Lengths x 1/10: the same batch over a tenth of the KV tokens costs the same per step, the
     instance holds a tenth of the tokens, and a prefill's time shrinks by a tenth, fixed cost and

@@ -1,0 +1,80 @@
+"""benchmarks.gpu_step: the rank it times computes one model's forward pass consistently (checked on
+the CPU with a tiny architecture), and its fit recovers known step-model terms."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.gpu_step import SMOKE, Arch, Rank, fit, measured_profile, summarize
+from seer_sglang.core.step_model import PROFILES_DIR, StepModel
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def test_decode_and_prefill_attend_to_the_same_cache():
+    """A prefill of N + 1 tokens, a prefill of N then a decode step, and a prefill of N then a
+    one-token prefill after N cached give the same logits for the last token: the decode path's
+    shared-KV-head layout and the prefill's lower-right causal mask read the cache as the model would."""
+    arch = Arch(layers=2, hidden=64, heads=8, kv_heads=2, head_dim=16, intermediate=128, vocab=96, tp=2)
+    torch.manual_seed(0)
+    rank = Rank(arch, kv_tokens=64, device="cpu", dtype=torch.float32)
+    x = torch.randn(9, arch.hidden)
+    whole = rank.prefill(x, cached=0)
+    rank.prefill(x[:8], cached=0)
+    step = rank.decode(x[8:], length=8)
+    rank.prefill(x[:8], cached=0)
+    chunked = rank.prefill(x[8:], cached=8)
+    torch.testing.assert_close(step, whole, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(rank.decode(x[8:], length=3), whole, atol=1e-3)  # another context, other logits
+
+
+def test_rank_share_of_the_70b_profile():
+    """One rank of Llama-3-70B at TP 8 holds an eighth of the weights and one KV head per layer: the
+    sizes the h100-70b profile's derivation starts from."""
+    from benchmarks.gpu_step import ARCHS
+
+    arch = ARCHS["h100-70b"]
+    model = StepModel.load(PROFILES_DIR / "h100-70b.json")
+    assert arch.rank_params() * 2 == pytest.approx(17.5e9, rel=0.02)
+    assert arch.rank_kv_bytes_per_token() * arch.tp == model.kv_bytes_per_token
+    assert SMOKE.rank_heads == 1
+
+
+def test_fit_recovers_known_terms():
+    fixed, per_seq, kv, compute, p0, per_token, att = 0.01, 1e-5, 1.4e-8, 3.3e-5, 0.01, 3e-5, 1.3e-9
+    points = []
+    for b, n in [(1, 1), (16, 1), (64, 1), (64, 1024), (64, 4096), (256, 1), (256, 1024), (256, 4096),
+                 (1, 4096)]:  # the last one is left out of the fit (too few sequences to fill the GPU)
+        t = fixed + per_seq * b + kv * b * n + (0.004 if (b, n) == (1, 4096) else 0)
+        points.append(dict(kind="decode", batch=b, kv_per_seq=n, tokens=b, kv_tokens=b * n, measured_s=t))
+    for b in (1024, 2048, 4096):
+        points.append(dict(kind="decode", batch=b, kv_per_seq=1, tokens=b, kv_tokens=b, measured_s=0.004 + compute * b))
+    for n, c in [(256, 0), (1024, 0), (4096, 0), (1024, 16384), (4096, 8192)]:
+        points.append(dict(kind="prefill", new=n, cached=c, measured_s=p0 + per_token * n + att * n * (c + n / 2)))
+    f = fit(points)
+    for key, want in [("decode_fixed_s", fixed), ("decode_per_seq_s", per_seq), ("decode_per_kv_token_s", kv),
+                      ("compute_per_token_s", compute), ("prefill_intercept_s", p0),
+                      ("prefill_per_token_s", per_token), ("attention_per_pair_s", att)]:
+        assert f[key] == pytest.approx(want, rel=1e-6), key
+
+
+def test_stored_h100_result_and_its_profile():
+    """The stored H100 measurement refits to the terms its profile file holds, and that profile keeps
+    what one GPU cannot measure (all-reduces, capacity) from the public one."""
+    stored = json.loads((RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3.json").read_text())
+    base = StepModel.load(PROFILES_DIR / "h100-70b.json")
+    result = summarize(json.loads(json.dumps(stored)), base)
+    assert result["fitted"] == pytest.approx(stored["fitted"], rel=1e-9)  # least squares: last bits may differ
+    measured = measured_profile(result, base)
+    saved = StepModel.load(RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3.profile.json")
+    numbers = {k: v for k, v in asdict(saved).items() if isinstance(v, float)}
+    assert {k: asdict(measured)[k] for k in numbers} == pytest.approx(numbers, rel=1e-9)
+    assert replace(measured, **numbers) == saved
+    assert (measured.decode_base_s, measured.capacity_tokens) == (base.decode_base_s, base.capacity_tokens)
+    assert measured.weight_read_s == pytest.approx(stored["fitted"]["decode_fixed_s"])
