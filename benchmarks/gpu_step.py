@@ -21,8 +21,8 @@ profile's rank part only: ``max(weight_read + kv * K, compute * T)`` for a decod
 
 Attention is torch's ``scaled_dot_product_attention`` (decode: a sequence's query heads share its one
 KV head, so they are its query rows; prefill: the KV head repeated for its query heads, causal to the
-lower right), not the FlashAttention-3 or FlashInfer kernels an H100 deployment of SGLang runs, so the
-attention terms are an upper bound. ``--smoke`` runs a tiny architecture on the CPU to check the code.
+lower right), not the FlashInfer or FlashAttention-3 kernels an H100 deployment of SGLang runs:
+``benchmarks.gpu_attention`` holds the two against each other. ``--smoke`` runs a tiny architecture on the CPU to check the code.
 """
 
 from __future__ import annotations
@@ -228,10 +228,10 @@ def fit(points: list[dict]) -> dict:
     the largest batches with one KV token: ``t = c0 + compute * T``; prefill:
     ``t = p0 + prefill * N + attention * pairs``.
 
-    The KV fit leaves out long contexts in batches under 64: torch's decode attention runs one block
-    per sequence and KV head, so a few long sequences leave most of the GPU idle (on an H100, one
-    4096-token sequence adds 4.1 ms to a step for 0.17 GB read), which the split-KV decode kernels
-    SGLang runs (FlashInfer, FlashAttention-3) do not.
+    The KV fit leaves out long contexts in batches under 64. There a layer's decode attention takes
+    about 0.1 ms whatever it reads (on an H100, one 4096-token sequence adds 4.1 ms to a step for 0.17
+    GB read; ``benchmarks.gpu_attention`` finds FlashInfer's decode as slow there as torch's), which no
+    per-token term describes.
     """
     dec = [p for p in points if p["kind"] == "decode" and p["batch"] <= 256
            and (p["kv_per_seq"] <= 1 or p["batch"] >= 64)]

@@ -449,6 +449,33 @@ def gpu_step_table(results: Results, stem: str) -> str:
                               "profile, whole step", "measured rank / whole step"], points))
 
 
+def gpu_attention_table(results: Results, stem: str, fa2: str | None = None) -> str:
+    """``benchmarks.gpu_attention``: one layer's attention of one rank, torch's kernels against
+    FlashInfer's, and the whole model's terms fitted from them against the profile's."""
+    d = results[stem]
+    rows = []
+    for p in d["points"]:
+        shape = (f"decode, batch {p['batch']:,} x {p['kv_per_seq']:,} KV tokens" if p["kind"] == "decode"
+                 else f"prefill, {p['new']:,} new after {p['cached']:,} cached")
+        t, f = p["s"].get("torch"), p["s"].get("flashinfer")
+        rows.append([shape, f"{t * 1e6:.0f} µs" if t else "-", f"{f * 1e6:.0f} µs" if f else "-",
+                     fratio(t / f) if t and f else "-"])
+    fit = d["fitted"]
+    terms = []
+    for key, label, scale, unit in [("decode_per_kv_token_s", "decode KV read per token", 1e9, "ns"),
+                                     ("attention_per_pair_s", "prefill attention per query-key pair", 1e9, "ns")]:
+        terms.append(f"{label}: torch {fit['torch'][key] * scale:.2f} {unit}, FlashInfer {fit['flashinfer'][key] * scale:.2f} "
+                     f"{unit}")
+    extra = ""
+    if fa2 and fa2 in results:
+        extra = (f" FlashInfer's FA2 prefill instead of the default: {results[fa2]['fitted']['flashinfer']['attention_per_pair_s'] * 1e9:.2f} ns "
+                 f"per pair ({source([fa2])}).")
+    caption = (f"GPU-measured ({d['device']}, torch {d['torch']}, FlashInfer {d.get('flashinfer', '-')}, {d['dtype']}): "
+               f"{d['timing']}, one rank of `{d['profile']}` ({d['layers']} layers). Fitted for the whole model "
+               f"({'; '.join(terms)}).{extra} Source: {source([stem])}.")
+    return "\n".join(table(["attention of one layer", "torch", "FlashInfer", "torch / FlashInfer"], rows) + ["", caption])
+
+
 def sim_profile_table(results: Results, pairs: list[tuple[str, str]]) -> str:
     """The 32-instance simulation on the public profile and on the one with measured rank terms."""
     rows = []
@@ -855,6 +882,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "cascade_verify": lambda r: cascade_verify_table(r, pick(r, r"cascade_verify_.*")),
     "gpu_step": lambda r: gpu_step_table(r, "gpu_step_NVIDIA_H100_80GB_HBM3"),
+    "gpu_attention": lambda r: gpu_attention_table(r, "gpu_attention_NVIDIA_H200", "gpu_attention_NVIDIA_H200_fa2"),
     "sim_profile_measured": lambda r: sim_profile_table(
         r, [(f"sim_h100_{w}", f"sim_gpu_step_measured_{w}") for w in ("moonlight", "qwen2vl")]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),

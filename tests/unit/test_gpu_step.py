@@ -78,3 +78,32 @@ def test_stored_h100_result_and_its_profile():
     assert replace(measured, **numbers) == saved
     assert (measured.decode_base_s, measured.capacity_tokens) == (base.decode_base_s, base.capacity_tokens)
     assert measured.weight_read_s == pytest.approx(stored["fitted"]["decode_fixed_s"])
+
+
+def test_attention_fit_recovers_known_terms_and_the_stored_run_refits():
+    """benchmarks.gpu_attention: per backend, the KV read per token (batches of 64 and more) and the
+    time per query-key pair, scaled to the whole model; the stored H200 run refits to its own terms."""
+    from benchmarks.gpu_attention import fit as attention_fit
+
+    per_token, per_pair, layers = 1e-10, 7e-12, 80
+    points = [dict(kind="decode", batch=b, kv_per_seq=n, s={"x": 5e-5 + per_token * b * n})
+              for b, n in [(64, 1024), (256, 1024), (256, 4096)]]
+    points.append(dict(kind="decode", batch=1, kv_per_seq=4096, s={"x": 1e-4}))  # under 64: left out
+    points += [dict(kind="prefill", new=n, cached=c, s={"x": 2e-5 + per_pair * n * (c + n / 2)})
+               for n, c in [(1024, 0), (4096, 0), (1024, 16384)]]
+    got = attention_fit(points, "x", layers)
+    assert got["decode_per_kv_token_s"] == pytest.approx(per_token * layers, rel=1e-6)
+    assert got["attention_per_pair_s"] == pytest.approx(per_pair * layers, rel=1e-6)
+    stored = json.loads((RESULTS / "gpu_attention_NVIDIA_H200.json").read_text())
+    for backend in stored["backends"]:
+        assert attention_fit(stored["points"], backend, stored["layers"]) == pytest.approx(stored["fitted"][backend],
+                                                                                           rel=1e-9)
+
+
+def test_attention_cases_run_on_cpu():
+    """The torch side of each case runs on a tiny architecture (the GPU run adds FlashInfer's)."""
+    from benchmarks.gpu_attention import decode_case, prefill_case
+
+    arch = Arch(layers=2, hidden=64, heads=8, kv_heads=2, head_dim=16, intermediate=128, vocab=96, tp=2)
+    assert len(decode_case(arch, 4, 32, "cpu", torch.float32, ["torch"])["torch"]) == 20
+    assert all(t > 0 for t in prefill_case(arch, 16, 32, "cpu", torch.float32, ["torch"])["torch"])

@@ -1,0 +1,157 @@
+"""One rank's attention alone on a GPU: torch's kernels (what ``benchmarks.gpu_step`` times) against
+FlashInfer's (what SGLang runs), per layer, on the same shapes.
+
+    python -m benchmarks.gpu_attention --out benchmarks/results/gpu_attention_<gpu>.json
+
+``gpu_step`` times whole steps with torch's ``scaled_dot_product_attention``, whose decode runs one
+block per sequence and KV head and whose cached prefill falls back to a masked kernel, so its
+attention terms are upper bounds. This times the attention of one layer of the same rank with both
+libraries: decode over batches and KV lengths (FlashInfer's paged decode with tensor cores, as SGLang
+uses it for grouped-query attention), and one request's prefill of N new tokens after C cached
+(FlashInfer's single prefill, causal to the lower right). Per library it fits the KV read per token of
+decode and the time per query-key pair of prefill, both for the whole model (x layers).
+``--smoke`` runs torch's side on the CPU to check the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.gpu_step import ARCHS, SMOKE, Arch, lstsq, timed
+
+DECODE = [(1, 4096), (16, 4096), (64, 1024), (64, 4096), (256, 1024), (256, 4096), (1024, 1024)]
+PREFILL = [(1024, 0), (4096, 0), (8192, 0), (1024, 4096), (1024, 16384), (4096, 8192)]
+FI_BACKEND = "auto"  # FlashInfer's prefill implementation: fa3 on Hopper, or fa2
+
+
+def decode_case(arch: Arch, batch: int, length: int, device: str, dtype: torch.dtype, backends: list[str]) -> dict:
+    hq, hk, d = arch.rank_heads, arch.rank_kv_heads, arch.head_dim
+    k = torch.randn(batch, hk, length, d, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    q = torch.randn(batch, hq, d, device=device, dtype=dtype)
+    cuda = device == "cuda"
+    out = {}
+    if "torch" in backends:  # as gpu_step's decode: the query heads of a KV head are its query rows
+        out["torch"] = timed(lambda: F.scaled_dot_product_attention(q.view(batch, hk, hq // hk, d), k, v), 20, cuda)
+    if "flashinfer" in backends:
+        import flashinfer
+
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            torch.empty(128 << 20, dtype=torch.uint8, device=device), "HND", use_tensor_cores=True)
+        i32 = dict(dtype=torch.int32, device=device)
+        # one page per sequence, the page its whole context: k[b] is page b in the HND layout
+        wrapper.plan(torch.arange(batch + 1, **i32), torch.arange(batch, **i32), torch.full((batch,), length, **i32),
+                     hq, hk, d, length, q_data_type=dtype, kv_data_type=dtype)
+        ref = F.scaled_dot_product_attention(q.view(batch, hk, hq // hk, d).float(), k.float(), v.float())
+        got = wrapper.run(q, (k, v))
+        out["flashinfer_max_diff"] = float((got.float() - ref.reshape(batch, hq, d)).abs().max())
+        out["flashinfer"] = timed(lambda: wrapper.run(q, (k, v)), 20, cuda)
+    return out
+
+
+def prefill_case(arch: Arch, new: int, cached: int, device: str, dtype: torch.dtype, backends: list[str]) -> dict:
+    from torch.nn.attention.bias import causal_lower_right
+
+    hq, hk, d = arch.rank_heads, arch.rank_kv_heads, arch.head_dim
+    total = new + cached
+    k = torch.randn(hk, total, d, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    q = torch.randn(new, hq, d, device=device, dtype=dtype)
+    cuda = device == "cuda"
+    out = {}
+    qh = q.transpose(0, 1).unsqueeze(0)
+    kr = k.repeat_interleave(hq // hk, dim=0).unsqueeze(0)
+    vr = v.repeat_interleave(hq // hk, dim=0).unsqueeze(0)
+    if "torch" in backends:  # as gpu_step's prefill (the repeat of the KV head left out)
+        if cached:
+            mask = causal_lower_right(new, total)
+            out["torch"] = timed(lambda: F.scaled_dot_product_attention(qh, kr, vr, attn_mask=mask), 5, cuda)
+        else:
+            out["torch"] = timed(lambda: F.scaled_dot_product_attention(qh, kr, vr, is_causal=True), 5, cuda)
+    if "flashinfer" in backends:
+        import flashinfer
+
+        kn, vn = k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()  # NHD, as SGLang's KV pool
+
+        def run():
+            return flashinfer.single_prefill_with_kv_cache(q, kn, vn, causal=True, backend=FI_BACKEND)
+
+        if cached:
+            ref = F.scaled_dot_product_attention(qh, kr, vr, attn_mask=causal_lower_right(new, total))
+        else:
+            ref = F.scaled_dot_product_attention(qh, kr, vr, is_causal=True)
+        out["flashinfer_max_diff"] = float((run().float() - ref.squeeze(0).transpose(0, 1).float()).abs().max())
+        out["flashinfer"] = timed(run, 5, cuda)
+    return out
+
+
+def fit(points: list[dict], backend: str, layers: int) -> dict:
+    """Per backend, for the whole model: decode KV read per token (over batches of 64 and more, which
+    fill the GPU) and prefill time per query-key pair, each with an intercept."""
+    dec = [p for p in points if p["kind"] == "decode" and backend in p["s"] and p["batch"] >= 64]
+    pre = [p for p in points if p["kind"] == "prefill" and backend in p["s"]]
+    out = {}
+    if len(dec) >= 2:
+        _, per_token = lstsq([[1.0, p["batch"] * p["kv_per_seq"]] for p in dec], [p["s"][backend] for p in dec])
+        out["decode_per_kv_token_s"] = per_token * layers
+    if len(pre) >= 2:
+        _, per_pair = lstsq([[1.0, p["new"] * (p["cached"] + p["new"] / 2)] for p in pre], [p["s"][backend] for p in pre])
+        out["attention_per_pair_s"] = per_pair * layers
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="h100-70b", choices=sorted(ARCHS))
+    ap.add_argument("--backends", default="torch,flashinfer")
+    ap.add_argument("--smoke", action="store_true", help="torch only, a tiny architecture on the CPU")
+    ap.add_argument("--cases", default="decode,prefill")
+    ap.add_argument("--fi-backend", default="auto", choices=["auto", "fa2", "fa3"])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available() and not args.smoke
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    arch = SMOKE if args.smoke else ARCHS[args.profile]
+    backends = args.backends.split(",") if cuda else ["torch"]
+    decode, prefill = (DECODE, PREFILL) if not args.smoke else ([(64, 64), (64, 256)], [(32, 0), (32, 64)])
+    t0 = time.time()
+    result = dict(benchmark="gpu_attention", device=torch.cuda.get_device_name() if cuda else "cpu",
+                  torch=torch.__version__, dtype=str(dtype).replace("torch.", ""), smoke=args.smoke,
+                  profile=args.profile, layers=arch.layers, backends=backends, flashinfer_prefill_backend=args.fi_backend,
+                  timing="one layer's attention, median of CUDA-event timings", points=[])
+    if cuda and "flashinfer" in backends:
+        import flashinfer
+
+        result["flashinfer"] = flashinfer.__version__
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    global FI_BACKEND
+    FI_BACKEND = args.fi_backend
+    cases = ([("decode", b, n) for b, n in decode] if "decode" in args.cases else []) + \
+        ([("prefill", n, c) for n, c in prefill] if "prefill" in args.cases else [])
+    for kind, a, b in cases:
+        try:
+            raw = (decode_case if kind == "decode" else prefill_case)(arch, a, b, device, dtype, backends)
+        except Exception as e:  # a kernel that does not build or run: the other points still count
+            print(f"{kind} {a} {b}: {type(e).__name__}: {e}", flush=True)
+            raw = {"error": f"{type(e).__name__}: {e}"[:500]}
+        point = dict(kind=kind, **({"batch": a, "kv_per_seq": b} if kind == "decode" else {"new": a, "cached": b}),
+                     s={k: statistics.median(v) for k, v in raw.items() if isinstance(v, list)},
+                     **{k: v for k, v in raw.items() if not isinstance(v, list)})
+        result["points"].append(point)
+        print(kind, a, b, {k: f"{v * 1e6:.1f} us" for k, v in point["s"].items()}, flush=True)
+        result["fitted"] = {bk: fit(result["points"], bk, arch.layers) for bk in backends}
+        result["wall_s"] = time.time() - t0
+        out.write_text(json.dumps(result, indent=2) + "\n")  # after every point: a run cut short keeps its points
+    print(json.dumps(result["fitted"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
