@@ -353,3 +353,40 @@ def test_sim_bounds_seeds_and_the_papers_acceptance():
     for n, length in SEER_ACCEPTANCE["seer-linear"]:  # the chain acceptance gives the reported length back
         a = spec.alpha(n, 16)
         assert sum(a ** i for i in range(spec.gamma_max + 1)) == pytest.approx(length, rel=1e-6)
+
+
+def test_the_cache_shares_a_prompt_among_siblings_as_sglangs_radix_tree(trace):
+    """A sample's cached context is its own tokens below its group's prompt: the prompt counts once
+    however many siblings cached theirs, a sibling's continuation hits prompt and own tokens, and the
+    prompt is evicted only after every sample cached below it (least recently used first)."""
+    from seer_sglang.sim.simulator import Simulation
+
+    sim = Simulation(trace, make_policy("group"), dataclasses.replace(SMALL, capacity_tokens=120), instances=1,
+                     max_tokens=4096)
+    inst = sim.instances[0]
+    inst.remember("s:a", 40 + 10, group="g1", prompt=40)
+    inst.remember("s:b", 40 + 20, group="g1", prompt=40)
+    assert sum(inst.cache.values()) == 70  # the prompt once: 40 + 10 + 20
+    assert list(inst.cache) == ["s:a", "p:g1", "s:b"]
+    inst.remember("s:c", 30 + 25, group="g2", prompt=30)  # 125 tokens: the least recent sample goes
+    assert list(inst.cache) == ["p:g1", "s:b", "p:g2", "s:c"] and sum(inst.cache.values()) == 115
+    inst.remember("s:d", 30 + 35, group="g2", prompt=30)  # 150: p:g1 is older, but b lies below it
+    assert list(inst.cache) == ["s:c", "p:g2", "s:d"]  # b went, then its prompt, below nothing now
+    assert (inst.cached("s:c"), inst.cached("s:d"), inst.cached("p:g2"), inst.cached("s:a")) == (55, 65, 30, 0)
+
+
+def test_a_verify_step_emits_its_expected_tokens_on_average(trace):
+    """At 1.4 tokens per verify step a request emits 1.4 per step over many one-step macro steps: the
+    fraction carries over instead of being rounded away (1.4 -> 1 each step would cost it 40%); every
+    step emits at least its one token, and a chunk never more than it has left."""
+    from seer_sglang.sim.simulator import Simulation, Slot
+
+    sim = Simulation(trace, make_policy("group"), SMALL, instances=1, max_tokens=4096)
+    sample = sim.groups[0].samples[0]
+    slot = Slot(sample, budget=10_000, reserve=0)
+    sample.oracle_length = 10_000
+    made = [slot.emit(1, 1.4) for _ in range(100)]
+    assert sum(made) in (139, 140) and set(made) == {1, 2}
+    assert slot.emit(3, 1.0) == 3
+    short = Slot(sample, budget=2, reserve=0)
+    assert short.emit(5, 1.9) == 2
