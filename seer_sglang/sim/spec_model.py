@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
@@ -36,13 +35,6 @@ def alpha_for_length(length: float, gamma: int) -> float:
     return lo
 
 
-@lru_cache(maxsize=65536)
-def scaled_alpha(alpha: float, ratio: float, gamma: int) -> float:
-    """The acceptance probability whose mean length is ``ratio`` times that of ``alpha``."""
-    length = min(gamma + 0.999, max(1.0, length_for_alpha(alpha, gamma) * ratio))
-    return alpha_for_length(length, gamma)
-
-
 @dataclass(frozen=True)
 class SpecModel:
     """A draft token is accepted with probability ``own_alpha`` while a request drafts from its own
@@ -63,9 +55,8 @@ class SpecModel:
     measured: tuple[tuple[float, float], ...] = ()
     source: str = "assumed"
     # On a replayed text: each sample's own tokens per verify step, by (group, sibling) of the workload,
-    # and the mean over the text; a sample's acceptance is the curve's times its ratio to the mean.
+    # which replaces the curve for that sample (``sample_alpha``).
     sample_lengths: Mapping[tuple[int, int], float] = field(default_factory=dict)
-    mean_length: float = 0.0
 
     def alpha(self, finished_siblings: int, group_size: int) -> float:
         if not self.grouped:
@@ -82,13 +73,17 @@ class SpecModel:
         return self.own_alpha + (self.group_alpha - self.own_alpha) * share
 
     def sample_alpha(self, alpha: float, key: tuple[int, int] | None) -> float:
-        """``alpha`` for the sample ``key`` of a replayed text. Samples draft better or worse than the
-        text's mean (the long ones are often repetitions, and draft better), and the rollout ends on
-        the ones that draft worst; the curve by finished siblings alone averages them out."""
+        """``alpha`` for the sample ``key`` of a replayed text: the sample's own acceptance, measured
+        with its group decoding together, where the replay has it; else ``alpha`` (the curve by
+        finished siblings). Samples draft better or worse than the text's mean (the long ones are often
+        repetitions, and draft better), and the rollout ends on the ones that draft worst, which the
+        curve averages out. The sample's own figure already spans its siblings finishing around it,
+        and the curve's fall with finished siblings is mostly which samples are left (those that draft
+        worst), so the two are not multiplied: that counted the fall twice for the last samples."""
         length = self.sample_lengths.get(key) if key is not None and self.grouped else None
-        if not length or not self.mean_length:
+        if not length:
             return alpha
-        return scaled_alpha(alpha, length / self.mean_length, self.gamma_max)
+        return alpha_for_length(min(self.gamma_max + 0.999, max(1.0, length)), self.gamma_max)
 
     @classmethod
     def from_replay(cls, path: str | Path, drafter: str = DRAFT.drafter, seed: int | None = None,
@@ -117,10 +112,9 @@ class SpecModel:
                 s, g, i = (int(x) for x in key.split(":"))
                 if s == seed:
                     per_sample[(g, i)] = length
-        mean = data.get("acceptance_together", {}).get(drafter, 0.0) if per_sample else 0.0
         return cls(own_alpha=own_alpha, group_alpha=points[-1][1], gamma_max=gamma, measured=points,
                    source=f"measured: {path} ({drafter}{', per sample' if per_sample else ''})",
-                   sample_lengths=per_sample, mean_length=mean, **kwargs)
+                   sample_lengths=per_sample, **kwargs)
 
     def draft_scores(self, alpha: float) -> list[float]:
         return list(CostModel.geometric_curve(alpha, self.gamma_max))

@@ -116,25 +116,27 @@ def test_measured_acceptance_replaces_the_assumed_one(tmp_path):
 
 
 def test_a_replayed_texts_samples_keep_their_own_acceptance(tmp_path):
-    """On the text a workload replays, a sample that drafts better than the text's mean keeps that ratio
-    over the curve, in the workload of its seed only; the per-request ablation and other workloads
-    keep the curve."""
+    """On the text a workload replays, each sample drafts at its own measured acceptance whatever the
+    curve by finished siblings says, in the workload of its seed only; the per-request ablation,
+    other workloads and samples the replay lacks keep the curve."""
     import json
 
     from seer_sglang.sim.spec_model import SpecModel, length_for_alpha
 
     path = tmp_path / "replay.json"
     path.write_text(json.dumps({"config": {"draft_tokens": 8, "outputs": "text.json"},
-                                "acceptance_by_finished": {"group-suffix": {"0": 1.8, "15": 1.8}},
+                                "acceptance_by_finished": {"group-suffix": {"0": 1.9, "15": 1.6}},
                                 "acceptance_together": {"group-suffix": 1.8, "suffix": 1.4},
                                 "acceptance_by_sample": {"group-suffix": {"0:2:5": 2.7, "0:2:6": 1.2,
                                                                           "1:2:5": 1.0}}}))
     spec = SpecModel.from_replay(path, seed=0, text="text.json")
+    for finished in (0, 3, 15):
+        base = spec.alpha(finished, 16)
+        assert length_for_alpha(spec.sample_alpha(base, (2, 5)), 8) == pytest.approx(2.7, abs=1e-6)
+        assert length_for_alpha(spec.sample_alpha(base, (2, 6)), 8) == pytest.approx(1.2, abs=1e-6)
+        assert spec.sample_alpha(base, (7, 0)) == base and spec.sample_alpha(base, None) == base
+        assert dataclasses.replace(spec, grouped=False).sample_alpha(base, (2, 5)) == base
     base = spec.alpha(3, 16)
-    assert length_for_alpha(spec.sample_alpha(base, (2, 5)), 8) == pytest.approx(1.8 * 2.7 / 1.8, abs=1e-6)
-    assert length_for_alpha(spec.sample_alpha(base, (2, 6)), 8) == pytest.approx(1.2, abs=1e-6)
-    assert spec.sample_alpha(base, (7, 0)) == base and spec.sample_alpha(base, None) == base
-    assert dataclasses.replace(spec, grouped=False).sample_alpha(base, (2, 5)) == base
     assert SpecModel.from_replay(path).sample_alpha(base, (2, 5)) == base  # not this text's workload
     assert SpecModel.from_replay(path, seed=0, text="other.json").sample_alpha(base, (2, 5)) == base
     assert length_for_alpha(SpecModel.from_replay(path, seed=1, text="text.json").sample_alpha(base, (2, 5)), 8) == \
