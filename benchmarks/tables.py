@@ -869,6 +869,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_moonlight_sd_t06_x30_4k": lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k"),
     "emulated_h100_moonlight_sd_t06_x30_4k_rerun":
         lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_rerun"),
+    "sim_bounds_moonlight_sd": lambda r: sim_bounds_table(r, "sim_bounds_moonlight_sd"),
+    "emulated_h100_measured_qwen2vl_sd":
+        lambda r: emulated_table(r, "emulated_h100_measured_qwen2vl_sd_x45_t0.6_4k"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
     "text_acceptance": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32"),
     "rollout_cpu_tiny": lambda r: rollout_table([r["cpu_tiny"]], ["cpu_tiny"]),
