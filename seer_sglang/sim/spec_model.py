@@ -79,7 +79,7 @@ class SpecModel:
         repetitions, and draft better), and the rollout ends on the ones that draft worst, which the
         curve averages out. The sample's own figure already spans its siblings finishing around it,
         and the curve's fall with finished siblings is mostly which samples are left (those that draft
-        worst), so the two are not multiplied: that counted the fall twice for the last samples."""
+        worst), so the two are not multiplied: that would count the fall twice for the last samples."""
         length = self.sample_lengths.get(key) if key is not None and self.grouped else None
         if not length:
             return alpha
