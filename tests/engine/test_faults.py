@@ -22,6 +22,22 @@ def _reference(plain_url: str, prompts: list[list[int]] = PROMPTS, max_tokens: i
                                                       "ignore_eos": True}}).json()]
 
 
+def _assert_greedy(plain_url: str, prompt: list[int], got: list[int], ref: list[int], tie: float = 1e-4) -> None:
+    """``got`` is plain SGLang's greedy output ``ref`` token for token. Where they part, the reference's
+    two best tokens there must be within ``tie`` of each other in float32, and ``got`` must hold the
+    runner-up: a near-tie that another batch composition decides the other way (seen: 2.6e-5 apart at
+    token 184 of the random tiny model), after which the texts are free to differ. A lost, repeated or
+    wrong token is none of that."""
+    if got == ref:
+        return
+    at = next(i for i, (a, b) in enumerate(zip(got, ref)) if a != b)
+    out = httpx.post(f"{plain_url}/generate", timeout=600, json={
+        "input_ids": prompt + ref[:at], "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+        "return_logprob": True, "top_logprobs_num": 2}).json()
+    (best, first, _), (second, runner_up, _) = out["meta_info"]["output_top_logprobs"][0][:2]
+    assert (first, runner_up) == (ref[at], got[at]) and best - second < tie, (at, got[at], ref[at], best, second)
+
+
 def _wait_instances(url: str, ready, timeout_s: float = 300) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -45,7 +61,8 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         for s in samples:
             assert s["finish_reason"] == "length" and s["error"] is None
             assert len(s["output_ids"]) == MAX_TOKENS == len(s["logprobs"])  # nothing lost, nothing twice
-            assert s["output_ids"] == ref[s["prompt_index"]]  # resumed from the last completed chunk
+            # resumed from the last completed chunk
+            _assert_greedy(plain_url, PROMPTS[s["prompt_index"]], s["output_ids"], ref[s["prompt_index"]])
         assert result.moved, "no sample was moved off the killed instance"
         # Every finished chunk's pages were in the pool before its answer left the dead instance:
         # the moved samples load (almost) all of their context's whole pages instead of recomputing.
@@ -150,14 +167,15 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
                 for s in samples:
                     assert s["finish_reason"] == "length" and s["error"] is None, s["error"]
                     assert len(s["output_ids"]) == MAX_TOKENS == len(s["logprobs"])
-                    assert s["output_ids"] == ref[s["prompt_index"]]
+                    _assert_greedy(plain_url, PROMPTS[s["prompt_index"]], s["output_ids"], ref[s["prompt_index"]])
                 assert proxy.forwarded > forwarded  # A took chunks again once it answered them
                 # B is readmitted: a second rollout runs chunks on it
                 _wait_instances(server.url, lambda inst: all(i["healthy"] for i in inst))
                 again = httpx.post(f"{server.url}/v1/rollout", json={**body, "max_tokens": 64}, timeout=600)
                 assert again.status_code == 200
                 assert {c["instance"] for s in again.json()["samples"] for c in s["chunks"]} == {0, 1}
-                assert all(s["output_ids"] == ref[s["prompt_index"]][:64] for s in again.json()["samples"])
+                for s in again.json()["samples"]:
+                    _assert_greedy(plain_url, PROMPTS[s["prompt_index"]], s["output_ids"], ref[s["prompt_index"]][:64])
             finally:
                 assert stop_seer(server) == []
     finally:
