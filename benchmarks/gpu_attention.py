@@ -3,10 +3,10 @@ FlashInfer's (what SGLang runs), per layer, on the same shapes.
 
     python -m benchmarks.gpu_attention --out benchmarks/results/gpu_attention_<gpu>.json
 
-``gpu_step`` times whole steps with torch's ``scaled_dot_product_attention``, whose decode runs one
-block per sequence and KV head and whose cached prefill falls back to a masked kernel, so its
-attention terms are upper bounds. This times the attention of one layer of the same rank with both
-libraries: decode over batches and KV lengths (FlashInfer's paged decode with tensor cores, as SGLang
+``gpu_step`` times whole steps with torch's ``scaled_dot_product_attention`` in decode (one block per
+sequence and KV head) and torch's or FlashInfer's prefill (torch's falls back to a masked kernel where
+tokens are cached). This times the attention of one layer of the same rank, with the same functions
+(``gpu_step.decode_attention``, ``gpu_step.prefill_attention``), in both libraries: decode over batches and KV lengths (FlashInfer's paged decode with tensor cores, as SGLang
 uses it for grouped-query attention), and one request's prefill of N new tokens after C cached
 (FlashInfer's single prefill, causal to the lower right). Per library it fits the KV read per token of
 decode and the time per query-key pair of prefill, both for the whole model (x layers).
@@ -22,73 +22,52 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from benchmarks.gpu_step import ARCHS, SMOKE, Arch, lstsq, timed
+import benchmarks.gpu_step as gpu_step
+from benchmarks.gpu_step import ARCHS, SMOKE, Arch, decode_attention, lstsq, prefill_attention, timed
 
 DECODE = [(1, 4096), (16, 4096), (64, 1024), (64, 4096), (256, 1024), (256, 4096), (1024, 1024)]
 PREFILL = [(1024, 0), (4096, 0), (8192, 0), (1024, 4096), (1024, 16384), (4096, 8192)]
-FI_BACKEND = "auto"  # FlashInfer's prefill implementation: fa3 on Hopper, or fa2
 
 
 def decode_case(arch: Arch, batch: int, length: int, device: str, dtype: torch.dtype, backends: list[str]) -> dict:
     hq, hk, d = arch.rank_heads, arch.rank_kv_heads, arch.head_dim
-    k = torch.randn(batch, hk, length, d, device=device, dtype=dtype)
+    k = torch.randn(batch, length, hk, d, device=device, dtype=dtype)  # NHD, one page per sequence
     v = torch.randn_like(k)
     q = torch.randn(batch, hq, d, device=device, dtype=dtype)
     cuda = device == "cuda"
     out = {}
-    if "torch" in backends:  # as gpu_step's decode: the query heads of a KV head are its query rows
-        out["torch"] = timed(lambda: F.scaled_dot_product_attention(q.view(batch, hk, hq // hk, d), k, v), 20, cuda)
+    if "torch" in backends:
+        out["torch"] = timed(lambda: decode_attention(q, k, v), 20, cuda)
     if "flashinfer" in backends:
         import flashinfer
 
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            torch.empty(128 << 20, dtype=torch.uint8, device=device), "HND", use_tensor_cores=True)
+            torch.empty(128 << 20, dtype=torch.uint8, device=device), "NHD", use_tensor_cores=True)
         i32 = dict(dtype=torch.int32, device=device)
-        # one page per sequence, the page its whole context: k[b] is page b in the HND layout
+        # one page per sequence, the page its whole context: k[b] is page b
         wrapper.plan(torch.arange(batch + 1, **i32), torch.arange(batch, **i32), torch.full((batch,), length, **i32),
                      hq, hk, d, length, q_data_type=dtype, kv_data_type=dtype)
-        ref = F.scaled_dot_product_attention(q.view(batch, hk, hq // hk, d).float(), k.float(), v.float())
-        got = wrapper.run(q, (k, v))
-        out["flashinfer_max_diff"] = float((got.float() - ref.reshape(batch, hq, d)).abs().max())
+        ref = decode_attention(q.float(), k.float(), v.float())
+        out["flashinfer_max_diff"] = float((wrapper.run(q, (k, v)).float() - ref).abs().max())
         out["flashinfer"] = timed(lambda: wrapper.run(q, (k, v)), 20, cuda)
     return out
 
 
 def prefill_case(arch: Arch, new: int, cached: int, device: str, dtype: torch.dtype, backends: list[str]) -> dict:
-    from torch.nn.attention.bias import causal_lower_right
-
+    """``gpu_step``'s prefill attention per library (torch's time includes repeating the KV head)."""
     hq, hk, d = arch.rank_heads, arch.rank_kv_heads, arch.head_dim
-    total = new + cached
-    k = torch.randn(hk, total, d, device=device, dtype=dtype)
+    k = torch.randn(new + cached, hk, d, device=device, dtype=dtype)  # NHD, as SGLang's KV pool
     v = torch.randn_like(k)
     q = torch.randn(new, hq, d, device=device, dtype=dtype)
     cuda = device == "cuda"
     out = {}
-    qh = q.transpose(0, 1).unsqueeze(0)
-    kr = k.repeat_interleave(hq // hk, dim=0).unsqueeze(0)
-    vr = v.repeat_interleave(hq // hk, dim=0).unsqueeze(0)
-    if "torch" in backends:  # as gpu_step's prefill (the repeat of the KV head left out)
-        if cached:
-            mask = causal_lower_right(new, total)
-            out["torch"] = timed(lambda: F.scaled_dot_product_attention(qh, kr, vr, attn_mask=mask), 5, cuda)
-        else:
-            out["torch"] = timed(lambda: F.scaled_dot_product_attention(qh, kr, vr, is_causal=True), 5, cuda)
-    if "flashinfer" in backends:
-        import flashinfer
-
-        kn, vn = k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()  # NHD, as SGLang's KV pool
-
-        def run():
-            return flashinfer.single_prefill_with_kv_cache(q, kn, vn, causal=True, backend=FI_BACKEND)
-
-        if cached:
-            ref = F.scaled_dot_product_attention(qh, kr, vr, attn_mask=causal_lower_right(new, total))
-        else:
-            ref = F.scaled_dot_product_attention(qh, kr, vr, is_causal=True)
-        out["flashinfer_max_diff"] = float((run().float() - ref.squeeze(0).transpose(0, 1).float()).abs().max())
-        out["flashinfer"] = timed(run, 5, cuda)
+    runs = {backend: (lambda b=backend: prefill_attention(q, k, v, b)) for backend in backends}
+    if "flashinfer" in runs:
+        ref = prefill_attention(q, k, v, "torch").float()
+        out["flashinfer_max_diff"] = float((runs["flashinfer"]().float() - ref).abs().max())
+    for backend, run in runs.items():
+        out[backend] = timed(run, 5, cuda)
     return out
 
 
@@ -132,8 +111,7 @@ def main() -> None:
         result["flashinfer"] = flashinfer.__version__
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    global FI_BACKEND
-    FI_BACKEND = args.fi_backend
+    gpu_step.FI_BACKEND = args.fi_backend
     cases = ([("decode", b, n) for b, n in decode] if "decode" in args.cases else []) + \
         ([("prefill", n, c) for n, c in prefill] if "prefill" in args.cases else [])
     for kind, a, b in cases:

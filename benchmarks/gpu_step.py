@@ -19,10 +19,12 @@ and scheduling per sequence (``decode_base_s``, ``decode_per_seq_s``). Each poin
 profile's rank part only: ``max(weight_read + kv * K, compute * T)`` for a decode step,
 ``max(weight_read, prefill * N + attention * pairs)`` for a prefill.
 
-Attention is torch's ``scaled_dot_product_attention`` (decode: a sequence's query heads share its one
-KV head, so they are its query rows; prefill: the KV head repeated for its query heads, causal to the
-lower right), not the FlashInfer or FlashAttention-3 kernels an H100 deployment of SGLang runs:
-``benchmarks.gpu_attention`` holds the two against each other. ``--smoke`` runs a tiny architecture on the CPU to check the code.
+Decode attention is torch's ``scaled_dot_product_attention`` (a sequence's query heads share its one
+KV head, so they are its query rows), which ``benchmarks.gpu_attention`` finds within 20% of FlashInfer's
+decode. Prefill attention is torch's (the KV head repeated for its query heads, causal to the lower
+right: an upper bound) or, with ``--attention flashinfer``, FlashInfer's single prefill, the kernel
+SGLang's FlashInfer backend runs on an H100. ``--smoke`` runs a tiny architecture on the CPU to check
+the code.
 """
 
 from __future__ import annotations
@@ -89,12 +91,50 @@ PREFILL = [  # (new tokens, cached tokens)
     (256, 0), (1024, 0), (2048, 0), (4096, 0), (8192, 0), (1024, 4096), (1024, 16384), (4096, 8192)]
 
 
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Decode attention with torch's kernel: ``q`` (batch, query heads, dim), ``k``/``v`` (batch, length,
+    KV heads, dim), the NHD layout of SGLang's KV pool. The query heads that share a KV head are that
+    head's query rows, so the kernel needs no mask and no repeated KV head."""
+    b, hq, d = q.shape
+    hk = k.shape[2]
+    o = F.scaled_dot_product_attention(q.view(b, hk, hq // hk, d), k.transpose(1, 2), v.transpose(1, 2))
+    return o.reshape(b, hq, d)
+
+
+FI_BACKEND = "auto"  # FlashInfer's prefill implementation: fa3 on Hopper, or fa2
+ATTENTION_NAMES = {"torch": "torch scaled_dot_product_attention",
+                   "flashinfer": "decode: torch scaled_dot_product_attention; prefill: FlashInfer single_prefill_with_kv_cache"}
+
+
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "torch") -> torch.Tensor:
+    """One request's prefill attention: ``q`` (new tokens, query heads, dim) for the last tokens of
+    ``k``/``v`` (all tokens, KV heads, dim; NHD), causal to the lower right (a new token sees every
+    cached one). ``torch``: the KV head repeated for its query heads, and a masked kernel where tokens
+    are cached; ``flashinfer``: FlashInfer's single prefill, which SGLang's FlashInfer backend runs."""
+    if backend == "flashinfer":
+        import flashinfer
+
+        return flashinfer.single_prefill_with_kv_cache(q, k, v, causal=True, backend=FI_BACKEND)
+    from torch.nn.attention.bias import causal_lower_right
+
+    n, hq, _ = q.shape
+    total, hk, _ = k.shape
+    qh = q.transpose(0, 1).unsqueeze(0)
+    kr = k.transpose(0, 1).repeat_interleave(hq // hk, dim=0).unsqueeze(0)
+    vr = v.transpose(0, 1).repeat_interleave(hq // hk, dim=0).unsqueeze(0)
+    if total == n:
+        o = F.scaled_dot_product_attention(qh, kr, vr, is_causal=True)
+    else:
+        o = F.scaled_dot_product_attention(qh, kr, vr, attn_mask=causal_lower_right(n, total))
+    return o.squeeze(0).transpose(0, 1)
+
+
 class Rank:
     """One rank's weights and KV buffers, and its decode and prefill forward passes."""
 
-    def __init__(self, arch: Arch, kv_tokens: int, device: str, dtype: torch.dtype):
+    def __init__(self, arch: Arch, kv_tokens: int, device: str, dtype: torch.dtype, attention: str = "torch"):
         a = self.arch = arch
-        self.device, self.dtype = device, dtype
+        self.device, self.dtype, self.attention = device, dtype, attention
         hq, hk, d = a.rank_heads, a.rank_kv_heads, a.head_dim
 
         def w(*shape):
@@ -124,39 +164,29 @@ class Rank:
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (a.hidden,), layer["ln1"])
             q, k, v = (h @ layer["qkv"]).split([hq * d, hk * d, hk * d], dim=-1)
-            kc = self.k[i][:b * n * hk * d].view(b, hk, n, d)
-            vc = self.v[i][:b * n * hk * d].view(b, hk, n, d)
-            kc[:, :, length] = k.view(b, hk, d)
-            vc[:, :, length] = v.view(b, hk, d)
-            # the query heads that share a KV head are that head's query rows: no mask, no repeat
-            o = F.scaled_dot_product_attention(q.view(b, hk, hq // hk, d), kc, vc)
+            kc = self.k[i][:b * n * hk * d].view(b, n, hk, d)
+            vc = self.v[i][:b * n * hk * d].view(b, n, hk, d)
+            kc[:, length] = k.view(b, hk, d)
+            vc[:, length] = v.view(b, hk, d)
+            o = decode_attention(q.view(b, hq, d), kc, vc)
             x = x + o.reshape(b, hq * d) @ layer["o"]
             x = self._mlp(x, layer)
         return F.rms_norm(x, (a.hidden,), self.norm) @ self.lm_head
 
     def prefill(self, x: torch.Tensor, cached: int) -> torch.Tensor:
         """One request's prefill of ``x.shape[0]`` new tokens after ``cached`` ones."""
-        from torch.nn.attention.bias import causal_lower_right
-
         a, n = self.arch, x.shape[0]
         hq, hk, d = a.rank_heads, a.rank_kv_heads, a.head_dim
         total = cached + n
-        mask = causal_lower_right(n, total) if cached else None
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (a.hidden,), layer["ln1"])
             q, k, v = (h @ layer["qkv"]).split([hq * d, hk * d, hk * d], dim=-1)
-            kc = self.k[i][:total * hk * d].view(hk, total, d)
-            vc = self.v[i][:total * hk * d].view(hk, total, d)
-            kc[:, cached:] = k.view(n, hk, d).transpose(0, 1)
-            vc[:, cached:] = v.view(n, hk, d).transpose(0, 1)
-            qh = q.view(n, hq, d).transpose(0, 1).unsqueeze(0)
-            kr = kc.repeat_interleave(hq // hk, dim=0).unsqueeze(0)
-            vr = vc.repeat_interleave(hq // hk, dim=0).unsqueeze(0)
-            if mask is None:
-                o = F.scaled_dot_product_attention(qh, kr, vr, is_causal=True)
-            else:
-                o = F.scaled_dot_product_attention(qh, kr, vr, attn_mask=mask)
-            x = x + o.squeeze(0).transpose(0, 1).reshape(n, hq * d) @ layer["o"]
+            kc = self.k[i][:total * hk * d].view(total, hk, d)
+            vc = self.v[i][:total * hk * d].view(total, hk, d)
+            kc[cached:] = k.view(n, hk, d)
+            vc[cached:] = v.view(n, hk, d)
+            o = prefill_attention(q.view(n, hq, d), kc, vc, self.attention)
+            x = x + o.reshape(n, hq * d) @ layer["o"]
             x = self._mlp(x, layer)
         return F.rms_norm(x[-1:], (a.hidden,), self.norm) @ self.lm_head
 
@@ -180,29 +210,51 @@ def timed(fn, repeats: int, cuda: bool) -> list[float]:
     return out
 
 
-def measure_decode(rank: Rank, batch: int, length: int, repeats: int, cuda: bool) -> list[float]:
-    x = torch.randn(batch, rank.arch.hidden, device=rank.device, dtype=rank.dtype)
+def graphed(fn, cuda: bool):
+    """``fn`` captured once in a CUDA graph (after a warm-up on a side stream), and its replay: what the
+    step costs the GPU without the host's kernel launches. On the CPU, ``fn`` itself."""
     if not cuda:
-        return timed(lambda: rank.decode(x, length), repeats, cuda)
+        return fn, None
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.no_grad():
-        rank.decode(x, length)
+        fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
-        rank.decode(x, length)
+        fn()
+    return graph.replay, graph
+
+
+def measure_decode(rank: Rank, batch: int, length: int, repeats: int, cuda: bool) -> list[float]:
+    x = torch.randn(batch, rank.arch.hidden, device=rank.device, dtype=rank.dtype)
+    run, graph = graphed(lambda: rank.decode(x, length), cuda)
     try:
-        return timed(graph.replay, repeats, cuda)
+        return timed(run, repeats, cuda)
+    finally:
+        del graph
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def measure_prefill(rank: Rank, new: int, cached: int, repeats: int, cuda: bool) -> tuple[list[float], list[float] | None]:
+    """Eager times (as SGLang runs a prefill) and, on a GPU, the same step's times as a CUDA graph: the
+    difference is the host's launch cost, which fused kernels and piecewise graphs cut."""
+    x = torch.randn(new, rank.arch.hidden, device=rank.device, dtype=rank.dtype)
+    with torch.no_grad():
+        eager = timed(lambda: rank.prefill(x, cached), repeats, cuda)
+    if not cuda:
+        return eager, None
+    try:
+        run, graph = graphed(lambda: rank.prefill(x, cached), cuda)
+    except Exception as e:  # a kernel that cannot be captured: the eager times still count
+        print(f"prefill N={new} C={cached}: no CUDA graph ({type(e).__name__}: {e})", flush=True)
+        return eager, None
+    try:
+        return eager, timed(run, repeats, cuda)
     finally:
         del graph
         torch.cuda.empty_cache()
-
-
-def measure_prefill(rank: Rank, new: int, cached: int, repeats: int, cuda: bool) -> list[float]:
-    x = torch.randn(new, rank.arch.hidden, device=rank.device, dtype=rank.dtype)
-    with torch.no_grad():
-        return timed(lambda: rank.prefill(x, cached), repeats, cuda)
 
 
 def rank_model(model: StepModel, point: dict) -> float:
@@ -226,7 +278,8 @@ def fit(points: list[dict]) -> dict:
     Memory-bound decode (batches up to 256, whose matmuls stay under the weight read):
     ``t = fixed + per_seq * B + kv * K`` (fixed: the weight read plus the rank's launch gaps); decode at
     the largest batches with one KV token: ``t = c0 + compute * T``; prefill:
-    ``t = p0 + prefill * N + attention * pairs``.
+    ``t = p0 + prefill * N + attention * pairs``, and the same for the prefills as CUDA graphs where the
+    run has them (``*_graph_*``: the GPU's own time, without the host's launches).
 
     The KV fit leaves out long contexts in batches under 64. There a layer's decode attention takes
     about 0.1 ms whatever it reads (on an H100, one 4096-token sequence adds 4.1 ms to a step for 0.17
@@ -241,9 +294,14 @@ def fit(points: list[dict]) -> dict:
     pre = [p for p in points if p["kind"] == "prefill"]
     p0, per_token, attention = lstsq([[1.0, p["new"], p["new"] * (p["cached"] + p["new"] / 2)] for p in pre],
                                      [p["measured_s"] for p in pre])
+    graphs = {}
+    if pre and all("graph_s" in p for p in pre):
+        g0, g_token, g_att = lstsq([[1.0, p["new"], p["new"] * (p["cached"] + p["new"] / 2)] for p in pre],
+                                   [p["graph_s"] for p in pre])
+        graphs = dict(prefill_graph_intercept_s=g0, prefill_graph_per_token_s=g_token, attention_graph_per_pair_s=g_att)
     return dict(decode_fixed_s=fixed, decode_per_seq_s=per_seq, decode_per_kv_token_s=kv, compute_intercept_s=c0,
                 compute_per_token_s=compute, prefill_intercept_s=p0, prefill_per_token_s=per_token,
-                attention_per_pair_s=attention)
+                attention_per_pair_s=attention, **graphs)
 
 
 def measured_profile(result: dict, model: StepModel) -> StepModel:
@@ -252,14 +310,16 @@ def measured_profile(result: dict, model: StepModel) -> StepModel:
 
     The weight read takes the measured fixed part of a decode step (it holds the rank's own launch gaps,
     which ``decode_base_s`` also counts: the step is priced a little high), the per-sequence cost adds
-    the rank's measured one, and attention takes torch's kernels (an upper bound). The measured prefill
-    intercept (the fixed cost of an eager step, which ``max(weight_read, compute)`` hides) goes to
-    ``prefill_base_s``; torch's unfused eager kernels make it an upper bound.
+    the rank's measured one, and attention per pair takes the run's prefill kernels (torch's: an upper
+    bound). The measured prefill intercept (the fixed cost of an eager step, which
+    ``max(weight_read, compute)`` hides) goes to ``prefill_base_s``; torch's unfused eager norms and
+    activations make it an upper bound.
     """
     f = result["fitted"]
+    kernels = "" if result.get("attention", ATTENTION_NAMES["torch"]) == ATTENTION_NAMES["torch"] else "; FlashInfer prefill"
     return replace(
         model, name=f"{model.name}-measured", source=f"{model.name} with one rank's terms measured on {result['device']} "
-        f"(benchmarks.gpu_step)", weight_read_s=f["decode_fixed_s"], decode_per_kv_token_s=f["decode_per_kv_token_s"],
+        f"(benchmarks.gpu_step{kernels})", weight_read_s=f["decode_fixed_s"], decode_per_kv_token_s=f["decode_per_kv_token_s"],
         decode_per_seq_s=model.decode_per_seq_s + max(0.0, f["decode_per_seq_s"]),
         compute_per_token_s=f["compute_per_token_s"], prefill_per_token_s=f["prefill_per_token_s"],
         attention_per_pair_s=f["attention_per_pair_s"], prefill_base_s=max(0.0, f["prefill_intercept_s"]))
@@ -280,7 +340,7 @@ def summarize(result: dict, model: StepModel) -> dict:
     return result
 
 
-def measure(arch: Arch, smoke: bool, repeats: int) -> dict:
+def measure(arch: Arch, smoke: bool, repeats: int, attention: str = "torch") -> dict:
     cuda = torch.cuda.is_available() and not smoke
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     decode, prefill = DECODE, PREFILL
@@ -289,7 +349,7 @@ def measure(arch: Arch, smoke: bool, repeats: int) -> dict:
     kv_tokens = max(max(b * (n + 1) for b, n in decode), max(c + n for n, c in prefill))
     t0 = time.time()
     torch.manual_seed(0)
-    rank = Rank(arch, kv_tokens, device, dtype)
+    rank = Rank(arch, kv_tokens, device, dtype, attention)
     points: list[dict] = []
     for batch, length in decode:
         ts = measure_decode(rank, batch, length, repeats, cuda)
@@ -297,16 +357,18 @@ def measure(arch: Arch, smoke: bool, repeats: int) -> dict:
                            measured_s=statistics.median(ts), spread_s=[min(ts), max(ts)]))
         print(f"decode B={batch} L={length}: {points[-1]['measured_s'] * 1e3:.2f} ms", flush=True)
     for new, cached in prefill:
-        ts = measure_prefill(rank, new, cached, max(3, repeats // 2), cuda)
+        ts, gs = measure_prefill(rank, new, cached, max(3, repeats // 2), cuda)
         points.append(dict(kind="prefill", new=new, cached=cached, measured_s=statistics.median(ts),
-                           spread_s=[min(ts), max(ts)]))
-        print(f"prefill N={new} C={cached}: {points[-1]['measured_s'] * 1e3:.2f} ms", flush=True)
+                           spread_s=[min(ts), max(ts)], **({"graph_s": statistics.median(gs)} if gs else {})))
+        print(f"prefill N={new} C={cached}: {points[-1]['measured_s'] * 1e3:.2f} ms"
+              + (f", {points[-1]['graph_s'] * 1e3:.2f} ms as a CUDA graph" if gs else ""), flush=True)
     size = 2 if cuda else 4
     return dict(
         benchmark="gpu_step", device=torch.cuda.get_device_name() if cuda else "cpu", torch=torch.__version__,
         dtype=str(dtype).replace("torch.", ""), smoke=smoke, arch=asdict(arch), rank_params=arch.rank_params(),
         rank_weight_bytes=arch.rank_params() * size, rank_kv_bytes_per_token=arch.rank_kv_bytes_per_token(size),
-        attention="torch scaled_dot_product_attention", timing="median of CUDA-event timings; decode as CUDA graphs",
+        attention=ATTENTION_NAMES[attention], timing="median of CUDA-event timings; decode as CUDA graphs; prefill eager "
+        "(measured_s) and as a CUDA graph (graph_s)",
         points=points, wall_s=time.time() - t0)
 
 
@@ -315,6 +377,8 @@ def main() -> None:
     ap.add_argument("--profile", default="h100-70b", choices=sorted(ARCHS))
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--smoke", action="store_true", help="a tiny architecture on the CPU (checks the code only)")
+    ap.add_argument("--attention", default="torch", choices=sorted(ATTENTION_NAMES),
+                    help="prefill attention kernels (decode always runs torch's, in CUDA graphs)")
     ap.add_argument("--from", dest="source", help="refit a stored result instead of measuring (no GPU needed)")
     ap.add_argument("--profile-out", help="also write the profile with the measured rank terms (a StepModel JSON)")
     ap.add_argument("--out", help="result JSON (default with --from: that file)")
@@ -325,7 +389,8 @@ def main() -> None:
         result = json.loads(Path(args.source).read_text())
         args.profile = result["profile"]
     else:
-        result = measure(SMOKE if args.smoke else ARCHS[args.profile], args.smoke, args.repeats)
+        result = measure(SMOKE if args.smoke else ARCHS[args.profile], args.smoke, args.repeats,
+                         "torch" if args.smoke else args.attention)
         result["profile"] = args.profile
     model = StepModel.load(PROFILES_DIR / f"{args.profile}.json")
     summarize(result, model)
