@@ -414,9 +414,12 @@ def cascade_verify_table(results: Results, stems: list[str]) -> str:
                             "largest difference"], rows) + ["", caption])
 
 
-def gpu_step_table(results: Results, stem: str) -> str:
-    """``benchmarks.gpu_step``: one TP rank of a GPU profile's model, measured, against the profile's terms."""
+def gpu_step_table(results: Results, stem: str, flashinfer: str | None = None, rerun: str | None = None) -> str:
+    """``benchmarks.gpu_step``: one TP rank of a GPU profile's model, measured, against the profile's terms;
+    with ``flashinfer``, the same rank with FlashInfer's prefill kernel beside it, and with ``rerun``, how
+    far a second run of the first moved."""
     d = results[stem]
+    fi = results[flashinfer] if flashinfer and flashinfer in results else None
     prof, fit = d["profile_terms"], d["fitted"]
     terms = [  # (what, profile key or None, fitted key, unit scale, unit)
         ("weight read (measured: with the rank's launch gaps)", "weight_read_s", "decode_fixed_s", 1e3, "ms"),
@@ -425,28 +428,55 @@ def gpu_step_table(results: Results, stem: str) -> str:
         ("compute per token (decode and verify)", "compute_per_token_s", "compute_per_token_s", 1e6, "µs"),
         ("prefill compute per token", "prefill_per_token_s", "prefill_per_token_s", 1e6, "µs"),
         ("prefill attention per query-key pair", "attention_per_pair_s", "attention_per_pair_s", 1e9, "ns"),
-        ("prefill fixed cost", None, "prefill_intercept_s", 1e3, "ms")]
+        ("prefill fixed cost", None, "prefill_intercept_s", 1e3, "ms"),
+        ("prefill fixed cost as a CUDA graph (no host launches)", None, "prefill_graph_intercept_s", 1e3, "ms")]
     rows = []
     for what, pk, fk, scale, unit in terms:
         want = prof[pk] if pk else None
-        rows.append([what, f"{want * scale:.3g} {unit}" if pk else "no term",
-                     f"{fit[fk] * scale:.3g} {unit}", fratio(fit[fk] / want) if pk else "-"])
+        if fk in fit:
+            cells = [f"{fit[fk] * scale:.3g} {unit}"]
+        elif rerun and fk in results.get(rerun, {}).get("fitted", {}):  # a term the first run did not time
+            cells = [f"{results[rerun]['fitted'][fk] * scale:.3g} {unit} (second run)"]
+        else:
+            cells = ["-"]
+        if fi is not None:
+            got = fi["fitted"].get(fk)
+            cells += [f"{got * scale:.3g} {unit}" if got is not None else "-",
+                      fratio(got / want) if pk and got is not None else "-"]
+        else:
+            cells.append(fratio(fit[fk] / want) if pk else "-")
+        rows.append([what, f"{want * scale:.3g} {unit}" if pk else "no term", *cells])
+    head = (["term", "profile", "one rank, torch prefill", "one rank, FlashInfer prefill", "FlashInfer prefill / profile"]
+            if fi is not None else ["term", "profile", "one rank, measured", "measured / profile"])
     arch = d["arch"]
+    again = ""
+    if rerun and rerun in results:
+        r = results[rerun]
+        moved = [abs(r["fitted"][k] / fit[k] - 1) for k in ("decode_fixed_s", "decode_per_kv_token_s",
+                                                            "compute_per_token_s", "prefill_per_token_s",
+                                                            "attention_per_pair_s", "prefill_intercept_s")]
+        again = (f" A second run of the same rank, on another day and machine, moved these terms by {max(moved):.1%} "
+                 f"at most ({source([rerun])}).")
     caption = (f"GPU-measured ({d['device']}, torch {d['torch']}, {d['dtype']}): one rank of TP {arch['tp']} of a "
                f"{arch['layers']}-layer, {arch['hidden']:,}-wide model ({arch['heads']} query / {arch['kv_heads']} KV "
                f"heads of {arch['head_dim']}, MLP {arch['intermediate']:,}), {d['rank_weight_bytes'] / 1e9:.1f} GB of "
                f"random weights, {d['rank_kv_bytes_per_token']:,} B of KV per token; {d['attention']}; "
                f"{d['timing']}; fitted over the points below. Profile: `{d['profile']}` (public figures, the whole "
-               f"instance's step). Source: {source([stem])}.")
+               f"instance's step).{again} Source: {source([stem] + ([flashinfer] if fi is not None else []))}.")
     points = []
-    for p in d["points"]:
+    for i, p in enumerate(d["points"]):
         shape = (f"decode, batch {p['batch']:,} x {p['kv_per_seq']:,} KV tokens" if p["kind"] == "decode"
                  else f"prefill, {p['new']:,} new after {p['cached']:,} cached")
-        points.append([shape, f"{p['measured_s'] * 1e3:.1f} ms", f"{p['profile_s'] * 1e3:.1f} ms", fratio(p["ratio"]),
-                       f"{p['profile_step_s'] * 1e3:.1f} ms", fratio(p["measured_s"] / p["profile_step_s"])])
-    return "\n".join(table(["term", "profile", "one rank, measured", "measured / profile"], rows) + ["", caption, ""]
+        row = [shape, f"{p['measured_s'] * 1e3:.1f} ms", f"{p['profile_s'] * 1e3:.1f} ms", fratio(p["ratio"]),
+               f"{p['profile_step_s'] * 1e3:.1f} ms", fratio(p["measured_s"] / p["profile_step_s"])]
+        if fi is not None:
+            q = fi["points"][i]
+            row.append(fratio(q["measured_s"] / q["profile_step_s"]) if p["kind"] == "prefill" else "(same kernels)")
+        points.append(row)
+    return "\n".join(table(head, rows) + ["", caption, ""]
                      + table(["step", "one rank, measured", "profile, rank part", "measured / rank part",
-                              "profile, whole step", "measured rank / whole step"], points))
+                              "profile, whole step", "measured rank / whole step"]
+                             + (["with FlashInfer prefill: rank / whole step"] if fi is not None else []), points))
 
 
 def gpu_attention_table(results: Results, stem: str, fa2: str | None = None) -> str:
@@ -884,8 +914,10 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_speculation": lambda r: sim_spec_table(r, _sim_order(r)),
     "sched_cost": lambda r: sched_cost_table(r, ["sched_cost"]),
     "cascade_verify": lambda r: cascade_verify_table(r, pick(r, r"cascade_verify_.*")),
-    "gpu_step": lambda r: gpu_step_table(r, "gpu_step_NVIDIA_H100_80GB_HBM3"),
+    "gpu_step": lambda r: gpu_step_table(r, "gpu_step_NVIDIA_H100_80GB_HBM3", "gpu_step_NVIDIA_H100_80GB_HBM3_flashinfer",
+                                         "gpu_step_NVIDIA_H100_80GB_HBM3_rerun"),
     "gpu_attention": lambda r: gpu_attention_table(r, "gpu_attention_NVIDIA_H200", "gpu_attention_NVIDIA_H200_fa2"),
+    "gpu_attention_h100": lambda r: gpu_attention_table(r, "gpu_attention_NVIDIA_H100_80GB_HBM3"),
     "sim_profile_measured": lambda r: sim_profile_table(
         r, [(f"sim_h100_{w}", f"sim_gpu_step_measured_{w}") for w in ("moonlight", "qwen2vl")]),
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),

@@ -64,20 +64,34 @@ def test_fit_recovers_known_terms():
         assert f[key] == pytest.approx(want, rel=1e-6), key
 
 
-def test_stored_h100_result_and_its_profile():
-    """The stored H100 measurement refits to the terms its profile file holds, and that profile keeps
+@pytest.mark.parametrize("stem", ["gpu_step_NVIDIA_H100_80GB_HBM3", "gpu_step_NVIDIA_H100_80GB_HBM3_flashinfer"])
+def test_stored_h100_result_and_its_profile(stem):
+    """A stored H100 measurement refits to the terms its profile file holds, and that profile keeps
     what one GPU cannot measure (all-reduces, capacity) from the public one."""
-    stored = json.loads((RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3.json").read_text())
+    stored = json.loads((RESULTS / f"{stem}.json").read_text())
     base = StepModel.load(PROFILES_DIR / "h100-70b.json")
     result = summarize(json.loads(json.dumps(stored)), base)
     assert result["fitted"] == pytest.approx(stored["fitted"], rel=1e-9)  # least squares: last bits may differ
     measured = measured_profile(result, base)
-    saved = StepModel.load(RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3.profile.json")
+    saved = StepModel.load(RESULTS / f"{stem}.profile.json")
     numbers = {k: v for k, v in asdict(saved).items() if isinstance(v, float)}
     assert {k: asdict(measured)[k] for k in numbers} == pytest.approx(numbers, rel=1e-9)
     assert replace(measured, **numbers) == saved
     assert (measured.decode_base_s, measured.capacity_tokens) == (base.decode_base_s, base.capacity_tokens)
     assert measured.weight_read_s == pytest.approx(stored["fitted"]["decode_fixed_s"])
+
+
+def test_flashinfer_prefill_is_cheaper_and_graphs_cut_the_fixed_cost():
+    """The two H100 runs' prefill attention and fixed cost: FlashInfer's kernel against torch's, and
+    each prefill as a CUDA graph (no host launches) against eager."""
+    fi = json.loads((RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3_flashinfer.json").read_text())
+    rerun = json.loads((RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3_rerun.json").read_text())
+    assert fi["attention"].endswith("FlashInfer single_prefill_with_kv_cache")
+    assert fi["fitted"]["attention_per_pair_s"] < 0.6 * rerun["fitted"]["attention_per_pair_s"]
+    for run in (fi, rerun):
+        pre = [p for p in run["points"] if p["kind"] == "prefill"]
+        assert all(p["graph_s"] < p["measured_s"] * 1.05 for p in pre)
+        assert run["fitted"]["prefill_graph_intercept_s"] < run["fitted"]["prefill_intercept_s"]
 
 
 def test_attention_fit_recovers_known_terms_and_the_stored_run_refits():
