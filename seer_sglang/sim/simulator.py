@@ -135,14 +135,25 @@ class SimInstance:
             tokens -= prompt
         self.cache[key] = tokens
         self.cache.move_to_end(key)
-        while sum(self.cache.values()) > self.model.capacity_tokens:
-            held = {s.sample.group_id for s in self.running} | {self.cache_group[k] for k in self.cache
-                                                                if k.startswith("s:")}
-            victim = next((k for k in self.cache if k.startswith("s:") or k[2:] not in held), None)
+        total = sum(self.cache.values())
+        if total <= self.model.capacity_tokens:
+            return
+        running = {s.sample.group_id for s in self.running}
+        below = collections.Counter(self.cache_group[k] for k in self.cache if k.startswith("s:"))
+        while total > self.model.capacity_tokens:
+            victim = next((k for k in self.cache if k.startswith("s:")
+                           or (k[2:] not in running and not below[k[2:]])), None)
             if victim is None:
                 break
-            del self.cache[victim]
-            self.cache_group.pop(victim, None)
+            if victim.startswith("s:"):
+                below[self.cache_group[victim]] -= 1
+            total -= self.cache[victim]
+            self.forget(victim)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` from the cache (evicted, or a retracted sample's freed KV); a prompt stays."""
+        self.cache.pop(key, None)
+        self.cache_group.pop(key, None)
 
 
 @dataclass
@@ -370,8 +381,7 @@ class Simulation:
             at = min(range(len(inst.running)), key=lambda i: (inst.running[i].produced,
                                                              -(inst.running[i].context - inst.running[i].produced), -i))
             victim = inst.running.pop(at)
-            inst.cache.pop(f"s:{victim.sample.rid}", None)  # its KV is freed: re-prefill later
-            inst.cache_group.pop(f"s:{victim.sample.rid}", None)
+            inst.forget(f"s:{victim.sample.rid}")  # its KV is freed: re-prefill later
             inst.waiting.append(victim)
             inst.retractions += 1
             self.views[inst.index].retractions += 1
