@@ -329,8 +329,9 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self.events, (t, self._seq, index))
 
-    def _admit(self, inst: SimInstance) -> float:
-        """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs."""
+    def _admit(self, inst: SimInstance) -> tuple[float, list[Slot]]:
+        """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs
+        and the requests it admitted."""
         self._screen_slo(inst)
         paces = list(self._paces(inst).values()) if self.slo_mechanism else []
         new, cached = [], []
@@ -365,7 +366,7 @@ class Simulation:
             held.add(sample.group_id)
             reserved += min(slot.budget, clip)
         inst.prefill_tokens += sum(new)
-        return self.model.prefill_batch(new, cached) + load_s
+        return self.model.prefill_batch(new, cached) + load_s, inst.running[len(inst.running) - len(new):]
 
     def _retract_until_fits(self, inst: SimInstance) -> None:
         """Like SGLang: when the next step's KV does not fit, retract requests back to the queue.
@@ -394,7 +395,7 @@ class Simulation:
 
     def _step(self, inst: SimInstance) -> None:
         """Start the next (macro) step of an instance at ``now``."""
-        prefill_s = self._admit(inst)
+        prefill_s, admitted = self._admit(inst)
         self._retract_until_fits(inst)
         if not inst.running:
             inst.busy_until = None
@@ -402,6 +403,19 @@ class Simulation:
                 inst.new_token_ratio = self.admission.init_ratio
             return
         decoding = self._slo_batch(inst)
+        # A prefill samples the next token of each request it admitted (SGLang's extend step), without a
+        # decode step or drafts: a chunk's first token, and a retracted request's next one.
+        running = {id(s) for s in inst.running}
+        for slot in admitted:
+            if id(slot) in running and slot.steps_left > 0:
+                slot.produced += 1
+                slot.sample.output_ids.n += 1  # type: ignore[attr-defined]
+        decoding = [s for s in decoding if s.steps_left > 0]
+        if not decoding:  # the prefill finished every request it ran
+            inst.busy_time += prefill_s
+            inst.busy_until = self.now + prefill_s
+            self._push(inst.busy_until, inst.index)
+            return
         batch, kv = len(decoding), sum(s.context for s in decoding)
         rates, drafts = self._spec_rates(decoding)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))

@@ -392,3 +392,20 @@ def test_a_verify_step_emits_its_expected_tokens_on_average(trace):
     assert slot.emit(3, 1.0) == 3
     short = Slot(sample, budget=2, reserve=0)
     assert short.emit(5, 1.9) == 2
+
+
+def test_a_prefill_samples_each_admitted_requests_first_token():
+    """As SGLang's extend step: a request's first token comes from its prefill, so N tokens take the
+    prefill and N - 1 decode steps, each chunk of a divided rollout starts with one, and a one-token
+    request costs its prefill alone."""
+    from seer_sglang.sim.workload import TraceSample
+
+    m = dataclasses.replace(SMALL, decode_per_seq_s=0.0, decode_per_kv_token_s=0.0)
+    one = [TraceSample(0, 0, 100, 10)]
+    whole = simulate(one, make_policy("round-robin"), m, instances=1, max_tokens=10)
+    assert whole.completion_s == pytest.approx(m.prefill(100) + 9 * m.decode_step(1, 0))
+    chunked = simulate(one, make_policy("divided", chunk_size=5), m, instances=1, max_tokens=10)
+    decode = chunked.completion_s - m.prefill(100) - 8 * m.decode_step(1, 0)  # 2 chunks: 8 decode steps
+    assert -1e-12 < decode <= m.prefill(5, 100)  # and the continuation's prefill (its cached context is free)
+    single = simulate([TraceSample(0, 0, 100, 1)], make_policy("round-robin"), m, instances=1, max_tokens=1)
+    assert single.completion_s == pytest.approx(m.prefill(100)) and single.total_tokens == 1
