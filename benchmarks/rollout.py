@@ -334,7 +334,8 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                          whole_tail="tail" in options)
     if spec is not None:
         spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
-    return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule)
+    return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
+                    plain=mode == "baseline")
 
 
 def run_acceptance(args, seed: int):

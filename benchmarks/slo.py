@@ -250,7 +250,7 @@ def predict(args, trace: list[TraceSample] | None, classes: dict[str, SLO], emul
                       make_policy(SCHEDULER.name, **{**SCHEDULER.policy_kwargs(), "chunk_size": args.chunk_size}))
             r = simulate(trace, policy, model, args.instances, args.max_tokens, admission=admission(emulation),
                          slo_traffic=schedule(classes, args, args.seed + i), slo_mechanism=mode == "seer",
-                         slo_headroom=args.slo_headroom)
+                         slo_headroom=args.slo_headroom, plain=mode == "plain")
             slo = r.slo or {"slo_attainment": None, "admitted": 0, "rejected": 0, "per_class": {},
                             "best_effort_deferred_share": 0.0}  # no SLO request arrived
             runs.append({"slo_attainment": slo["slo_attainment"], "admitted": slo["admitted"],

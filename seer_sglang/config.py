@@ -30,6 +30,10 @@ BUDGETS = ("adaptive", "threshold", "full")
 CPU_INSTANCES = 2  # instances started on a machine without a GPU (two CPU instances share its cores)
 LOOPBACK = "127.0.0.1"  # every server seer starts binds here unless told otherwise
 CACHE_ENV = "SEER_SGLANG_CACHE"  # root of models, logs and the native build cache
+# The fewest uncached prompt tokens a sibling shares with a member of the same prefill batch for the
+# instance to leave it for the next batch (plugin.queue_order; the simulator follows it): fewer are not
+# worth a batch's wait.
+MIN_SHARED_PREFILL = 32
 
 
 def cache_root() -> Path:

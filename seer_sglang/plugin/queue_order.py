@@ -21,13 +21,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from ..config import MIN_SHARED_PREFILL
 from ..wire import parse_chunk_rid
 from .slo_batching import deadline_first
 
 TARGET = "sglang.srt.managers.schedule_policy.SchedulePolicy.calc_priority"
 ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req"
-# Fewer shared uncached tokens than this are not worth a sibling's wait of one prefill batch.
-MIN_SHARED_PREFILL = 32
 logger = logging.getLogger("seer_sglang.plugin")
 _announced = False
 

@@ -54,8 +54,9 @@ def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLIC
         policy_name, with_pool, sd = mode_features(name, spec)
         migration = model.migration_cost()
         pool = migration if with_pool and model.pool_load_s_per_token else None
+        # round-robin is plain SGLang fed as veRL feeds it: its instances run without the plugin
         result = simulate(trace, make_policy(policy_name, chunk_size=chunk_size, migration=migration), model,
-                          instances, max_tokens, pool, sd, admission=admission)
+                          instances, max_tokens, pool, sd, admission=admission, plain=policy_name == "round-robin")
         out[name] = {**result.summary(), "sim_wall_s": time.perf_counter() - t0}
     base = out[policies[0]]
     for name in policies:

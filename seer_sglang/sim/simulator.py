@@ -24,7 +24,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from ..config import SLO_CONFIG
+from ..config import MIN_SHARED_PREFILL, SLO_CONFIG
 from ..core.buffer import RequestBuffer
 from ..core.migration import MigrationCost
 from ..core.policy import InstanceView, SchedulingPolicy, route_slo
@@ -184,8 +184,9 @@ class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
                  max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
                  admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (),
-                 slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom):
+                 slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False):
         self.policy = policy
+        self.plain = plain  # instances without the seer plugin (plain SGLang's admission of siblings)
         self.admission = admission
         self.spec = spec
         self.draft_budget = spec.budget(model) if spec is not None else None
@@ -331,7 +332,9 @@ class Simulation:
 
     def _admit(self, inst: SimInstance) -> tuple[float, list[Slot]]:
         """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs
-        and the requests it admitted."""
+        and the requests it admitted. Siblings whose prompt is not cached yet: plain SGLang's prefill
+        batch computes it for each of them, the plugin's queue hook admits one and the rest a batch
+        later (``plugin.queue_order``)."""
         self._screen_slo(inst)
         paces = list(self._paces(inst).values()) if self.slo_mechanism else []
         new, cached = [], []
@@ -340,20 +343,30 @@ class Simulation:
         held = {s.sample.group_id for s in inst.running}
         clip = self.admission.clip_max_new
         reserved = sum(int(inst.new_token_ratio * min(s.budget - s.produced, clip)) for s in inst.running)
-        while inst.waiting and len(inst.running) < self.model.max_running:
-            slot = inst.waiting[0]
-            own = slot.sample.generated if slot.sample.group_id in held else slot.context
+        computing: dict[str, int] = {}  # group -> its uncached prompt tokens, which this prefill batch computes
+        at = 0
+        while at < len(inst.waiting) and len(inst.running) < self.model.max_running:
+            slot = inst.waiting[at]
+            sample = slot.sample
+            again = computing.get(sample.group_id, 0)
+            if again >= MIN_SHARED_PREFILL and not self.plain:
+                at += 1  # the plugin leaves a sibling for the next batch, when its prompt is cached
+                continue
+            # Else SGLang computes (and holds, until the prefill ends) the prompt once per sibling.
+            duplicate = again > 0
+            own = slot.sample.generated if sample.group_id in held and not duplicate else slot.context
             need = own + min(slot.budget, clip)
             if inst.running and kv + reserved + need > self.model.capacity_tokens:
                 break
-            sample = slot.sample
-            hit = max(inst.cached(f"s:{sample.rid}"), min(inst.cached(f"p:{sample.group_id}"),
-                                                          len(sample.prompt_ids)))
+            prompt_hit = 0 if duplicate else min(inst.cached(f"p:{sample.group_id}"), len(sample.prompt_ids))
+            hit = max(inst.cached(f"s:{sample.rid}"), prompt_hit)
             if slot.slo is None and paces and not prefill_fits(
                     paces, self.now, self.model.prefill_batch([*new, max(0, slot.context - hit)],
                                                               [*cached, min(hit, slot.context)])):
                 break  # a best-effort prefill waits until the SLO requests have banked its time
-            inst.waiting.popleft()
+            del inst.waiting[at]
+            if hit < len(sample.prompt_ids):
+                computing.setdefault(sample.group_id, len(sample.prompt_ids) - hit)
             if self.pool is not None and sample.pool_tokens > hit:
                 load_s += self.pool.move_s(sample.pool_tokens - hit, sample.pool_tokens - hit)
                 inst.pool_tokens += sample.pool_tokens - hit
@@ -574,6 +587,7 @@ class Simulation:
 def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
              max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
              admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (), slo_mechanism: bool = True,
-             slo_headroom: float = SLO_CONFIG.headroom) -> SimResult:
+             slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False) -> SimResult:
+    """``plain``: the instances run SGLang without the seer plugin (the baseline)."""
     return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission, slo_traffic,
-                      slo_mechanism, slo_headroom).run()
+                      slo_mechanism, slo_headroom, plain).run()

@@ -409,3 +409,22 @@ def test_a_prefill_samples_each_admitted_requests_first_token():
     assert -1e-12 < decode <= m.prefill(5, 100)  # and the continuation's prefill (its cached context is free)
     single = simulate([TraceSample(0, 0, 100, 1)], make_policy("round-robin"), m, instances=1, max_tokens=1)
     assert single.completion_s == pytest.approx(m.prefill(100)) and single.total_tokens == 1
+
+
+def test_siblings_share_an_uncached_prompt_only_with_the_plugin():
+    """Plain SGLang's prefill batch computes an uncached prompt once for every sibling in it (and holds
+    each copy until the batch ends); the plugin's queue hook prefills one sibling and the rest a batch
+    later, from the cache. A prompt shorter than MIN_SHARED_PREFILL is not worth the wait: the plugin
+    leaves those siblings in the batch, which computes it for each."""
+    from seer_sglang.config import MIN_SHARED_PREFILL
+    from seer_sglang.sim.workload import TraceSample
+
+    group = [TraceSample(0, i, 100, 20) for i in range(4)]
+    plain = simulate(group, make_policy("round-robin"), SMALL, instances=1, max_tokens=20, plain=True)
+    seer = simulate(group, make_policy("round-robin"), SMALL, instances=1, max_tokens=20)
+    assert plain.prefill_tokens == 4 * 100 and seer.prefill_tokens == 100
+    assert plain.total_tokens == seer.total_tokens == 80
+    assert seer.completion_s > SMALL.prefill(100) + 19 * SMALL.decode_step(1, 0)  # the siblings came a step later
+    short = [TraceSample(0, i, MIN_SHARED_PREFILL - 1, 20) for i in range(4)]
+    at_once = simulate(short, make_policy("round-robin"), SMALL, instances=1, max_tokens=20)
+    assert at_once.prefill_tokens == 4 * (MIN_SHARED_PREFILL - 1)  # one batch, as plain SGLang
