@@ -434,6 +434,8 @@ class Simulation:
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
         if any(s.slo is not None for s in inst.running) or any(s.slo is not None for s in inst.waiting):
             steps = 1  # interactive requests: every token's time counts
+        if admitted and inst.waiting:
+            steps = 1  # SGLang's next prefill batch comes right after this one: the prompt it computed is cached
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
         extra_s = self.spec.token_cost(self.model) * drafts if self.spec is not None else 0.0
         dt = prefill_s + self.model.decode_steps(steps, batch, kv, batch + drafts, sum(rates)) + steps * extra_s
