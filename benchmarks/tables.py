@@ -167,12 +167,20 @@ def sim_check_table(results: Results, stems: list[str]) -> str:
                      + ["", caption])
 
 
+MAX_OVERRUN_SHARE = 0.05  # a mode whose worst repeat overran more of its steps measured the host
+
+
+def worst_overrun(runs: list[dict]) -> float:
+    """The worst repeat's share of steps that overran the emulated profile (0 without repeats)."""
+    return max((r["overrun_share"] for r in runs), default=0.0)
+
+
 def overruns(runs: list[dict]) -> str:
     """The worst repeat's share of overrun steps, marked when it makes the mode's figures invalid."""
     if not runs:
         return "-"
-    worst = max(r["overrun_share"] for r in runs)
-    return f"{worst:.1%}" + (" INVALID" if worst > 0.05 else "")
+    worst = worst_overrun(runs)
+    return f"{worst:.1%}" + (" INVALID" if worst > MAX_OVERRUN_SHARE else "")
 
 
 def emulated_table(results: Results, stem: str) -> str:
@@ -253,8 +261,7 @@ def sim_errors_table(results: Results) -> str:
             if check is None:
                 cells.append("-")
                 continue
-            worst = max((r["overrun_share"] for r in per_mode.get(mode, [])), default=0.0)
-            if worst > 0.05:
+            if worst_overrun(per_mode.get(mode, [])) > MAX_OVERRUN_SHARE:
                 cells.append(f"({check['error'] * 100:+.1f}%, INVALID)")
                 continue
             errors.append(check["error"])

@@ -83,6 +83,11 @@ class Slot:
         self.credit -= made
         return made
 
+    def commit(self, tokens: int) -> None:
+        """Count ``tokens`` new output tokens of this chunk and of its sample."""
+        self.produced += tokens
+        self.sample.output_ids.n += tokens  # type: ignore[attr-defined]
+
 
 @dataclass
 class SimInstance:
@@ -354,7 +359,7 @@ class Simulation:
                 continue
             # Else SGLang computes (and holds, until the prefill ends) the prompt once per sibling.
             duplicate = again > 0
-            own = slot.sample.generated if sample.group_id in held and not duplicate else slot.context
+            own = sample.generated if sample.group_id in held and not duplicate else slot.context
             need = own + min(slot.budget, clip)
             if inst.running and kv + reserved + need > self.model.capacity_tokens:
                 break
@@ -421,8 +426,7 @@ class Simulation:
         running = {id(s) for s in inst.running}
         for slot in admitted:
             if id(slot) in running and slot.steps_left > 0:
-                slot.produced += 1
-                slot.sample.output_ids.n += 1  # type: ignore[attr-defined]
+                slot.commit(1)
         decoding = [s for s in decoding if s.steps_left > 0]
         if not decoding:  # the prefill finished every request it ran
             inst.busy_time += prefill_s
@@ -441,8 +445,7 @@ class Simulation:
         dt = prefill_s + self.model.decode_steps(steps, batch, kv, batch + drafts, sum(rates)) + steps * extra_s
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
-            slot.produced += made
-            slot.sample.output_ids.n += made  # type: ignore[attr-defined]
+            slot.commit(made)
             if self.spec is not None:
                 inst.verify_steps += steps
                 inst.spec_tokens += made
