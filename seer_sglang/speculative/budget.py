@@ -221,6 +221,8 @@ class OnlineCost:
     requests have verified a draft.
     """
 
+    ACCEPT_HALF_LIFE = 512
+
     def __init__(self, gamma_max: int = 8, window: int = 256, min_points: int = 32, min_widths: int = 2,
                  per_batch: int | None = None, times: CostModel | None = None):
         self.times = times
@@ -262,6 +264,11 @@ class OnlineCost:
 
     def record_acceptance(self, verified: Sequence[int], accepted: Sequence[int]) -> None:
         """Per request of one step: drafts verified, and how many of them were accepted."""
+        drafted = sum(1 for k in verified if k > 0)
+        if drafted:
+            fade = 0.5 ** (drafted / self.ACCEPT_HALF_LIFE)
+            self.tried *= fade
+            self.accepted *= fade
         for k, a in zip(verified, accepted):
             k = min(int(k), self.gamma_max)
             self.tried[:k] += 1

@@ -123,7 +123,26 @@ def test_online_cost_fits_its_own_steps_and_acceptance():
     assert model.per_token_s == pytest.approx(COST.per_token_s) and model.base_s == pytest.approx(COST.base_s)
     assert model.accept_curve == pytest.approx((1.0, 2 / 3, 0.0, 0.0))
     online.record_acceptance([1], [0])  # position 1 now accepted 3 of 4 times; the curve never rises
-    assert online.curve()[:2] == pytest.approx((0.75, 2 / 3))
+    fade = 0.5 ** (1 / OnlineCost.ACCEPT_HALF_LIFE)  # the earlier step's counts faded by one request
+    assert online.curve()[:2] == pytest.approx((3 * fade / (3 * fade + 1), 2 / 3))
+
+
+def test_online_acceptance_follows_the_current_text_not_the_warm_up():
+    """A warm-up on text the drafter cannot predict (nothing accepted) is followed by a rollout whose
+    drafts are mostly accepted: within a few hundred requests the curve reads the rollout's acceptance,
+    where lifetime counts would still average in the warm-up."""
+    from seer_sglang.speculative.budget import OnlineCost
+
+    online = OnlineCost(gamma_max=4, min_points=8)
+    for _ in range(50):
+        online.record_acceptance([4] * 32, [0] * 32)  # 1,600 requests, none accepted
+    assert online.curve()[0] == 0.0
+    for _ in range(20):
+        online.record_acceptance([4] * 32, [3] * 32)  # 640 requests, three of four drafts accepted
+    lifetime = 640 / (1600 + 640)
+    curve = online.curve()
+    assert curve[0] > 0.58 > 2 * lifetime  # half-life 512: the warm-up weighs 0.39 of the counts
+    assert curve[3] < 0.01  # the fourth draft was never accepted
 
 
 def test_online_cost_per_batch_keeps_every_batch_size_through_a_long_run_at_one():
