@@ -217,8 +217,8 @@ class OnlineCost:
     steps). A step of width 1 is a plain decode step (no drafts anywhere in the batch).
 
     With ``times`` (an emulated instance: its steps last what its profile says, whatever the host
-    spent) only the acceptance curve is learned; ``model()`` is ``times`` with it, once ``min_points``
-    requests have verified a draft.
+    spent) only the acceptance curve is learned; ``model()`` is ``times`` with it, once the faded
+    count of requests that verified a draft reaches ``min_points``.
     """
 
     ACCEPT_HALF_LIFE = 512
