@@ -108,6 +108,10 @@ class BackgroundRollout:
     def _run(self, url: str, body: dict, timeout_s: float) -> None:
         self.response = httpx.post(f"{url}/v1/rollout", json=body, timeout=timeout_s)
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def wait(self, timeout_s: float = 600) -> httpx.Response:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"the rollout did not end within {timeout_s} s"
