@@ -212,6 +212,7 @@ class Simulation:
         self.now = 0.0
         self.events: list[tuple[float, int, int]] = []  # (time, seq, instance index | -1 = a chunk return)
         self.returning: dict[int, tuple[SimInstance, Slot]] = {}  # seq -> a chunk on its way back
+        self.finishing: dict[int, float] = {}  # instance -> the end of its step under way, if a chunk ends there
         self._seq = 0
         self.finish_times: list[float] = []
         self.groups = []
@@ -432,6 +433,7 @@ class Simulation:
             inst.busy_time += prefill_s
             inst.busy_until = self.now + prefill_s
             self._push(inst.busy_until, inst.index)
+            self._note_finishing(inst)
             return
         batch, kv = len(decoding), sum(s.context for s in decoding)
         rates, drafts = self._spec_rates(decoding)
@@ -442,7 +444,12 @@ class Simulation:
             steps = 1  # SGLang's next prefill batch comes right after this one: the prompt it computed is cached
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
         extra_s = self.spec.token_cost(self.model) * drafts if self.spec is not None else 0.0
-        dt = prefill_s + self.model.decode_steps(steps, batch, kv, batch + drafts, sum(rates)) + steps * extra_s
+
+        def span(k: int) -> float:
+            return prefill_s + self.model.decode_steps(k, batch, kv, batch + drafts, sum(rates)) + k * extra_s
+
+        steps = self._until_next_event(inst, steps, span)
+        dt = span(steps)
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
             slot.commit(made)
@@ -453,6 +460,32 @@ class Simulation:
         inst.busy_time += dt
         inst.busy_until = self.now + dt
         self._push(inst.busy_until, inst.index)
+        self._note_finishing(inst)
+
+    def _note_finishing(self, inst: SimInstance) -> None:
+        if any(s.steps_left <= 0 for s in inst.running):
+            self.finishing[inst.index] = inst.busy_until
+        else:
+            self.finishing.pop(inst.index, None)
+
+    def _until_next_event(self, inst: SimInstance, steps: int, span) -> int:
+        """A macro step ends at the first step boundary after the router may next send this instance
+        work: a chunk that ends elsewhere (its continuation, or the KV it frees), one reaching the
+        router, an SLO request arriving. SGLang reads new requests between two steps, so work that
+        arrives mid-step joins after it."""
+        if inst.waiting:
+            return 1  # SGLang tries to admit its queue before every step
+        upcoming = [t for index, t in self.finishing.items() if index != inst.index and t > self.now]
+        pending = self.buffer.has_pending()  # the router decides at every step end, on the samples' progress
+        upcoming += [t for t, _, index in self.events if (index < 0 or pending and index != inst.index) and t > self.now]
+        if steps <= 1 or not upcoming or span(steps) <= min(upcoming) - self.now:
+            return steps
+        wait = min(upcoming) - self.now
+        low, high = 1, steps  # the fewest steps whose span reaches the event
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (mid + 1, high) if span(mid) < wait else (low, mid)
+        return low
 
     def _slo_batch(self, inst: SimInstance) -> list[Slot]:
         """This step's decode batch: with SLO requests running and the mechanism on, credit batching
