@@ -622,6 +622,8 @@ def main() -> None:
     ap.add_argument("--emulate-length-scale", type=float, default=None,
                     help="the workload's lengths relative to the profile's (default: --max-tokens over the "
                          "workload's own maximum; 1 for a profile fitted at these lengths, e.g. cpu-smollm2)")
+    ap.add_argument("--emulate-step-log", default=None, metavar="PREFIX",
+                    help="every emulated instance writes its steps to PREFIX.<pid> (benchmarks.step_log reads them)")
     ap.add_argument("--vary-trace", action="store_true",
                     help="repeat r runs the workload of seed --seed + r (other prompts and lengths), so the means "
                          "are over workloads, not over runs of one; the KV cap is the mean over them")
@@ -679,11 +681,15 @@ def main() -> None:
     rng = random.Random(args.seed)
     measured = Measured()
     calib = None
-    emulation_config = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale)
+    step_log = getattr(args, "emulate_step_log", None)
+    emulation_config = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale, step_log)
     emulate_flags = ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
                      "--emulate-length-scale", str(length_scale)] if emulated is not None else []
+    if emulated is not None and step_log:
+        emulate_flags += ["--emulate-step-log", step_log]
     plain_env = PluginConfig(emulate=args.emulate, emulate_time_scale=args.emulate_time_scale,
-                             emulate_length_scale=length_scale, emulation_only=True).to_env() if emulated else {}
+                             emulate_length_scale=length_scale, emulate_step_log=step_log,
+                             emulation_only=True).to_env() if emulated else {}
     plain_env.update(instance_env(emulation_config))
 
     # One server per (kv pool, drafter) for the seer modes ("+pool": --kv-pool file, "+sd": speculation),

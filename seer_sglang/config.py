@@ -241,6 +241,9 @@ class EmulationConfig:
     length_scale: float = flag(1.0, "--emulate-length-scale", "the workload's lengths relative to the "
                                "profile's: each instance holds this share of the profile's KV tokens, and a KV "
                                "token costs 1/this as much to read (default: %(default)s)")
+    step_log: Optional[str] = flag(None, "--emulate-step-log", "write every emulated forward step of every "
+                                   "instance as a JSON line to PREFIX.<pid> (its end, kind, modelled time, "
+                                   "lateness, rids, KV tokens): where a run and the simulator part ways")
     max_overrun_share: float = 0.05  # a run with more steps slower than the model measured the host
 
 
@@ -264,6 +267,8 @@ class PluginConfig:
                                          "factor on every emulated time")
     emulate_length_scale: float = env_only(EmulationConfig.length_scale, "SEER_EMULATE_LENGTH_SCALE",
                                            "the workload's lengths relative to the profile's")
+    emulate_step_log: Optional[str] = env_only(None, "SEER_EMULATE_STEP_LOG", "prefix of the file each instance "
+                                               "writes its emulated steps to")
     slo_headroom: float = env_only(SLOConfig.headroom, "SEER_SLO_HEADROOM", "share of its TPOT SLO an SLO "
                                    "request keeps to on average")
     emulation_only: bool = env_only(False, "SEER_EMULATION_ONLY", "install the step emulation and no other "

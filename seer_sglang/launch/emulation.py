@@ -18,7 +18,7 @@ def plugin_settings(config: EmulationConfig) -> dict:
     if not config.profile:
         return {}
     return {"emulate": config.profile, "emulate_time_scale": config.time_scale,
-            "emulate_length_scale": config.length_scale}
+            "emulate_length_scale": config.length_scale, "emulate_step_log": config.step_log}
 
 
 def admission(config: EmulationConfig) -> Admission:

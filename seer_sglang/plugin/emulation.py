@@ -23,8 +23,11 @@ Everything this produces is emulation, not a GPU measurement, and is labelled so
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from typing import IO, Optional
 
 from ..config import PluginConfig
 from ..core.step_model import StepModel, emulated_model
@@ -39,6 +42,8 @@ _model: StepModel | None = None
 _clock: float | None = None  # the emulated end of the previous step; None after an idle spell
 _tolerance_s = 0.0  # how far the clock may fall behind before a step counts as an overrun
 _last_end: float | None = None  # when the previous step returned; None after an idle spell
+_step_log_prefix: Optional[str] = None  # --emulate-step-log: one JSON line per step, to <prefix>.<pid>
+_step_log: Optional[IO[str]] = None
 STATS = {"profile": "", "steps": 0, "overruns": 0, "model_s": 0.0, "lost_s": 0.0, "max_overrun_s": 0.0, "kinds": {}}
 
 
@@ -68,6 +73,27 @@ def batch_step_s(model: StepModel, batch) -> float:
     return model.decode_step(bs, kv, tokens)
 
 
+def step_record(batch, model_s: float, late_s: float, end: float) -> dict:
+    """One step of the step log: when it ended (``time.perf_counter``), its kind, the modelled time,
+    how late the host was against the clock (negative: the step waited), the requests it ran, and the
+    KV tokens it read (prefill: each request's new and cached tokens)."""
+    kind = step_kind(batch)
+    record = {"t": end, "kind": kind, "model_s": model_s, "late_s": late_s, "rids": [r.rid for r in batch.reqs],
+              "kv": int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else None}
+    if kind == "prefill":
+        record.update(extend=list(batch.extend_lens or []), prefix=list(batch.prefix_lens or []))
+    return record
+
+
+def write_step(record: dict) -> None:
+    """Appends to this scheduler's own file, opened with its first step (SGLang's other processes load
+    the plugin too, and run no steps)."""
+    global _step_log
+    if _step_log is None:
+        _step_log = open(f"{_step_log_prefix}.{os.getpid()}", "a", buffering=1)  # line-buffered
+    _step_log.write(json.dumps(record) + "\n")
+
+
 def padded_forward(original, worker, batch=None, *args, **kwargs):
     """AROUND hook: run the real step, then wait until the instance's emulated clock reaches the end
     of this step."""
@@ -90,6 +116,8 @@ def padded_forward(original, worker, batch=None, *args, **kwargs):
         time.sleep(-late)
     _clock = due
     _last_end = time.perf_counter()
+    if _step_log_prefix:
+        write_step(step_record(batch, step, late, _last_end))
     return result
 
 
@@ -117,7 +145,7 @@ def reset() -> None:
 
 def register_hooks() -> None:
     """Hooks only when this instance was started with ``--emulate``."""
-    global _model, _tolerance_s
+    global _model, _tolerance_s, _step_log_prefix
     config = PluginConfig.from_env()
     _model = emulated_model(config.emulate, config.emulate_length_scale, config.emulate_time_scale)
     if _model is None:
@@ -125,6 +153,7 @@ def register_hooks() -> None:
     _tolerance_s = _model.decode_step(1, 0)
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    _step_log_prefix = config.emulate_step_log
     STATS["profile"] = _model.name
     HookRegistry.register(FORWARD, padded_forward, HookType.AROUND)
     HookRegistry.register(IDLE, went_idle, HookType.BEFORE)

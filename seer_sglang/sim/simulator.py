@@ -178,10 +178,12 @@ class SimResult:
     efficiency: float
     mean_acceptance_length: float | None = None
     slo: dict | None = None  # the interactive requests: attainment per class, admitted, rejected
+    busy_s: list[float] = dataclasses.field(default_factory=list)  # per instance: time in steps
 
     def summary(self) -> dict:
         d = dataclasses.asdict(self)
         d.pop("finish_times")
+        d.pop("busy_s")
         return d
 
 
@@ -585,7 +587,8 @@ class Simulation:
                          prefill_tokens=sum(i.prefill_tokens for i in self.instances),
                          pool_tokens=sum(i.pool_tokens for i in self.instances), finish_times=times,
                          lower_bound_s=bound, efficiency=bound / completion,
-                         mean_acceptance_length=self._acceptance(), slo=self._slo_summary())
+                         mean_acceptance_length=self._acceptance(), slo=self._slo_summary(),
+                         busy_s=[i.busy_time for i in self.instances])
 
     def _slo_summary(self) -> dict | None:
         if not self.slo_traffic:

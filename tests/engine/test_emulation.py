@@ -6,6 +6,7 @@ import json
 import time
 
 import httpx
+import pytest
 
 from conftest import start_healthy
 from seer_sglang.config import PluginConfig
@@ -20,7 +21,8 @@ PROFILE = {"name": "slow-test", "decode_base_s": 0.06, "decode_per_seq_s": 0.001
 def test_emulated_instance_pads_every_step_and_reports_it(tiny_model, tmp_path):
     profile = tmp_path / "slow.json"
     profile.write_text(json.dumps(PROFILE))
-    env = PluginConfig(emulate=str(profile), emulate_time_scale=2.0).to_env()
+    log = tmp_path / "steps"
+    env = PluginConfig(emulate=str(profile), emulate_time_scale=2.0, emulate_step_log=str(log)).to_env()
     inst = start_healthy(InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(),
                                       sglang_args=["--max-total-tokens", "4096"], log_path=tmp_path / "inst.log",
                                       cpu_threads=cpu_threads_per_instance(2), extra_env=env))
@@ -28,7 +30,7 @@ def test_emulated_instance_pads_every_step_and_reports_it(tiny_model, tmp_path):
         with httpx.Client(timeout=300) as http:
             before = http.get(f"{inst.url}/server_info").json()["internal_states"][0]["seer_emulation"]
             start = time.perf_counter()
-            out = http.post(f"{inst.url}/generate", json={"input_ids": [[5, 6, 7, 8]] * 4, "sampling_params": {
+            out = http.post(f"{inst.url}/generate", json={"input_ids": [[5, 6, 7, 8]] * 4, "rid": [f"r{i}" for i in range(4)], "sampling_params": {
                 "max_new_tokens": 20, "temperature": 0, "ignore_eos": True}}).json()
             wall = time.perf_counter() - start
             after = http.get(f"{inst.url}/server_info").json()["internal_states"][0]["seer_emulation"]
@@ -42,3 +44,9 @@ def test_emulated_instance_pads_every_step_and_reports_it(tiny_model, tmp_path):
     assert wall >= modelled and after["overruns"] - before["overruns"] <= 0.05 * steps
     # the counters run from startup (whose first steps, compiling, overrun): a run takes differences
     assert after["profile"] == "slow-test@len1x2" and after["overrun_share"] == after["overruns"] / after["steps"]
+    # --emulate-step-log: every step of the request's batch, with its modelled time
+    (path,) = tmp_path.glob("steps.*")
+    logged = [json.loads(line) for line in path.read_text().splitlines()]
+    ours = [s for s in logged if set(s["rids"]) & {"r0", "r1", "r2", "r3"}]
+    assert len(logged) == after["steps"] and len(ours) >= 20 and ours[0]["kind"] == "prefill"
+    assert sum(s["model_s"] for s in ours) == pytest.approx(modelled, rel=0.05)

@@ -1,0 +1,168 @@
+"""Each emulated instance's steps in a run, against the simulator's instances on the same workload.
+
+    python -m benchmarks.rollout --emulate h100-70b ... --emulate-step-log /tmp/steps/run --out RUN.json
+    python -m benchmarks.step_log RUN.json /tmp/steps/run
+
+``--emulate-step-log`` makes every instance write one JSON line per forward step (``plugin.emulation``).
+For each mode's measured rollouts this prints, per instance, the span from its first step to its last,
+its decode and prefill steps with their modelled time, and the requests it prefilled again after a
+retraction; for the seer modes also how long a chunk's continuation took to start after the chunk's
+last step. Next to them, the simulator's busy time per instance (plain SGLang: the instance that ran
+the same groups). A run that the simulator misses shows here which instance, and from which step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import statistics
+from collections import defaultdict
+
+from seer_sglang.wire import parse_chunk_rid
+
+BASELINE_RID = re.compile(r"^b(?P<group>\d+)-(?P<index>\d+)$")  # benchmarks.rollout's plain SGLang requests
+
+
+def load(prefix: str) -> dict[str, list[dict]]:
+    """Each instance's steps (file name -> steps in order)."""
+    logs = {}
+    for path in sorted(glob.glob(f"{prefix}.*")):
+        with open(path) as f:
+            logs[path] = sorted((json.loads(line) for line in f if line.strip()), key=lambda s: s["t"])
+    return logs
+
+
+def rollout_of(rid: str) -> str | None:
+    """``baseline`` for plain SGLang's requests, the ``<tag><mode>`` of a seer chunk, None for the rest
+    (warm-up and calibration requests)."""
+    if BASELINE_RID.match(rid):
+        return "baseline"
+    chunk = parse_chunk_rid(rid)
+    if chunk is None:
+        return None
+    tag_mode = chunk.group.rsplit("-", 1)[0]
+    return tag_mode if re.match(r"^r\d+-", tag_mode) else None
+
+
+def rollouts(logs: dict[str, list[dict]], baseline_rollouts: int = 1) -> dict[str, list[dict[str, list[dict]]]]:
+    """The steps of each rollout, per instance: ``r<k>-<mode>`` -> that one rollout; ``baseline`` -> its
+    ``baseline_rollouts`` rollouts in time order (the warm-up sends the same rids as the measured
+    ones), split where every instance was idle longest."""
+    keyed: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+    for path, steps in logs.items():
+        for step in steps:
+            keys = {rollout_of(rid) for rid in step["rids"]} - {None}
+            if len(keys) == 1:
+                keyed[keys.pop()].append((path, step))
+    out = {}
+    for key, tagged in keyed.items():
+        tagged.sort(key=lambda item: item[1]["t"])
+        count = baseline_rollouts if key == "baseline" else 1
+        gaps = sorted(range(1, len(tagged)), key=lambda k: tagged[k][1]["t"] - tagged[k][1]["model_s"]
+                      - tagged[k - 1][1]["t"])[len(tagged) - count:] if count > 1 else []
+        cuts = [0, *sorted(gaps), len(tagged)]
+        segments = []
+        for a, b in zip(cuts, cuts[1:]):
+            segment = defaultdict(list)
+            for path, step in tagged[a:b]:
+                segment[path].append(step)
+            segments.append(dict(segment))
+        out[key] = segments
+    return out
+
+
+def instance_stats(steps: list[dict]) -> dict:
+    """One instance's part of a rollout. A request prefilled again with more cached tokens than its first
+    prefill had was retracted in between (its prompt stayed in the radix cache, its output did not)."""
+    decode = [s for s in steps if s["kind"] != "prefill"]
+    prefill = [s for s in steps if s["kind"] == "prefill"]
+    seen, again = set(), 0
+    for s in prefill:
+        for rid in s["rids"]:
+            again += rid in seen
+            seen.add(rid)
+    return {"span_s": steps[-1]["t"] - (steps[0]["t"] - steps[0]["model_s"]),
+            "decode_steps": len(decode), "decode_model_s": sum(s["model_s"] for s in decode),
+            "prefill_steps": len(prefill), "prefill_model_s": sum(s["model_s"] for s in prefill),
+            "prefilled_again": again, "late_steps": sum(1 for s in steps if s["late_s"] > 0)}
+
+
+def continuation_gaps(segment: dict[str, list[dict]]) -> list[float]:
+    """Seconds from a chunk's last step to the start of its continuation's first step, any instance."""
+    last, first = {}, {}
+    for steps in segment.values():
+        for s in steps:
+            for rid in s["rids"]:
+                chunk = parse_chunk_rid(rid)
+                if chunk is not None:
+                    last[(chunk.sample, chunk.chunk)] = s["t"]
+                    first.setdefault((chunk.sample, chunk.chunk), s["t"] - s["model_s"])
+    return sorted(first[(sample, c + 1)] - t for (sample, c), t in last.items() if (sample, c + 1) in first)
+
+
+def simulated_busy(run: dict, mode: str) -> list[float]:
+    """The simulator's busy time per instance for ``mode`` on the run's first workload."""
+    from benchmarks.rollout import simulate_mode, workload_seeds
+    from benchmarks.sim_bounds import rebuild
+
+    args = argparse.Namespace(**run["config"])
+    traces, model, rule = rebuild(run["config"], workload_seeds(args))
+    return simulate_mode(mode, traces[0], model, rule, args).busy_s
+
+
+def baseline_instance(steps: list[dict], instances: int) -> int | None:
+    """The instance plain SGLang's round-robin gave these steps' groups."""
+    for s in steps:
+        for rid in s["rids"]:
+            match = BASELINE_RID.match(rid)
+            if match:
+                return int(match["group"]) % instances
+    return None
+
+
+def report(run: dict, logs: dict[str, list[dict]]) -> None:
+    config = run["config"]
+    instances, repeats = config["instances"], config["repeats"]
+    found = rollouts(logs, repeats + (1 if config.get("warmup_prompts") != 0 else 0))
+    for mode in run["modes"]:
+        if mode == "baseline":
+            segments = found.get("baseline", [])[-repeats:]
+        else:
+            segments = [found[k][0] for k in sorted(found) if k != "baseline" and k.split("-", 1)[1] == mode]
+        if not segments:
+            print(f"{mode}: no steps logged")
+            continue
+        busy = simulated_busy(run, mode)
+        print(f"== {mode}: {len(segments)} rollout(s) logged; the simulator's busy time per instance: "
+              + ", ".join(f"{b:.1f}" for b in busy))
+        for k, segment in enumerate(segments):
+            print(f"  rollout {k + 1}")
+            rows = []
+            for path, steps in segment.items():
+                index = baseline_instance(steps, instances) if mode == "baseline" else None
+                rows.append((index if index is not None else path, instance_stats(steps)))
+            for name, st in sorted(rows, key=lambda r: str(r[0])):
+                sim = f" (simulator {busy[name]:.1f} s)" if isinstance(name, int) else ""
+                print(f"    {name}: span {st['span_s']:.1f} s{sim}, {st['decode_steps']} decode steps "
+                      f"({st['decode_model_s']:.1f} s), {st['prefill_steps']} prefills ({st['prefill_model_s']:.1f} s), "
+                      f"{st['prefilled_again']} prefilled again, {st['late_steps']} steps late")
+            gaps = continuation_gaps(segment)
+            if gaps:
+                print(f"    continuations: {len(gaps)}, start after the chunk's last step: median "
+                      f"{statistics.median(gaps):.2f} s, p90 {gaps[int(0.9 * len(gaps))]:.2f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", help="the benchmarks.rollout --emulate result file")
+    ap.add_argument("prefix", help="the run's --emulate-step-log PREFIX")
+    args = ap.parse_args()
+    with open(args.run) as f:
+        run = json.load(f)
+    report(run, load(args.prefix))
+
+
+if __name__ == "__main__":
+    main()
