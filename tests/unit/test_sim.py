@@ -447,3 +447,28 @@ def test_a_request_sent_mid_step_joins_at_the_next_step_boundary():
         sim.run()
         ttft = sim.slo_records[0]["ttft_s"]  # the rest of the step under way, then its prefill step
         assert ttft <= 2 * step + SMALL.prefill(16), (arrival_s, ttft)  # (which decodes the batch too)
+
+
+def test_a_continuation_misses_the_step_its_instance_starts_meanwhile():
+    """SGLang sends a finished chunk's output and starts its next step at once; the continuation comes
+    back through the router, so it starts a step later, even with no round-trip time at all."""
+    from seer_sglang.sim.simulator import Simulation
+    from seer_sglang.sim.workload import TraceSample
+
+    m = dataclasses.replace(SMALL, decode_per_seq_s=0.0, decode_per_kv_token_s=0.0)
+    admitted = {}
+
+    class Watched(Simulation):
+        def _admit(self, inst):
+            prefill_s, slots = super()._admit(inst)
+            for slot in slots:
+                admitted.setdefault((slot.sample.index, len(slot.sample.chunks)), self.now)
+            return prefill_s, slots
+
+    sim = Watched([TraceSample(0, 0, 100, 10), TraceSample(0, 1, 100, 40)], make_policy("divided", chunk_size=5),
+                  m, 1, 64)
+    sim.run()
+    first = next(s for s in sim.groups[0].samples if s.index == 0)
+    ended = first.chunks[0].end
+    assert first.chunks[1].start == ended  # the router sends it at once
+    assert admitted[(0, 2)] == pytest.approx(ended + m.decode_step(1, 0))  # after the sibling's next step
