@@ -46,7 +46,7 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
 from seer_sglang.models import resolve_model_path, vocab_size as model_vocab_size
 from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
-from seer_sglang.launch.emulation import admission, instance_args, instance_env
+from seer_sglang.launch.emulation import admission, instance_args, instance_env, plugin_settings
 from seer_sglang.core.step_model import Admission, StepModel, emulated_model
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, kv_cap, save_trace, working_set
 
@@ -681,15 +681,13 @@ def main() -> None:
     rng = random.Random(args.seed)
     measured = Measured()
     calib = None
-    step_log = getattr(args, "emulate_step_log", None)
-    emulation_config = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale, step_log)
+    emulation_config = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale, args.emulate_step_log)
     emulate_flags = ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
                      "--emulate-length-scale", str(length_scale)] if emulated is not None else []
-    if emulated is not None and step_log:
-        emulate_flags += ["--emulate-step-log", step_log]
-    plain_env = PluginConfig(emulate=args.emulate, emulate_time_scale=args.emulate_time_scale,
-                             emulate_length_scale=length_scale, emulate_step_log=step_log,
-                             emulation_only=True).to_env() if emulated else {}
+    if emulated is not None and args.emulate_step_log:
+        emulate_flags += ["--emulate-step-log", args.emulate_step_log]
+    # the plain instances get the launcher's emulation settings, and no other seer hook
+    plain_env = PluginConfig(**plugin_settings(emulation_config), emulation_only=True).to_env() if emulated else {}
     plain_env.update(instance_env(emulation_config))
 
     # One server per (kv pool, drafter) for the seer modes ("+pool": --kv-pool file, "+sd": speculation),

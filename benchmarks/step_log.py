@@ -74,8 +74,8 @@ def rollouts(logs: dict[str, list[dict]], baseline_rollouts: int = 1) -> dict[st
 
 
 def instance_stats(steps: list[dict]) -> dict:
-    """One instance's part of a rollout. A request prefilled again with more cached tokens than its first
-    prefill had was retracted in between (its prompt stayed in the radix cache, its output did not)."""
+    """One instance's part of a rollout. A request prefilled a second time was retracted in between (a
+    continuation is another rid, so only a retraction brings the same rid back to a prefill)."""
     decode = [s for s in steps if s["kind"] != "prefill"]
     prefill = [s for s in steps if s["kind"] == "prefill"]
     seen, again = set(), 0

@@ -431,7 +431,6 @@ def test_siblings_share_an_uncached_prompt_only_with_the_plugin():
     assert at_once.prefill_tokens == 4 * (MIN_SHARED_PREFILL - 1)  # one batch, as plain SGLang
 
 
-
 def test_a_request_sent_mid_step_joins_at_the_next_step_boundary():
     """SGLang reads new requests between two decode steps: a request that reaches an instance while it
     decodes a lone long sample is prefilled right after that step, not after a longer simulated span."""
