@@ -85,6 +85,7 @@ def instance_stats(steps: list[dict]) -> dict:
             seen.add(rid)
     return {"span_s": steps[-1]["t"] - (steps[0]["t"] - steps[0]["model_s"]),
             "decode_steps": len(decode), "decode_model_s": sum(s["model_s"] for s in decode),
+            "request_steps": sum(len(s["rids"]) for s in decode),
             "prefill_steps": len(prefill), "prefill_model_s": sum(s["model_s"] for s in prefill),
             "prefilled_again": again, "late_steps": sum(1 for s in steps if s["late_s"] > 0)}
 
@@ -102,14 +103,17 @@ def continuation_gaps(segment: dict[str, list[dict]]) -> list[float]:
     return sorted(first[(sample, c + 1)] - t for (sample, c), t in last.items() if (sample, c + 1) in first)
 
 
-def simulated_busy(run: dict, mode: str) -> list[float]:
-    """The simulator's busy time per instance for ``mode`` on the run's first workload."""
-    from benchmarks.rollout import simulate_mode, workload_seeds
+def simulated(run: dict, mode: str):
+    """The simulator's run of ``mode`` on the run's first workload (``SimResult``), with the run's
+    acceptance for a speculative mode, as ``benchmarks.rollout``'s check has it."""
+    from benchmarks.rollout import mode_drafter, run_acceptance, simulate_mode, workload_seeds
     from benchmarks.sim_bounds import rebuild
 
     args = argparse.Namespace(**run["config"])
-    traces, model, rule = rebuild(run["config"], workload_seeds(args))
-    return simulate_mode(mode, traces[0], model, rule, args).busy_s
+    seeds = workload_seeds(args)
+    traces, model, rule = rebuild(run["config"], seeds)
+    spec = run_acceptance(args, seeds[0]) if mode_drafter(mode) and args.sim_acceptance else None
+    return simulate_mode(mode, traces[0], model, rule, args, spec)
 
 
 def baseline_instance(steps: list[dict], instances: int) -> int | None:
@@ -134,7 +138,8 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
         if not segments:
             print(f"{mode}: no steps logged")
             continue
-        busy = simulated_busy(run, mode)
+        sim = simulated(run, mode)
+        busy = sim.busy_s
         print(f"== {mode}: {len(segments)} rollout(s) logged; the simulator's busy time per instance: "
               + ", ".join(f"{b:.1f}" for b in busy))
         for k, segment in enumerate(segments):
@@ -144,10 +149,15 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
                 index = baseline_instance(steps, instances) if mode == "baseline" else None
                 rows.append((index if index is not None else path, instance_stats(steps)))
             for name, st in sorted(rows, key=lambda r: str(r[0])):
-                sim = f" (simulator {busy[name]:.1f} s)" if isinstance(name, int) else ""
-                print(f"    {name}: span {st['span_s']:.1f} s{sim}, {st['decode_steps']} decode steps "
-                      f"({st['decode_model_s']:.1f} s), {st['prefill_steps']} prefills ({st['prefill_model_s']:.1f} s), "
+                mine = f" (simulator {busy[name]:.1f} s)" if isinstance(name, int) else ""
+                print(f"    {name}: span {st['span_s']:.1f} s{mine}, {st['decode_steps']} decode steps "
+                      f"({st['decode_model_s']:.1f} s, mean batch {st['request_steps'] / max(1, st['decode_steps']):.1f}), "
+                      f"{st['prefill_steps']} prefills ({st['prefill_model_s']:.1f} s), "
                       f"{st['prefilled_again']} prefilled again, {st['late_steps']} steps late")
+            real = [instance_stats(steps) for steps in segment.values()]
+            print(f"    all instances: {sum(r['decode_steps'] for r in real)} decode steps over "
+                  f"{sum(r['request_steps'] for r in real)} requests; the simulator {sum(sim.decode_steps)} over "
+                  f"{sum(sim.request_steps)}")
             gaps = continuation_gaps(segment)
             if gaps:
                 print(f"    continuations: {len(gaps)}, start after the chunk's last step: median "

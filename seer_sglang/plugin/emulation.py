@@ -69,19 +69,27 @@ def batch_step_s(model: StepModel, batch) -> float:
     if mode.is_extend() and not mode.is_target_verify():
         return model.prefill_batch(list(batch.extend_lens or []), list(batch.prefix_lens or []))
     kv = int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(batch.seq_lens_sum or 0)
-    tokens = int(batch.input_ids.numel()) if mode.is_target_verify() and batch.input_ids is not None else bs
+    tokens = verify_tokens(batch) if mode.is_target_verify() else bs
     return model.decode_step(bs, kv, tokens)
+
+
+def verify_tokens(batch) -> int:
+    """The tokens a verify step computes: every request's draft tree, root included."""
+    return int(batch.input_ids.numel()) if batch.input_ids is not None else len(batch.reqs)
 
 
 def step_record(batch, model_s: float, late_s: float, end: float) -> dict:
     """One step of the step log: when it ended (``time.perf_counter``), its kind, the modelled time,
     how late the host was against the clock (negative: the step waited), the requests it ran, and the
-    KV tokens it read (prefill: each request's new and cached tokens)."""
+    KV tokens it read (prefill: each request's new and cached tokens; verify: the tokens it computed,
+    every request's draft tree with its root)."""
     kind = step_kind(batch)
     record = {"t": end, "kind": kind, "model_s": model_s, "late_s": late_s, "rids": [r.rid for r in batch.reqs],
               "kv": int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else None}
     if kind == "prefill":
         record.update(extend=list(batch.extend_lens or []), prefix=list(batch.prefix_lens or []))
+    elif kind == "verify":
+        record["tokens"] = verify_tokens(batch)
     return record
 
 

@@ -104,6 +104,8 @@ class SimInstance:
     pool_tokens: int = 0
     verify_steps: int = 0  # request-steps that verified drafts (speculation on)
     spec_tokens: int = 0  # tokens those steps emitted
+    decode_steps: int = 0  # decode (or verify) steps run
+    request_steps: int = 0  # the requests those steps ran, summed
     new_token_ratio: float = Admission.init_ratio  # SGLang's reserve for future decode tokens (Admission)
     batcher: CreditBatcher = field(default_factory=CreditBatcher)
     best_effort_decoded: int = 0  # rollout request-steps while SLO requests ran
@@ -179,11 +181,13 @@ class SimResult:
     mean_acceptance_length: float | None = None
     slo: dict | None = None  # the interactive requests: attainment per class, admitted, rejected
     busy_s: list[float] = dataclasses.field(default_factory=list)  # per instance: time in steps
+    decode_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: decode or verify steps
+    request_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: requests in them, summed
 
     def summary(self) -> dict:
         d = dataclasses.asdict(self)
-        d.pop("finish_times")
-        d.pop("busy_s")
+        for per_instance in ("finish_times", "busy_s", "decode_steps", "request_steps"):
+            d.pop(per_instance)
         return d
 
 
@@ -459,6 +463,8 @@ class Simulation:
                 inst.verify_steps += steps
                 inst.spec_tokens += made
         inst.new_token_ratio = max(self.admission.min_ratio, inst.new_token_ratio - self.admission.decay * steps)
+        inst.decode_steps += steps
+        inst.request_steps += steps * batch
         inst.busy_time += dt
         inst.busy_until = self.now + dt
         self._push(inst.busy_until, inst.index)
@@ -590,7 +596,9 @@ class Simulation:
                          pool_tokens=sum(i.pool_tokens for i in self.instances), finish_times=times,
                          lower_bound_s=bound, efficiency=bound / completion,
                          mean_acceptance_length=self._acceptance(), slo=self._slo_summary(),
-                         busy_s=[i.busy_time for i in self.instances])
+                         busy_s=[i.busy_time for i in self.instances],
+                         decode_steps=[i.decode_steps for i in self.instances],
+                         request_steps=[i.request_steps for i in self.instances])
 
     def _slo_summary(self) -> dict | None:
         if not self.slo_traffic:

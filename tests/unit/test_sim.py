@@ -410,6 +410,12 @@ def test_a_prefill_samples_each_admitted_requests_first_token():
     assert -1e-12 < decode <= m.prefill(5, 100)  # and the continuation's prefill (its cached context is free)
     single = simulate([TraceSample(0, 0, 100, 1)], make_policy("round-robin"), m, instances=1, max_tokens=1)
     assert single.completion_s == pytest.approx(m.prefill(100)) and single.total_tokens == 1
+    # the steps each instance ran, as an emulated instance's step log counts them
+    assert whole.decode_steps == [9] and whole.request_steps == [9] and chunked.decode_steps == [8]
+    assert single.decode_steps == [0]
+    pair = simulate([TraceSample(0, 0, 100, 10), TraceSample(0, 1, 100, 4)], make_policy("round-robin"), m,
+                    instances=2, max_tokens=10)
+    assert pair.decode_steps == [9, 0] and pair.request_steps == [9 + 3, 0]  # one group: one instance
 
 
 def test_siblings_share_an_uncached_prompt_only_with_the_plugin():

@@ -23,9 +23,10 @@ class Mode:
         return self.kind in ("prefill", "verify")
 
 
-def batch(kind: str, rids: list[str], seq_lens: list[int], extend=None, prefix=None):
+def batch(kind: str, rids: list[str], seq_lens: list[int], extend=None, prefix=None, input_ids=None):
     return SimpleNamespace(forward_mode=Mode(kind), reqs=[SimpleNamespace(rid=r) for r in rids],
-                           seq_lens_cpu=torch.tensor(seq_lens), extend_lens=extend, prefix_lens=prefix)
+                           seq_lens_cpu=torch.tensor(seq_lens), extend_lens=extend, prefix_lens=prefix,
+                           input_ids=input_ids)
 
 
 def step(t, kind, rids, model_s=1.0, late_s=-0.5):
@@ -37,7 +38,8 @@ def test_a_step_record_names_the_batch_it_ran():
     assert decode == {"t": 5.0, "kind": "decode", "model_s": 0.3, "late_s": -0.1, "rids": ["a", "b"], "kv": 22}
     prefill = step_record(batch("prefill", ["c"], [40], extend=[30], prefix=[10]), 0.05, 0.0, 6.0)
     assert prefill["kind"] == "prefill" and prefill["extend"] == [30] and prefill["prefix"] == [10]
-    assert step_record(batch("verify", ["a"], [11]), 0.4, 0.0, 7.0)["kind"] == "verify"
+    verify = step_record(batch("verify", ["a", "b"], [11, 13], input_ids=torch.zeros(9)), 0.4, 0.0, 7.0)
+    assert verify["kind"] == "verify" and verify["tokens"] == 9  # both draft trees, roots included
 
 
 def test_rollouts_are_told_apart_and_continuations_timed(tmp_path):
@@ -58,7 +60,7 @@ def test_rollouts_are_told_apart_and_continuations_timed(tmp_path):
     assert [s["t"] for s in warm[str(tmp_path / "run.11")]] == [1, 2]
     assert [s["t"] for s in measured[str(tmp_path / "run.11")]] == [20, 21, 23]
     stats = instance_stats(measured[str(tmp_path / "run.11")])
-    assert stats == {"span_s": 23 - 19, "decode_steps": 1, "decode_model_s": 1.0, "prefill_steps": 2,
+    assert stats == {"span_s": 23 - 19, "decode_steps": 1, "decode_model_s": 1.0, "request_steps": 1, "prefill_steps": 2,
                      "prefill_model_s": 2.0, "prefilled_again": 1, "late_steps": 1}
     (context,) = found["r0-context"]
     assert continuation_gaps(context) == [pytest.approx(52.5 - 51)]  # from 51 to the start of the step ending 53.5
