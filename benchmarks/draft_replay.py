@@ -20,25 +20,10 @@ from pathlib import Path
 
 from seer_sglang.speculative.drafters import make_drafter
 from seer_sglang.speculative.drafters import ESCAPE, MIX_STATES
-from seer_sglang.speculative.draft import Draft
+from seer_sglang.speculative.draft import accepted_length
 
 
 FINISHED_MIN_STEPS = 100  # the fewest verify steps behind one point of the by-finished-siblings curve
-
-
-def accepted_length(draft: Draft, continuation: list[int]) -> int:
-    """Draft tokens accepted against the true continuation: the longest root path of the tree that
-    the continuation follows token by token."""
-    children: dict[int, dict[int, int]] = {}
-    for i, (token, parent) in enumerate(zip(draft.tokens, draft.parents)):
-        children.setdefault(parent, {}).setdefault(token, i)
-    node, n = -1, 0
-    for token in continuation:
-        node = children.get(node, {}).get(token, -2)
-        if node == -2:
-            break
-        n += 1
-    return n
 
 
 @dataclass

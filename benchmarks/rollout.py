@@ -20,8 +20,8 @@ Every sample has a hidden target length from a Seer-shaped workload (``--workloa
 size and length shape, scaled to ``--max-tokens``; long tail across groups, alike within a group),
 enforced by a custom logit processor, so no scheduler can see it; only the ``oracle`` mode is told
 the lengths. Each instance holds ``--kv-share`` of its part of the working set (0.5, as in Seer).
-Every server is warmed with a rollout of other prompts; ``--repeats`` runs each mode that many
-times, in a random order per repeat. Writes JSON (config, per-mode mean, spread and repeats,
+Every server is warmed with a rollout of other prompts (with ``--replay``, replaying recorded text
+too); ``--repeats`` runs each mode that many times, in a random order per repeat. Writes JSON (config, per-mode mean, spread and repeats,
 ratios against baseline, the simulator's prediction of each mode) and a PNG next to it.
 """
 
@@ -504,6 +504,7 @@ class Workload:
     warm_trace: list[TraceSample]
     eos: int
     replay: dict | None = None  # recorded text by (group, sample index), ``--replay``
+    warm_replay: dict | None = None  # the warm-up's: recorded text too (``replay_for_warmup``)
 
 
 def prompt_tokenizer(args, recording: dict | None = None):
@@ -540,7 +541,8 @@ def compact_vocabulary(workloads: list[Workload], vocab_size: int, keep: set[int
     """
     tokens = set()
     for work in workloads:
-        for ids in [*work.prompts, *work.warm_prompts, *(work.replay or {}).values()]:
+        for ids in [*work.prompts, *work.warm_prompts, *(work.replay or {}).values(),
+                    *(work.warm_replay or {}).values()]:
             tokens.update(ids)
     if not tokens or max(tokens) < vocab_size:
         return None
@@ -557,7 +559,24 @@ def compact_vocabulary(workloads: list[Workload], vocab_size: int, keep: set[int
         work.warm_prompts = [[mapping[t] for t in ids] for ids in work.warm_prompts]
         if work.replay is not None:
             work.replay = {key: [mapping[t] for t in ids] for key, ids in work.replay.items()}
+        if work.warm_replay is not None:
+            work.warm_replay = {key: [mapping[t] for t in ids] for key, ids in work.warm_replay.items()}
     return mapping
+
+
+def replay_for_warmup(warm_trace: list[TraceSample], replay: dict) -> dict:
+    """Recorded text for the warm-up rollout: warm-up group g replays the outputs of the recording's
+    group g (cyclically), sibling for sibling. Without it the warm-up's samples are the small model's
+    own text, which no draft matches, and an instance's draft budget, which learns acceptance from
+    every step it runs, begins the measured rollouts believing that drafts are never accepted. Each
+    warm-up group is its own group to the drafters, so nothing of it reaches the measured groups'."""
+    groups = sorted({g for g, _ in replay})
+    sizes = {g: 1 + max(i for h, i in replay if h == g) for g in groups}
+    out = {}
+    for s in warm_trace:
+        g = groups[s.group_id % len(groups)]
+        out[(s.group_id, s.sample_index)] = replay[(g, s.sample_index % sizes[g])]
+    return out
 
 
 class Measured:
@@ -582,7 +601,7 @@ def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: r
     rollout; ``tag`` keeps group ids apart)."""
     if args.warmup_prompts:
         print(f"[{server}] warm-up rollout ...", flush=True)
-        run_one(modes[0], works[0].warm_prompts, works[0].warm_trace, "warm-", None)
+        run_one(modes[0], works[0].warm_prompts, works[0].warm_trace, "warm-", works[0].warm_replay)
     for repeat, work in enumerate(works):
         for mode in rng.sample(modes, len(modes)):
             print(f"[{server}] repeat {repeat + 1}/{len(works)}: {mode} ...", flush=True)
@@ -654,6 +673,7 @@ def main() -> None:
             from benchmarks.record_text import load
 
             by_seed[seed].replay = load(recording, args, seed, by_seed[seed].prompts)
+            by_seed[seed].warm_replay = replay_for_warmup(by_seed[seed].warm_trace, by_seed[seed].replay)
     vocab_size = model_vocab_size(model_path)
     if compact_vocabulary(list(by_seed.values()), vocab_size, {work.eos for work in by_seed.values()}
                           | set(tokenizer.tok.all_special_ids)) is not None:

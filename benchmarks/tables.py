@@ -234,10 +234,20 @@ def emulated_table(results: Results, stem: str) -> str:
                   + (" (its tokens mapped one to one into the model's 4,096-id vocabulary)"
                      if cfg["model"] == "tiny-smollm2-4k" else "") + ". "
                   if cfg.get("replay") else "")
-               + (f"The simulator's acceptance: {source([Path(cfg['sim_acceptance']).stem])}. "
-                  if cfg.get("sim_acceptance") else "")
+               + (simulator_speculation(cfg) if cfg.get("sim_acceptance") else "")
                + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
+
+
+def simulator_speculation(cfg: dict) -> str:
+    """How the simulator checks the run's speculative modes: drafting the replayed text itself where
+    the acceptance file was measured on it (``SpecModel.from_replay``), else by that file's figures."""
+    acceptance = source([Path(cfg["sim_acceptance"]).stem])
+    path = ROOT / cfg["sim_acceptance"]
+    measured_on = json.loads(path.read_text())["config"].get("outputs") if path.is_file() else None
+    if cfg.get("replay") and measured_on == cfg["replay"]:
+        return f"The simulator drafts the replayed text as the instances do (acceptance file: {acceptance}). "
+    return f"The simulator's acceptance: {acceptance}. "
 
 
 SIM_ERROR_MODES = ("baseline", "group", "divided", "context", "oracle", "context+sd")
@@ -947,6 +957,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_moonlight_sd_t06_x30_4k": lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k"),
     "emulated_h100_moonlight_sd_t06_x30_4k_rerun":
         lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_rerun"),
+    "emulated_h100_moonlight_sd_t06_x30_4k_warm":
+        lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_warm"),
     "sim_bounds_moonlight_sd": lambda r: sim_bounds_table(r, "sim_bounds_moonlight_sd"),
     "emulated_h100_measured_qwen2vl_sd":
         lambda r: emulated_table(r, "emulated_h100_measured_qwen2vl_sd_x45_t0.6_4k"),

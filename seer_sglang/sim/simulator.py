@@ -6,7 +6,9 @@ Only the engines are modelled: continuous batching with a step-time model, a KV 
 SGLang-like admission (a decaying new-token reservation ratio) and retraction when KV runs out,
 and a radix cache (a continuation that stays on its instance, and siblings sharing a prompt there,
 skip their cached prefill). With a ``SpecModel``, every step runs the engine's draft budget and each
-request emits its expected accepted drafts on top of its token.
+request emits its expected accepted drafts on top of its token; where the model holds the text a run
+replays, each verify step instead drafts that text with the instances' drafter and each instance's own
+adaptive budget, one step at a time (``text_drafts.TextDrafts``).
 
 Interactive requests with an SLO (``SLOArrival``) may arrive beside the rollout. With the SLO
 mechanism on they take seer's path, through the same objects as the router and the instance plugin:
@@ -24,13 +26,13 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from ..config import MIN_SHARED_PREFILL, SLO_CONFIG
+from ..config import DRAFT, MIN_SHARED_PREFILL, SLO_CONFIG
 from ..core.buffer import RequestBuffer
 from ..core.migration import MigrationCost
 from ..core.policy import InstanceView, SchedulingPolicy, route_slo
 from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
 from ..core.slo import SLO, CreditBatcher, Pace, Waiting, attainment, plan_step, prefill_fits, screen, step_time
-from ..speculative.budget import BudgetRequest, high_priority
+from ..speculative.budget import BudgetRequest, high_priority, make_budget
 from .spec_model import SpecModel
 from ..core.step_model import Admission, StepModel
 from .workload import SLOArrival, TraceSample, groups_of
@@ -201,6 +203,11 @@ class Simulation:
         self.admission = admission
         self.spec = spec
         self.draft_budget = spec.budget(model) if spec is not None else None
+        # On a replayed text: the instances' drafter over it, one verify step at a time (``TextDrafts``)
+        self.text = spec.text_drafts() if spec is not None else None
+        # there each instance runs its own budget, as the emulated instances do (``make_budget``)
+        self.budgets = [make_budget(DRAFT.budget, spec.gamma_max, None, model) for _ in range(instances)] \
+            if self.text is not None else []
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
         self.buffer = RequestBuffer()
@@ -220,6 +227,7 @@ class Simulation:
         self.returning: dict[int, tuple[SimInstance, Slot]] = {}  # seq -> a chunk on its way back
         self.finishing: dict[int, float] = {}  # instance -> the end of its step under way, if a chunk ends there
         self._seq = 0
+        self._verify_record = None  # a replayed text's verify step, until its time is known
         self.finish_times: list[float] = []
         self.groups = []
         self.group_of: dict[str, Group] = {}
@@ -434,6 +442,7 @@ class Simulation:
         for slot in admitted:
             if id(slot) in running and slot.steps_left > 0:
                 slot.commit(1)
+                self._feed(slot)
         decoding = [s for s in decoding if s.steps_left > 0]
         if not decoding:  # the prefill finished every request it ran
             inst.busy_time += prefill_s
@@ -442,12 +451,14 @@ class Simulation:
             self._note_finishing(inst)
             return
         batch, kv = len(decoding), sum(s.context for s in decoding)
-        rates, drafts = self._spec_rates(decoding)
+        rates, drafts = self._spec_rates(decoding, inst)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
         if any(s.slo is not None for s in inst.running) or any(s.slo is not None for s in inst.waiting):
             steps = 1  # interactive requests: every token's time counts
         if admitted and inst.waiting:
             steps = 1  # SGLang's next prefill batch comes right after this one: the prompt it computed is cached
+        if self.text is not None:
+            steps = 1  # each verify step drafts from the text its siblings have written by then
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
         extra_s = self.spec.token_cost(self.model) * drafts if self.spec is not None else 0.0
 
@@ -456,9 +467,14 @@ class Simulation:
 
         steps = self._until_next_event(inst, steps, span)
         dt = span(steps)
+        if self._verify_record is not None:  # the instance's budget learns from its own verify step
+            budget, *record = self._verify_record
+            budget.record_step(*record, dt - prefill_s)
+            self._verify_record = None
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
             slot.commit(made)
+            self._feed(slot)
             if self.spec is not None:
                 inst.verify_steps += steps
                 inst.spec_tokens += made
@@ -511,10 +527,29 @@ class Simulation:
         inst.best_effort_deferred += sum(1 for s in old if s.slo is None and s.sample.rid not in chosen)
         return [s for s in inst.running if s.sample.rid in chosen or s not in old] or inst.running
 
-    def _spec_rates(self, running: list[Slot]) -> tuple[list[float], int]:
-        """Expected tokens per step of each running request, and the draft tokens a step verifies."""
+    def _feed(self, slot: Slot) -> None:
+        """The replayed text's drafter takes the tokens a request just committed (its siblings draft from
+        them from their next step on, on any instance: the draft server shares a group's text)."""
+        key = self.trace_key.get(slot.sample.rid)
+        if self.text is not None and key in self.text.texts:
+            self.text.feed(key, slot.sample.rid, slot.sample.generated)
+
+    def _spec_rates(self, running: list[Slot], inst: SimInstance | None = None) -> tuple[list[float], int]:
+        """Expected tokens per step of each running request, and the draft tokens a step verifies. On a
+        replayed text: the tokens each commits in this one verify step, and the draft tokens of the
+        step padded to its widest request, as the verify batch is."""
         if self.spec is None:
             return [1.0] * len(running), 0
+        keys = [self.trace_key.get(slot.sample.rid) for slot in running]
+        if self.text is not None and inst is not None and self.text.covers(keys):
+            high = high_priority([slot.priority for slot in running])
+            budget = self.budgets[inst.index]
+            made, verified, gamma = self.text.verify([(key, slot.sample.rid, slot.sample.generated)
+                                                      for key, slot in zip(keys, running)], high, budget)
+            width = 1 + max(verified, default=0)
+            self._verify_record = (budget, len(running), gamma if width > 1 else 0, verified,
+                                   [m - 1 for m in made])
+            return [float(m) for m in made], len(running) * (width - 1)
         scores = []
         for slot in running:
             group = self.group_of[slot.sample.group_id]

@@ -1,5 +1,8 @@
 """Grouped speculative decoding in the simulator: how likely drafts are accepted, and what verifying costs.
 
+On the text a run replays, acceptance is not modelled at all: the simulator drafts the text itself
+(``text_drafts``). The curves here serve workloads without a text (the 32-instance tables).
+
 The draft budget itself is the engine's: ``seer_sglang.speculative.budget.DraftBudget`` decides per step how
 many drafts each request verifies, from the same kind of scores the drafters give (the probability
 that the path to a draft token is accepted).
@@ -15,6 +18,7 @@ from typing import Mapping
 from ..config import DRAFT
 from ..speculative.budget import CostModel, DraftBudget
 from ..core.step_model import StepModel
+from .text_drafts import TextDrafts
 
 
 def length_for_alpha(alpha: float, gamma: int) -> float:
@@ -57,6 +61,13 @@ class SpecModel:
     # On a replayed text: each sample's own tokens per verify step, by (group, sibling) of the workload,
     # which replaces the curve for that sample (``sample_alpha``).
     sample_lengths: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    # The replayed text itself, where the run names it: each sample's recorded output by (group, sibling)
+    # and each group's prompt. The simulator then drafts it step by step with the instances' drafter and
+    # budget (``TextDrafts``) instead of taking the acceptance above.
+    texts: Mapping[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    prompts: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    drafter: str = DRAFT.drafter
+    draft_paths: int = DRAFT.draft_paths
 
     def alpha(self, finished_siblings: int, group_size: int) -> float:
         if not self.grouped:
@@ -92,7 +103,9 @@ class SpecModel:
         tokens per verify step with n finished siblings (n = 0 .. G-1) become acceptance probabilities
         at sibling share n / (G-1). Where the file has it, the curve is the one measured with the whole
         group decoding at once (``acceptance_by_finished``), as instances decode it: running siblings'
-        tokens are drafts too, so with none finished it is well above a lone sample's."""
+        tokens are drafts too, so with none finished it is well above a lone sample's. Where ``text`` is
+        the recording the file was measured on, the model holds that text, and the simulator drafts it
+        (``TextDrafts``) rather than taking these figures."""
         data = json.loads(Path(path).read_text())
         curves = data.get("acceptance_by_finished") or data["acceptance_by_references"]
         by_n = {int(n): length for n, length in curves[drafter].items()}
@@ -107,14 +120,28 @@ class SpecModel:
         # it is the one this file was measured on, the workload is that text sample for sample, and each
         # sample keeps its own acceptance (``acceptance_by_sample``, keyed seed:group:sibling).
         per_sample: dict[tuple[int, int], float] = {}
-        if seed is not None and text and data["config"].get("outputs") == text:
+        same_text = seed is not None and bool(text) and data["config"].get("outputs") == text
+        if same_text:
             for key, length in data.get("acceptance_by_sample", {}).get(drafter, {}).items():
                 s, g, i = (int(x) for x in key.split(":"))
                 if s == seed:
                     per_sample[(g, i)] = length
+        # The text itself, to draft step by step, on the same condition: a curve measured on another
+        # text is what a run that names it asks for.
+        texts, prompts = recorded_text(text, seed) if same_text else ({}, {})
+        how = "drafted over the replayed text" if texts else "per sample" if per_sample else ""
         return cls(own_alpha=own_alpha, group_alpha=points[-1][1], gamma_max=gamma, measured=points,
-                   source=f"measured: {path} ({drafter}{', per sample' if per_sample else ''})",
-                   sample_lengths=per_sample, **kwargs)
+                   source=f"measured: {path} ({drafter}{', ' + how if how else ''})",
+                   sample_lengths=per_sample, texts=texts, prompts=prompts, drafter=drafter,
+                   draft_paths=int(data["config"].get("draft_paths", cls.draft_paths)), **kwargs)
+
+    def text_drafts(self) -> TextDrafts | None:
+        """A fresh drafter over the replayed text for one simulated rollout; None without the text. The
+        per-request ablation (``grouped=False``) drafts with ``suffix``, as its instances do."""
+        if not self.texts:
+            return None
+        return TextDrafts(self.texts, self.prompts, self.drafter if self.grouped else "suffix", self.gamma_max,
+                          self.draft_paths)
 
     def draft_scores(self, alpha: float) -> list[float]:
         return list(CostModel.geometric_curve(alpha, self.gamma_max))
@@ -132,3 +159,17 @@ class SpecModel:
         roofline, as an emulated instance's budget has it, or a CPU fit's linear step)."""
         curve = CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max)
         return DraftBudget(CostModel.from_step_model(model, curve, self.verify_per_token_s), self.gamma_max, self.lam)
+
+
+def recorded_text(path: str | Path, seed: int) -> tuple[dict, dict]:
+    """A ``benchmarks.record_text`` recording's outputs for the workload of ``seed``, by (group, sample
+    index), and its groups' prompts; empty where the file has no such workload (or is no recording)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    workload = next((w for w in data.get("workloads", []) if w.get("seed") == seed), None)
+    if workload is None:
+        return {}, {}
+    texts = {(g, i): tuple(out) for g, group in enumerate(workload["groups"]) for i, out in enumerate(group["outputs"])}
+    return texts, {g: tuple(group["prompt"]) for g, group in enumerate(workload["groups"])}

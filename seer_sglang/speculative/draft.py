@@ -104,3 +104,18 @@ class Drafter(Protocol):
     def prompt(self, group_id: str) -> list[int]:
         """The group's prompt as the drafter holds it ([] if none yet)."""
         ...
+
+
+def accepted_length(draft: Draft, continuation: list[int]) -> int:
+    """Draft tokens accepted against the true continuation: the longest root path of the tree that
+    the continuation follows token by token."""
+    children: dict[int, dict[int, int]] = {}
+    for i, (token, parent) in enumerate(zip(draft.tokens, draft.parents)):
+        children.setdefault(parent, {}).setdefault(token, i)
+    node, n = -1, 0
+    for token in continuation:
+        node = children.get(node, {}).get(token, -2)
+        if node == -2:
+            break
+        n += 1
+    return n

@@ -3,11 +3,13 @@ tokens are mapped one to one into it, keeping every equality a drafter sees and 
 
 import pytest
 
-from benchmarks.rollout import Workload, compact_vocabulary
+from benchmarks.rollout import Workload, compact_vocabulary, replay_for_warmup
+from seer_sglang.sim.workload import TraceSample
 
 
-def _work(prompts, replay=None, warm=()):
-    return Workload(prompts=prompts, trace=[], warm_prompts=list(warm), warm_trace=[], eos=2, replay=replay)
+def _work(prompts, replay=None, warm=(), warm_replay=None):
+    return Workload(prompts=prompts, trace=[], warm_prompts=list(warm), warm_trace=[], eos=2, replay=replay,
+                    warm_replay=warm_replay)
 
 
 def test_tokens_map_one_to_one_and_special_tokens_keep_their_ids():
@@ -20,6 +22,20 @@ def test_tokens_map_one_to_one_and_special_tokens_keep_their_ids():
     assert first.replay[(0, 0)] == [mapping[40000], mapping[49000], mapping[40000], 2]
     assert second.prompts[0][1] == first.replay[(0, 0)][1]  # one map for all workloads
     assert first.warm_prompts == [[1, mapping[30000]]]
+
+
+def test_the_warmup_replays_recorded_text_in_groups_of_its_own():
+    """The warm-up's group g replays the recording's group g (cyclically), sibling for sibling, so the
+    instances' draft budget learns acceptance on real text before the measured rollouts; its tokens
+    take the same map as the measured ones."""
+    replay = {(0, 0): [40000, 5], (0, 1): [40000, 6], (1, 0): [7, 8, 9], (1, 1): [7, 8]}
+    warm = [TraceSample(g, i, 3, 1) for g in range(3) for i in range(2)]
+    warm_replay = replay_for_warmup(warm, replay)
+    assert warm_replay == {(0, 0): [40000, 5], (0, 1): [40000, 6], (1, 0): [7, 8, 9], (1, 1): [7, 8],
+                           (2, 0): [40000, 5], (2, 1): [40000, 6]}
+    work = _work([[1, 40000]], replay=replay, warm=[[1, 3]], warm_replay=warm_replay)
+    mapping = compact_vocabulary([work], 16, keep={1, 2})
+    assert work.warm_replay[(2, 0)] == [mapping[40000], mapping[5]] == work.replay[(0, 0)]
 
 
 def test_a_workload_that_fits_is_left_alone_and_one_that_cannot_fit_is_refused():

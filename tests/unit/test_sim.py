@@ -141,6 +141,15 @@ def test_a_replayed_texts_samples_keep_their_own_acceptance(tmp_path):
     assert SpecModel.from_replay(path, seed=0, text="other.json").sample_alpha(base, (2, 5)) == base
     assert length_for_alpha(SpecModel.from_replay(path, seed=1, text="text.json").sample_alpha(base, (2, 5)), 8) == \
         pytest.approx(1.0, abs=1e-6)
+    # the recording itself, where it is there: the simulator drafts it (TextDrafts)
+    recording = tmp_path / "text.json"
+    recording.write_text(json.dumps({"workloads": [{"seed": 0, "groups": [{"prompt": [1, 2], "outputs": [[5, 6], [7]]}]}]}))
+    path.write_text(path.read_text().replace('"text.json"', json.dumps(str(recording))))
+    held = SpecModel.from_replay(path, seed=0, text=str(recording))
+    assert held.texts == {(0, 0): (5, 6), (0, 1): (7,)} and held.prompts == {0: (1, 2)}
+    assert held.text_drafts() is not None and "drafted over the replayed text" in held.source
+    assert not SpecModel.from_replay(path, seed=1, text=str(recording)).texts  # no workload of that seed
+    assert not SpecModel.from_replay(path, seed=0, text="text.json").texts  # measured on another text
 
 
 def test_verify_tokens_cost_compute_on_a_gpu_profile():
@@ -477,3 +486,52 @@ def test_a_continuation_misses_the_step_its_instance_starts_meanwhile():
     ended = first.chunks[0].end
     assert first.chunks[1].start == ended  # the router sends it at once
     assert admitted[(0, 2)] == pytest.approx(ended + m.decode_step(1, 0))  # after the sibling's next step
+
+
+def test_on_a_replayed_text_a_verify_step_drafts_it_with_the_instances_drafter_and_budget():
+    """With the recorded text, a verify step drafts over what every sample has committed so far, with
+    the instances' drafter, keeps what the budget gives, and accepts the drafts the text bears out: a
+    sample following a finished sibling with the same text accepts every draft it verifies; one whose
+    text nothing matches gets none."""
+    import random
+
+    from seer_sglang.sim.text_drafts import TextDrafts
+    from seer_sglang.speculative.budget import make_budget
+
+    rng = random.Random(0)
+    text = [rng.randrange(1000) for _ in range(60)]
+    other = [rng.randrange(1000, 2000) for _ in range(60)]
+    drafts = TextDrafts({(0, 0): text, (0, 1): text, (0, 2): other}, {0: [1, 2, 3]})
+    drafts.feed((0, 0), "a", 60)  # a sibling wrote the whole text
+    drafts.feed((0, 1), "b", 1)
+    drafts.feed((0, 2), "c", 1)
+    made, verified, gamma = drafts.verify([((0, 1), "b", 1), ((0, 2), "c", 1)], [False, False],
+                                          make_budget("full", 8))
+    assert gamma == 8 and verified[0] >= 2 and made[0] == 1 + verified[0]
+    assert verified[1] == 0 and made[1] == 1
+    # the budget's share decides how many of the drafted nodes are verified
+    drafts.feed((0, 1), "b", 1 + made[0])
+    made, verified, _ = drafts.verify([((0, 1), "b", 1 + made[0])], [False], make_budget("threshold", 1))
+    assert verified == [1] and made == [2]
+
+
+def test_the_simulator_drafts_a_replayed_text_step_by_step():
+    """A ``SpecModel`` holding the replayed text makes the simulator draft it: a text that repeats itself
+    accepts drafts and finishes sooner; one that never repeats accepts none. Every token is made once."""
+    import random
+
+    from seer_sglang.sim.spec_model import SpecModel
+    from seer_sglang.sim.workload import TraceSample
+
+    rng = random.Random(1)
+    cycle = [rng.randrange(1000) for _ in range(6)]
+    periodic = {(0, i): tuple(cycle * 12) for i in range(2)}
+    noise = {(0, i): tuple(rng.randrange(10 ** 6) for _ in range(72)) for i in range(2)}
+    trace = [TraceSample(0, i, 3, 72) for i in range(2)]
+    runs = {name: simulate(trace, make_policy("divided", chunk_size=16), SMALL, 1, 72,
+                           spec=SpecModel(texts=texts, prompts={0: (1, 2, 3)}))
+            for name, texts in (("periodic", periodic), ("noise", noise))}
+    assert all(r.total_tokens == 144 for r in runs.values())
+    assert runs["noise"].mean_acceptance_length == pytest.approx(1.0)
+    assert runs["periodic"].mean_acceptance_length > 2.0
+    assert runs["periodic"].completion_s < runs["noise"].completion_s
