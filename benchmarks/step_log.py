@@ -86,6 +86,7 @@ def instance_stats(steps: list[dict]) -> dict:
     return {"span_s": steps[-1]["t"] - (steps[0]["t"] - steps[0]["model_s"]),
             "decode_steps": len(decode), "decode_model_s": sum(s["model_s"] for s in decode),
             "request_steps": sum(len(s["rids"]) for s in decode),
+            "verify_steps": sum(1 for s in decode if s["kind"] == "verify"),
             "prefill_steps": len(prefill), "prefill_model_s": sum(s["model_s"] for s in prefill),
             "prefilled_again": again, "late_steps": sum(1 for s in steps if s["late_s"] > 0)}
 
@@ -155,7 +156,8 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
                       f"{st['prefill_steps']} prefills ({st['prefill_model_s']:.1f} s), "
                       f"{st['prefilled_again']} prefilled again, {st['late_steps']} steps late")
             real = [instance_stats(steps) for steps in segment.values()]
-            print(f"    all instances: {sum(r['decode_steps'] for r in real)} decode steps over "
+            print(f"    all instances: {sum(r['decode_steps'] for r in real)} decode steps "
+                  f"({sum(r['verify_steps'] for r in real)} of them with drafts) over "
                   f"{sum(r['request_steps'] for r in real)} requests; the simulator {sum(sim.decode_steps)} over "
                   f"{sum(sim.request_steps)}")
             gaps = continuation_gaps(segment)

@@ -60,7 +60,7 @@ def test_rollouts_are_told_apart_and_continuations_timed(tmp_path):
     assert [s["t"] for s in warm[str(tmp_path / "run.11")]] == [1, 2]
     assert [s["t"] for s in measured[str(tmp_path / "run.11")]] == [20, 21, 23]
     stats = instance_stats(measured[str(tmp_path / "run.11")])
-    assert stats == {"span_s": 23 - 19, "decode_steps": 1, "decode_model_s": 1.0, "request_steps": 1, "prefill_steps": 2,
-                     "prefill_model_s": 2.0, "prefilled_again": 1, "late_steps": 1}
+    assert stats == {"span_s": 23 - 19, "decode_steps": 1, "decode_model_s": 1.0, "request_steps": 1,
+                     "verify_steps": 0, "prefill_steps": 2, "prefill_model_s": 2.0, "prefilled_again": 1, "late_steps": 1}
     (context,) = found["r0-context"]
     assert continuation_gaps(context) == [pytest.approx(52.5 - 51)]  # from 51 to the start of the step ending 53.5
