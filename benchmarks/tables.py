@@ -954,6 +954,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_sd_t06": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_t0.6"),
     "emulated_h100_qwen2vl_sd_t06_x60": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6"),
     "emulated_h100_qwen2vl_sd_t06_x60_4k": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6_4k"),
+    "emulated_h100_qwen2vl_sd_t06_x60_4k_warm":
+        lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x60_t0.6_4k_warm"),
     "emulated_h100_moonlight_sd_t06_x30_4k": lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k"),
     "emulated_h100_moonlight_sd_t06_x30_4k_rerun":
         lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_rerun"),
