@@ -155,7 +155,7 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
                       f"({st['decode_model_s']:.1f} s, mean batch {st['request_steps'] / max(1, st['decode_steps']):.1f}), "
                       f"{st['prefill_steps']} prefills ({st['prefill_model_s']:.1f} s), "
                       f"{st['prefilled_again']} prefilled again, {st['late_steps']} steps late")
-            real = [instance_stats(steps) for steps in segment.values()]
+            real = [st for _, st in rows]
             print(f"    all instances: {sum(r['decode_steps'] for r in real)} decode steps "
                   f"({sum(r['verify_steps'] for r in real)} of them with drafts) over "
                   f"{sum(r['request_steps'] for r in real)} requests; the simulator {sum(sim.decode_steps)} over "

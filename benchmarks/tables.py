@@ -234,17 +234,17 @@ def emulated_table(results: Results, stem: str) -> str:
                   + (" (its tokens mapped one to one into the model's 4,096-id vocabulary)"
                      if cfg["model"] == "tiny-smollm2-4k" else "") + ". "
                   if cfg.get("replay") else "")
-               + (simulator_speculation(cfg) if cfg.get("sim_acceptance") else "")
+               + (simulator_speculation(results, cfg) if cfg.get("sim_acceptance") else "")
                + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
 
 
-def simulator_speculation(cfg: dict) -> str:
+def simulator_speculation(results: Results, cfg: dict) -> str:
     """How the simulator checks the run's speculative modes: drafting the replayed text itself where
     the acceptance file was measured on it (``SpecModel.from_replay``), else by that file's figures."""
-    acceptance = source([Path(cfg["sim_acceptance"]).stem])
-    path = ROOT / cfg["sim_acceptance"]
-    measured_on = json.loads(path.read_text())["config"].get("outputs") if path.is_file() else None
+    stem = Path(cfg["sim_acceptance"]).stem
+    acceptance = source([stem])
+    measured_on = results.get(stem, {}).get("config", {}).get("outputs")
     if cfg.get("replay") and measured_on == cfg["replay"]:
         return f"The simulator drafts the replayed text as the instances do (acceptance file: {acceptance}). "
     return f"The simulator's acceptance: {acceptance}. "

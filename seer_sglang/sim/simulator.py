@@ -104,8 +104,7 @@ class SimInstance:
     retractions: int = 0
     prefill_tokens: int = 0
     pool_tokens: int = 0
-    verify_steps: int = 0  # request-steps that verified drafts (speculation on)
-    spec_tokens: int = 0  # tokens those steps emitted
+    spec_tokens: int = 0  # tokens the decode steps emitted (speculation on; request_steps ran them)
     decode_steps: int = 0  # decode (or verify) steps run
     request_steps: int = 0  # the requests those steps ran, summed
     new_token_ratio: float = Admission.init_ratio  # SGLang's reserve for future decode tokens (Admission)
@@ -227,7 +226,6 @@ class Simulation:
         self.returning: dict[int, tuple[SimInstance, Slot]] = {}  # seq -> a chunk on its way back
         self.finishing: dict[int, float] = {}  # instance -> the end of its step under way, if a chunk ends there
         self._seq = 0
-        self._verify_record = None  # a replayed text's verify step, until its time is known
         self.finish_times: list[float] = []
         self.groups = []
         self.group_of: dict[str, Group] = {}
@@ -451,7 +449,7 @@ class Simulation:
             self._note_finishing(inst)
             return
         batch, kv = len(decoding), sum(s.context for s in decoding)
-        rates, drafts = self._spec_rates(decoding, inst)
+        rates, drafts, verified = self._spec_rates(decoding, inst)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
         if any(s.slo is not None for s in inst.running) or any(s.slo is not None for s in inst.waiting):
             steps = 1  # interactive requests: every token's time counts
@@ -467,16 +465,13 @@ class Simulation:
 
         steps = self._until_next_event(inst, steps, span)
         dt = span(steps)
-        if self._verify_record is not None:  # the instance's budget learns from its own verify step
-            budget, *record = self._verify_record
-            budget.record_step(*record, dt - prefill_s)
-            self._verify_record = None
+        if verified is not None:  # the instance's budget learns from its own verify step
+            self.budgets[inst.index].record_step(*verified, dt - prefill_s)
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
             slot.commit(made)
             self._feed(slot)
             if self.spec is not None:
-                inst.verify_steps += steps
                 inst.spec_tokens += made
         inst.new_token_ratio = max(self.admission.min_ratio, inst.new_token_ratio - self.admission.decay * steps)
         inst.decode_steps += steps
@@ -534,22 +529,22 @@ class Simulation:
         if self.text is not None and key in self.text.texts:
             self.text.feed(key, slot.sample.rid, slot.sample.generated)
 
-    def _spec_rates(self, running: list[Slot], inst: SimInstance | None = None) -> tuple[list[float], int]:
+    def _spec_rates(self, running: list[Slot], inst: SimInstance) -> tuple[list[float], int, tuple | None]:
         """Expected tokens per step of each running request, and the draft tokens a step verifies. On a
-        replayed text: the tokens each commits in this one verify step, and the draft tokens of the
-        step padded to its widest request, as the verify batch is."""
+        replayed text: the tokens each commits in this one verify step, the draft tokens of the step
+        padded to its widest request, as the verify batch is, and what the instance's budget records of
+        the step once its time is known (``record_step``'s arguments but the time); else None."""
         if self.spec is None:
-            return [1.0] * len(running), 0
+            return [1.0] * len(running), 0, None
         keys = [self.trace_key.get(slot.sample.rid) for slot in running]
-        if self.text is not None and inst is not None and self.text.covers(keys):
+        if self.text is not None and self.text.covers(keys):
             high = high_priority([slot.priority for slot in running])
-            budget = self.budgets[inst.index]
             made, verified, gamma = self.text.verify([(key, slot.sample.rid, slot.sample.generated)
-                                                      for key, slot in zip(keys, running)], high, budget)
+                                                      for key, slot in zip(keys, running)], high,
+                                                     self.budgets[inst.index])
             width = 1 + max(verified, default=0)
-            self._verify_record = (budget, len(running), gamma if width > 1 else 0, verified,
-                                   [m - 1 for m in made])
-            return [float(m) for m in made], len(running) * (width - 1)
+            record = (len(running), gamma if width > 1 else 0, verified, [m - 1 for m in made])
+            return [float(m) for m in made], len(running) * (width - 1), record
         scores = []
         for slot in running:
             group = self.group_of[slot.sample.group_id]
@@ -562,7 +557,7 @@ class Simulation:
         given = self.draft_budget.allocate(asks, len(running)).per_request
         counts = [given[str(i)] for i in range(len(running))]
         rates = [1.0 + sum(sc[:k]) for sc, k in zip(scores, counts)]
-        return rates, sum(counts)  # a ragged verify: the drafts given out
+        return rates, sum(counts), None  # a ragged verify: the drafts given out
 
     def _finish_step(self, inst: SimInstance) -> None:
         """Finished chunks reach the router ``request_overhead_s`` later (HTTP, detokenizing), and in
@@ -655,7 +650,9 @@ class Simulation:
                 "best_effort_deferred_share": deferred / (decoded + deferred) if decoded + deferred else 0.0}
 
     def _acceptance(self) -> float | None:
-        steps = sum(i.verify_steps for i in self.instances)
+        if self.spec is None:
+            return None
+        steps = sum(i.request_steps for i in self.instances)
         return sum(i.spec_tokens for i in self.instances) / steps if steps else None
 
     def _peak_throughput(self) -> float:
