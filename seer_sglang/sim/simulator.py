@@ -66,20 +66,30 @@ class Slot:
     first_s: float | None = None  # when its first token came out
     admitted: bool = False  # past the instance's SLO screening
     credit: float = 0.0  # expected tokens earned by its verify steps and not yet emitted (speculation)
+    # Tokens the chunk may make, ``produced`` included: its budget, or fewer where its sample's length
+    # ends first. ``commit`` moves the chunk's and the sample's counts together, so this holds.
+    limit: int = field(init=False)
+    prompt_len: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        target = self.sample.oracle_length or self.sample.params.max_new_tokens
+        self.limit = min(self.budget, target - self.sample.generated + self.produced)
+        self.prompt_len = len(self.sample.prompt_ids)
 
     @property
     def context(self) -> int:
-        return len(self.sample.prompt_ids) + self.sample.generated
+        return self.prompt_len + self.sample.output_ids.n  # type: ignore[attr-defined]
 
     @property
     def steps_left(self) -> int:
-        target = self.sample.oracle_length or self.sample.params.max_new_tokens
-        return min(self.budget - self.produced, target - self.sample.generated)
+        return self.limit - self.produced
 
     def emit(self, steps: int, rate: float) -> int:
         """Tokens that ``steps`` steps at ``rate`` expected tokens each emit, at least one a step and no
         more than the chunk has left. The fraction carries to the next steps: rounding each step's 1.4
         tokens to 1 would slow every sample that drafts below 1.5 tokens per step by up to 40%."""
+        if rate == 1.0 and not self.credit:  # one token a step, no fraction to carry
+            return min(self.limit - self.produced, steps)
         self.credit += steps * rate
         made = min(self.steps_left, max(steps, int(self.credit)))
         self.credit -= made
@@ -118,8 +128,8 @@ class SimInstance:
     def kv_held(self) -> int:
         """KV tokens the running requests hold: siblings share their prompt's pages (SGLang's radix
         cache), so a prompt counts once however many of its samples run; each reads it in full."""
-        prompts = {s.sample.group_id: len(s.sample.prompt_ids) for s in self.running}
-        return sum(prompts.values()) + sum(s.sample.generated for s in self.running)
+        prompts = {s.sample.group_id: s.prompt_len for s in self.running}
+        return sum(prompts.values()) + sum(s.sample.output_ids.n for s in self.running)
 
     def cached(self, key: str) -> int:
         """Tokens cached under ``key``: ``p:<group>`` its prompt, ``s:<rid>`` a sample's whole context
@@ -225,6 +235,9 @@ class Simulation:
         self.events: list[tuple[float, int, int]] = []  # (time, seq, instance index | -1 = a chunk return)
         self.returning: dict[int, tuple[SimInstance, Slot]] = {}  # seq -> a chunk on its way back
         self.finishing: dict[int, float] = {}  # instance -> the end of its step under way, if a chunk ends there
+        # Whether what the policy reads (the buffer, the instance views, its own state) changed since it
+        # last placed nothing: a policy is a function of those, so asking again would place nothing.
+        self.changed = True
         self._seq = 0
         self.finish_times: list[float] = []
         self.groups = []
@@ -242,8 +255,12 @@ class Simulation:
 
     # ---- router side: the real policy ---------------------------------------------------------
     def dispatch(self) -> None:
+        if not self.changed:
+            return
         snapshot = [v.snapshot() for v in self.views]
-        for decision in self.policy.schedule(self.buffer, snapshot):
+        decisions = self.policy.schedule(self.buffer, snapshot)
+        self.changed = bool(decisions)  # a placement changes the views: the policy may place more
+        for decision in decisions:
             inst = self.instances[decision.instance]
             priorities = decision.priorities or [None] * len(decision.samples)
             for sample, budget, priority in zip(decision.samples, decision.max_new_tokens, priorities):
@@ -258,6 +275,7 @@ class Simulation:
         sample = slot.sample
         view = self.views[inst.index]
         view.release(sample, slot.reserve)
+        self.changed = True
         if slot.slo is not None:
             self._record_slo(slot.arrival, "admitted", slot.first_s, self.now, slot.produced)
             return
@@ -283,6 +301,7 @@ class Simulation:
         """An SLO request reaches the router: seer places it whole where VBS admission holds (or
         refuses it); plain SGLang's client spreads them over the instances in turn."""
         self.slo_arrived += 1
+        self.changed = True
         params = SamplingParams(max_new_tokens=arrival.output_len, slo=arrival.slo)
         rid = f"slo-{self.slo_arrived}"
         sample = Sample(rid=rid, group_id=rid, index=0, prompt_ids=[0] * arrival.prompt_len, params=params,
@@ -417,6 +436,7 @@ class Simulation:
             inst.waiting.append(victim)
             inst.retractions += 1
             self.views[inst.index].retractions += 1
+            self.changed = True
             retracted = True
         if retracted:
             written = sum(s.produced for s in inst.running)
@@ -436,7 +456,7 @@ class Simulation:
         decoding = self._slo_batch(inst)
         # A prefill samples the next token of each request it admitted (SGLang's extend step), without a
         # decode step or drafts: a chunk's first token, and a retracted request's next one.
-        running = {id(s) for s in inst.running}
+        running = {id(s) for s in inst.running} if admitted else ()
         for slot in admitted:
             if id(slot) in running and slot.steps_left > 0:
                 slot.commit(1)
@@ -451,7 +471,8 @@ class Simulation:
         batch, kv = len(decoding), sum(s.context for s in decoding)
         rates, drafts, verified = self._spec_rates(decoding, inst)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
-        if any(s.slo is not None for s in inst.running) or any(s.slo is not None for s in inst.waiting):
+        if self.slo_traffic and (any(s.slo is not None for s in inst.running)
+                                 or any(s.slo is not None for s in inst.waiting)):
             steps = 1  # interactive requests: every token's time counts
         if admitted and inst.waiting:
             steps = 1  # SGLang's next prefill batch comes right after this one: the prompt it computed is cached
@@ -482,7 +503,7 @@ class Simulation:
         self._note_finishing(inst)
 
     def _note_finishing(self, inst: SimInstance) -> None:
-        if any(s.steps_left <= 0 for s in inst.running):
+        if any(s.limit <= s.produced for s in inst.running):
             self.finishing[inst.index] = inst.busy_until
         else:
             self.finishing.pop(inst.index, None)

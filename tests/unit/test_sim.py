@@ -52,6 +52,33 @@ def test_divided_rollout_removes_retractions_and_shortens_the_tail(trace):
     assert oracle.completion_s <= group.completion_s
 
 
+@pytest.mark.parametrize("name", ["divided", "context", "oracle", "group"])
+def test_the_policy_is_asked_again_only_after_what_it_reads_changed(trace, name):
+    """The simulator skips asking the policy while the buffer, the views and the policy's own state are
+    as they were when it last placed nothing; asking it at every step end instead gives the same run."""
+    from seer_sglang.sim.simulator import Simulation
+    from seer_sglang.sim.spec_model import SpecModel
+
+    class AlwaysAsks(Simulation):
+        def dispatch(self) -> None:
+            self.changed = True
+            super().dispatch()
+
+    asked = []
+
+    class Counting(Simulation):
+        def dispatch(self) -> None:
+            asked.append(self.changed)
+            super().dispatch()
+
+    tight = dataclasses.replace(SMALL, capacity_tokens=6_000)
+    for spec in (None, SpecModel()):
+        runs = [cls(trace, make_policy(name, chunk_size=256), tight, 4, 4096, spec=spec).run()
+                for cls in (AlwaysAsks, Counting)]
+        assert runs[0] == runs[1]
+    assert asked.count(False) > asked.count(True)  # most step ends change nothing the policy reads
+
+
 def test_step_model_closed_form_matches_stepwise_sum():
     m = dataclasses.replace(SMALL, decode_per_kv_token_s=3e-7)
     stepwise = sum(m.decode_step(16, 1000 + 16 * i) for i in range(20))
@@ -395,8 +422,8 @@ def test_a_verify_step_emits_its_expected_tokens_on_average(trace):
 
     sim = Simulation(trace, make_policy("group"), SMALL, instances=1, max_tokens=4096)
     sample = sim.groups[0].samples[0]
-    slot = Slot(sample, budget=10_000, reserve=0)
     sample.oracle_length = 10_000
+    slot = Slot(sample, budget=10_000, reserve=0)
     made = [slot.emit(1, 1.4) for _ in range(100)]
     assert sum(made) in (139, 140) and set(made) == {1, 2}
     assert slot.emit(3, 1.0) == 3
