@@ -240,6 +240,8 @@ class Simulation:
         self.changed = True
         self._seq = 0
         self.finish_times: list[float] = []
+        self.finished_in: collections.Counter = collections.Counter()  # group -> its samples finished
+        self._scores: dict[float, list[float]] = {}  # acceptance -> its draft's scores
         self.groups = []
         self.group_of: dict[str, Group] = {}
         self.trace_key: dict[str, tuple[int, int]] = {}  # rid -> (group, sibling) in the trace
@@ -288,6 +290,7 @@ class Simulation:
         if sample.generated >= target:
             sample.finish_reason = "stop" if sample.generated < sample.params.max_new_tokens else "length"
             sample.finished_at = self.now
+            self.finished_in[sample.group_id] += 1
             done_group = self.buffer.finish(sample, SampleState.FINISHED)
             self.policy.on_sample_finished(sample)
             self.finish_times.append(self.now)
@@ -569,10 +572,11 @@ class Simulation:
         scores = []
         for slot in running:
             group = self.group_of[slot.sample.group_id]
-            finished = sum(s.done for s in group.samples)
-            alpha = self.spec.sample_alpha(self.spec.alpha(finished, len(group.samples)),
+            alpha = self.spec.sample_alpha(self.spec.alpha(self.finished_in[group.group_id], len(group.samples)),
                                            self.trace_key.get(slot.sample.rid))
-            scores.append(self.spec.draft_scores(alpha))
+            if alpha not in self._scores:
+                self._scores[alpha] = self.spec.draft_scores(alpha)
+            scores.append(self._scores[alpha])
         high = high_priority([slot.priority for slot in running])
         asks = [BudgetRequest(str(i), high[i], sc) for i, sc in enumerate(scores)]
         given = self.draft_budget.allocate(asks, len(running)).per_request
