@@ -104,6 +104,41 @@ def continuation_gaps(segment: dict[str, list[dict]]) -> list[float]:
     return sorted(first[(sample, c + 1)] - t for (sample, c), t in last.items() if (sample, c + 1) in first)
 
 
+def committed_by_chunk_step(segment: dict[str, list[dict]]) -> dict[str, list[int]]:
+    """Tokens each request committed per decode or verify step (the next step's length of it less this
+    one's, on the same instance with no prefill of it between), by where the step falls: a chunk's
+    first decode step on its instance or a later one, and whether the chunk's sample came from another
+    instance (``moved``), stayed (``stayed``) or starts there (``first``). Speculation's acceptance is
+    told apart this way from what a move costs it (an instance's drafter must fetch the group first)."""
+    where: dict[tuple[str, int], str] = {}
+    for path, steps in segment.items():
+        for s in steps:
+            for rid in s["rids"]:
+                chunk = parse_chunk_rid(rid)
+                if chunk is not None:
+                    where.setdefault((chunk.sample, chunk.chunk), path)
+    out: dict[str, list[int]] = defaultdict(list)
+    for path, steps in segment.items():
+        last: dict[str, int] = {}  # rid -> its length at its last decode step here
+        nth: dict[str, int] = defaultdict(int)  # rid -> its decode steps here so far
+        for s in steps:
+            if s["kind"] == "prefill" or "lens" not in s:
+                for rid in s["rids"]:
+                    last.pop(rid, None)
+                continue
+            for rid, length in zip(s["rids"], s["lens"]):
+                chunk = parse_chunk_rid(rid)
+                if chunk is None:
+                    continue
+                if rid in last:
+                    came = ("first" if chunk.chunk == 0 else
+                            "stayed" if where.get((chunk.sample, chunk.chunk - 1)) == path else "moved")
+                    out[f"{came}, step {'1' if nth[rid] == 1 else '2+'}"].append(length - last[rid])
+                last[rid] = length
+                nth[rid] += 1
+    return dict(out)
+
+
 def simulated(run: dict, mode: str):
     """The simulator's run of ``mode`` on the run's first workload (``SimResult``), with the run's
     acceptance for a speculative mode, as ``benchmarks.rollout``'s check has it."""
@@ -160,6 +195,10 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
                   f"({sum(r['verify_steps'] for r in real)} of them with drafts) over "
                   f"{sum(r['request_steps'] for r in real)} requests; the simulator {sum(sim.decode_steps)} over "
                   f"{sum(sim.request_steps)}")
+            committed = committed_by_chunk_step(segment)
+            if committed:
+                print("    tokens committed per request-step: " + ", ".join(
+                    f"{key} {statistics.mean(v):.2f} ({len(v)})" for key, v in sorted(committed.items())))
             gaps = continuation_gaps(segment)
             if gaps:
                 print(f"    continuations: {len(gaps)}, start after the chunk's last step: median "

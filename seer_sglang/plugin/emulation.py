@@ -82,13 +82,16 @@ def step_record(batch, model_s: float, late_s: float, end: float) -> dict:
     """One step of the step log: when it ended (``time.perf_counter``), its kind, the modelled time,
     how late the host was against the clock (negative: the step waited), the requests it ran, and the
     KV tokens it read (prefill: each request's new and cached tokens; verify: the tokens it computed,
-    every request's draft tree with its root)."""
+    every request's draft tree with its root). A decode or verify step also has each request's length
+    before it: the next step's less this one's is what the step committed for that request."""
     kind = step_kind(batch)
     record = {"t": end, "kind": kind, "model_s": model_s, "late_s": late_s, "rids": [r.rid for r in batch.reqs],
               "kv": int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else None}
     if kind == "prefill":
         record.update(extend=list(batch.extend_lens or []), prefix=list(batch.prefix_lens or []))
-    elif kind == "verify":
+    elif batch.seq_lens_cpu is not None:
+        record["lens"] = [int(n) for n in batch.seq_lens_cpu.tolist()]
+    if kind == "verify":
         record["tokens"] = verify_tokens(batch)
     return record
 

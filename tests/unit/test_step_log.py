@@ -35,11 +35,13 @@ def step(t, kind, rids, model_s=1.0, late_s=-0.5):
 
 def test_a_step_record_names_the_batch_it_ran():
     decode = step_record(batch("decode", ["a", "b"], [10, 12]), 0.3, -0.1, 5.0)
-    assert decode == {"t": 5.0, "kind": "decode", "model_s": 0.3, "late_s": -0.1, "rids": ["a", "b"], "kv": 22}
+    assert decode == {"t": 5.0, "kind": "decode", "model_s": 0.3, "late_s": -0.1, "rids": ["a", "b"], "kv": 22,
+                      "lens": [10, 12]}
     prefill = step_record(batch("prefill", ["c"], [40], extend=[30], prefix=[10]), 0.05, 0.0, 6.0)
     assert prefill["kind"] == "prefill" and prefill["extend"] == [30] and prefill["prefix"] == [10]
     verify = step_record(batch("verify", ["a", "b"], [11, 13], input_ids=torch.zeros(9)), 0.4, 0.0, 7.0)
     assert verify["kind"] == "verify" and verify["tokens"] == 9  # both draft trees, roots included
+    assert verify["lens"] == [11, 13] and "lens" not in prefill
 
 
 def test_rollouts_are_told_apart_and_continuations_timed(tmp_path):
@@ -64,3 +66,26 @@ def test_rollouts_are_told_apart_and_continuations_timed(tmp_path):
                      "verify_steps": 0, "prefill_steps": 2, "prefill_model_s": 2.0, "prefilled_again": 1, "late_steps": 1}
     (context,) = found["r0-context"]
     assert continuation_gaps(context) == [pytest.approx(52.5 - 51)]  # from 51 to the start of the step ending 53.5
+
+
+def test_tokens_committed_per_step_are_told_apart_by_where_the_chunk_came_from(tmp_path):
+    """A request's length at its next decode step less this one's is what this step committed; a
+    prefill of it between (a retraction) ends the count; chunks are first, stayed or moved."""
+    def decode(t, rids, lens):
+        return {**step(t, "verify", rids), "lens": lens}
+
+    a = [step(1, "prefill", ["r0-context-3-1-c0"]),
+         decode(2, ["r0-context-3-1-c0"], [10]), decode(3, ["r0-context-3-1-c0"], [12]),
+         decode(4, ["r0-context-3-1-c0"], [13]),
+         step(10, "prefill", ["r0-context-3-1-c2"]),
+         decode(11, ["r0-context-3-1-c2"], [40]), decode(12, ["r0-context-3-1-c2"], [42])]
+    b = [step(5, "prefill", ["r0-context-3-1-c1"]),
+         decode(6, ["r0-context-3-1-c1"], [20]), decode(7, ["r0-context-3-1-c1"], [21]),
+         step(7.5, "prefill", ["r0-context-3-1-c1"]),  # retracted and back: no count across it
+         decode(8, ["r0-context-3-1-c1"], [30]), decode(9, ["r0-context-3-1-c1"], [34])]
+    from benchmarks.step_log import committed_by_chunk_step
+
+    found = committed_by_chunk_step({"run.1": a, "run.2": b})
+    # c1 ran on the second instance after c0 on the first, and c2 back on the first: both moved
+    assert {k: sorted(v) for k, v in found.items()} == {"first, step 1": [2], "first, step 2+": [1],
+                                                         "moved, step 1": [1, 2], "moved, step 2+": [4]}
