@@ -196,9 +196,10 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
                   f"{sum(r['request_steps'] for r in real)} requests; the simulator {sum(sim.decode_steps)} over "
                   f"{sum(sim.request_steps)}")
             committed = committed_by_chunk_step(segment)
-            if committed:
-                print("    tokens committed per request-step: " + ", ".join(
-                    f"{key} {statistics.mean(v):.2f} ({len(v)})" for key, v in sorted(committed.items())))
+            for who, found in (("", committed), ("the simulator's ", sim.committed if committed else {})):
+                if found:
+                    print(f"    {who}tokens committed per request-step: " + ", ".join(
+                        f"{key} {statistics.mean(v):.2f} ({len(v)})" for key, v in sorted(found.items()) if v))
             gaps = continuation_gaps(segment)
             if gaps:
                 print(f"    continuations: {len(gaps)}, start after the chunk's last step: median "

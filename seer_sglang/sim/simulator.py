@@ -66,6 +66,8 @@ class Slot:
     first_s: float | None = None  # when its first token came out
     admitted: bool = False  # past the instance's SLO screening
     credit: float = 0.0  # expected tokens earned by its verify steps and not yet emitted (speculation)
+    came: str = "first"  # its sample's first chunk, or one that "stayed" on its instance or "moved" there
+    decode_steps: int = 0  # the decode (or verify) steps it ran
     # Tokens the chunk may make, ``produced`` included: its budget, or fewer where its sample's length
     # ends first. ``commit`` moves the chunk's and the sample's counts together, so this holds.
     limit: int = field(init=False)
@@ -194,10 +196,11 @@ class SimResult:
     busy_s: list[float] = dataclasses.field(default_factory=list)  # per instance: time in steps
     decode_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: decode or verify steps
     request_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: requests in them, summed
+    committed: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # Simulation.committed
 
     def summary(self) -> dict:
         d = dataclasses.asdict(self)
-        for per_instance in ("finish_times", "busy_s", "decode_steps", "request_steps"):
+        for per_instance in ("finish_times", "busy_s", "decode_steps", "request_steps", "committed"):
             d.pop(per_instance)
         return d
 
@@ -241,6 +244,9 @@ class Simulation:
         self._seq = 0
         self.finish_times: list[float] = []
         self.finished_in: collections.Counter = collections.Counter()  # group -> its samples finished
+        # On a replayed text: tokens committed per request-step, by where the step falls in its chunk
+        # (``benchmarks.step_log.committed_by_chunk_step`` reads the same of an emulated run)
+        self.committed: dict[str, list[int]] = collections.defaultdict(list)
         self._scores: dict[float, list[float]] = {}  # acceptance -> its draft's scores
         self.groups = []
         self.group_of: dict[str, Group] = {}
@@ -268,8 +274,10 @@ class Simulation:
             for sample, budget, priority in zip(decision.samples, decision.max_new_tokens, priorities):
                 reserve = self.views[decision.instance].claim(sample, budget)
                 self.buffer.mark_running(sample, decision.instance)
+                came = "first" if not sample.chunks else (
+                    "stayed" if sample.chunks[-1].instance == decision.instance else "moved")
                 sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
-                inst.waiting.append(Slot(sample, budget, reserve, priority=priority))
+                inst.waiting.append(Slot(sample, budget, reserve, priority=priority, came=came))
             if inst.busy_until is None:
                 self._push(self.now, inst.index)
 
@@ -493,6 +501,9 @@ class Simulation:
             self.budgets[inst.index].record_step(*verified, dt - prefill_s)
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
+            if self.text is not None:  # one verify step: what it committed, as the step log shows it
+                slot.decode_steps += 1
+                self.committed[f"{slot.came}, step {'1' if slot.decode_steps == 1 else '2+'}"].append(made)
             slot.commit(made)
             self._feed(slot)
             if self.spec is not None:
@@ -653,7 +664,7 @@ class Simulation:
                          mean_acceptance_length=self._acceptance(), slo=self._slo_summary(),
                          busy_s=[i.busy_time for i in self.instances],
                          decode_steps=[i.decode_steps for i in self.instances],
-                         request_steps=[i.request_steps for i in self.instances])
+                         request_steps=[i.request_steps for i in self.instances], committed=dict(self.committed))
 
     def _slo_summary(self) -> dict | None:
         if not self.slo_traffic:

@@ -1,6 +1,7 @@
 """The simulator drives the real policy objects over a modelled cluster."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -562,3 +563,9 @@ def test_the_simulator_drafts_a_replayed_text_step_by_step():
     assert runs["noise"].mean_acceptance_length == pytest.approx(1.0)
     assert runs["periodic"].mean_acceptance_length > 2.0
     assert runs["periodic"].completion_s < runs["noise"].completion_s
+    # what each verify step committed, by where it fell: one instance, so every continuation stayed; each
+    # chunk of 16 starts with its prefill's token, then 15 decoded
+    committed = runs["periodic"].committed
+    assert set(committed) == {"first, step 1", "first, step 2+", "stayed, step 1", "stayed, step 2+"}
+    assert len(committed["first, step 1"]) == 2 and len(committed["stayed, step 1"]) == 2 * (72 // 16)
+    assert sum(map(sum, committed.values())) == 144 - 2 * math.ceil(72 / 16)
