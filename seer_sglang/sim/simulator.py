@@ -216,7 +216,7 @@ class Simulation:
         self.spec = spec
         self.draft_budget = spec.budget(model) if spec is not None else None
         # On a replayed text: the instances' drafter over it, one verify step at a time (``TextDrafts``)
-        self.text = spec.text_drafts() if spec is not None else None
+        self.text = spec.text_drafts(instances) if spec is not None else None
         # there each instance runs its own budget, as the emulated instances do (``make_budget``)
         self.budgets = [make_budget(DRAFT.budget, spec.gamma_max, None, model) for _ in range(instances)] \
             if self.text is not None else []
@@ -471,7 +471,7 @@ class Simulation:
         for slot in admitted:
             if id(slot) in running and slot.steps_left > 0:
                 slot.commit(1)
-                self._feed(slot)
+                self._feed(slot, inst, self.now + prefill_s)
         decoding = [s for s in decoding if s.steps_left > 0]
         if not decoding:  # the prefill finished every request it ran
             inst.busy_time += prefill_s
@@ -505,7 +505,7 @@ class Simulation:
                 slot.decode_steps += 1
                 self.committed[f"{slot.came}, step {'1' if slot.decode_steps == 1 else '2+'}"].append(made)
             slot.commit(made)
-            self._feed(slot)
+            self._feed(slot, inst, self.now + dt)
             if self.spec is not None:
                 inst.spec_tokens += made
         inst.new_token_ratio = max(self.admission.min_ratio, inst.new_token_ratio - self.admission.decay * steps)
@@ -557,12 +557,12 @@ class Simulation:
         inst.best_effort_deferred += sum(1 for s in old if s.slo is None and s.sample.rid not in chosen)
         return [s for s in inst.running if s.sample.rid in chosen or s not in old] or inst.running
 
-    def _feed(self, slot: Slot) -> None:
-        """The replayed text's drafter takes the tokens a request just committed (its siblings draft from
-        them from their next step on, on any instance: the draft server shares a group's text)."""
+    def _feed(self, slot: Slot, inst: SimInstance, at: float) -> None:
+        """The replayed text's drafters take the tokens a request committed in the step that ends at
+        ``at``: its instance's drafter for its next step, the others' through the draft server's sync."""
         key = self.trace_key.get(slot.sample.rid)
         if self.text is not None and key in self.text.texts:
-            self.text.feed(key, slot.sample.rid, slot.sample.generated)
+            self.text.feed(key, slot.sample.rid, slot.sample.generated, inst.index, at)
 
     def _spec_rates(self, running: list[Slot], inst: SimInstance) -> tuple[list[float], int, tuple | None]:
         """Expected tokens per step of each running request, and the draft tokens a step verifies. On a
@@ -576,7 +576,7 @@ class Simulation:
             high = high_priority([slot.priority for slot in running])
             made, verified, gamma = self.text.verify([(key, slot.sample.rid, slot.sample.generated)
                                                       for key, slot in zip(keys, running)], high,
-                                                     self.budgets[inst.index])
+                                                     self.budgets[inst.index], inst.index, self.now)
             width = 1 + max(verified, default=0)
             record = (len(running), gamma if width > 1 else 0, verified, [m - 1 for m in made])
             return [float(m) for m in made], len(running) * (width - 1), record

@@ -68,6 +68,10 @@ class SpecModel:
     prompts: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     drafter: str = DRAFT.drafter
     draft_paths: int = DRAFT.draft_paths
+    # How long a token committed on one instance takes to reach the others' drafters: the writer's
+    # next sync round pushes it to the draft server, the reader's next one fetches it (each every
+    # ``sync_interval_s``, so one interval on average).
+    sync_lag_s: float = DRAFT.sync_interval_s
 
     def alpha(self, finished_siblings: int, group_size: int) -> float:
         if not self.grouped:
@@ -135,13 +139,14 @@ class SpecModel:
                    sample_lengths=per_sample, texts=texts, prompts=prompts, drafter=drafter,
                    draft_paths=int(data["config"].get("draft_paths", cls.draft_paths)), **kwargs)
 
-    def text_drafts(self) -> TextDrafts | None:
-        """A fresh drafter over the replayed text for one simulated rollout; None without the text. The
-        per-request ablation (``grouped=False``) drafts with ``suffix``, as its instances do."""
+    def text_drafts(self, instances: int = 1) -> TextDrafts | None:
+        """Fresh drafters over the replayed text for one simulated rollout, a replica per instance; None
+        without the text. The per-request ablation (``grouped=False``) drafts with ``suffix``, as its
+        instances do."""
         if not self.texts:
             return None
         return TextDrafts(self.texts, self.prompts, self.drafter if self.grouped else "suffix", self.gamma_max,
-                          self.draft_paths)
+                          self.draft_paths, instances, self.sync_lag_s)
 
     def draft_scores(self, alpha: float) -> list[float]:
         return list(CostModel.geometric_curve(alpha, self.gamma_max))
