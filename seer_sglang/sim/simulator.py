@@ -501,10 +501,11 @@ class Simulation:
             self.budgets[inst.index].record_step(*verified, dt - prefill_s)
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
-            if self.text is not None:  # one verify step: what it committed, as the step log shows it
-                slot.decode_steps += 1
-                self.committed[f"{slot.came}, step {'1' if slot.decode_steps == 1 else '2+'}"].append(made)
             slot.commit(made)
+            slot.decode_steps += 1
+            if self.text is not None and slot.steps_left > 0:
+                # one verify step, as the step log shows it: a chunk's last step has no next one to count by
+                self.committed[f"{slot.came}, step {'1' if slot.decode_steps == 1 else '2+'}"].append(made)
             self._feed(slot, inst, self.now + dt)
             if self.spec is not None:
                 inst.spec_tokens += made
