@@ -543,6 +543,33 @@ def test_on_a_replayed_text_a_verify_step_drafts_it_with_the_instances_drafter_a
     assert verified == [1] and made == [2]
 
 
+def test_a_token_reaches_other_instances_drafters_a_sync_interval_after_its_step_ends():
+    """Each instance drafts from its own replica: a sibling's tokens committed on another instance by a
+    step ending at ``at`` are drafted from only from ``at + lag_s``; on their own instance at once, and a
+    request's own tokens always (a continuation brings them along)."""
+    import random
+
+    from seer_sglang.sim.text_drafts import TextDrafts
+    from seer_sglang.speculative.budget import make_budget
+
+    rng = random.Random(2)
+    text = [rng.randrange(1000) for _ in range(40)]
+    drafts = TextDrafts({(0, 0): text, (0, 1): text}, {0: [1, 2, 3]}, replicas=2, lag_s=0.5)
+    drafts.feed((0, 0), "a", 40, replica=0, at=1.0)  # a sibling on instance 0 wrote the whole text
+
+    def step(replica: int, now: float) -> int:
+        made, _, _ = drafts.verify([((0, 1), "b", 1)], [False], make_budget("full", 8), replica, now)
+        return made[0]
+
+    assert step(1, 1.2) == 1  # not on instance 1 yet
+    assert step(0, 1.2) > 2  # instance 0 has it
+    assert step(1, 1.5) > 2  # arrived on instance 1
+    own = TextDrafts({(0, 0): text * 2}, {0: [1, 2, 3]}, replicas=2, lag_s=100.0)
+    own.feed((0, 0), "a", 45, replica=0, at=0.0)  # its first chunk on instance 0, then it moves
+    made, _, _ = own.verify([((0, 0), "a", 45)], [False], make_budget("full", 8), 1, 1.0)
+    assert made[0] > 2  # its own repeating text drafts on instance 1 long before the lag
+
+
 def test_the_simulator_drafts_a_replayed_text_step_by_step():
     """A ``SpecModel`` holding the replayed text makes the simulator draft it: a text that repeats itself
     accepts drafts and finishes sooner; one that never repeats accepts none. Every token is made once."""
