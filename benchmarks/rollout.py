@@ -52,6 +52,10 @@ from seer_sglang.core.step_model import Admission, StepModel, emulated_model
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate, kv_cap, save_trace, working_set
 
 ROOT = Path(__file__).resolve().parent.parent
+# Plain SGLang's client posts every request at once, and they reach the instances one after another
+# in the order it sends them, about this far apart (``--emulate-step-log`` records each arrival,
+# ``benchmarks.step_log`` prints them: the first 128 of 512 requests reached their queues within 0.10 s).
+CLIENT_SEND_INTERVAL_S = 0.0008
 
 TEMPLATES = [
     "A farmer has {a} apples and buys {b} more baskets with {c} apples each. How many apples does he have? "
@@ -324,9 +328,17 @@ def mode_drafter(mode: str) -> str | None:
     return next((o for o in mode_options(mode)[1] if o.startswith("sd")), None)
 
 
+def client_arrivals(trace: list[TraceSample]) -> dict[tuple[int, int], float]:
+    """When each of plain SGLang's requests reaches its instance, from the start of the rollout: in the
+    order ``run_baseline`` sends them, ``CLIENT_SEND_INTERVAL_S`` apart. Which requests share SGLang's
+    first prefills decides which it retracts first, and so which instance ends the rollout."""
+    return {(s.group_id, s.sample_index): i * CLIENT_SEND_INTERVAL_S for i, s in enumerate(trace)}
+
+
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
-    """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it);
-    ``spec``, the acceptance of a ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
+    """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it,
+    its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a ``+sd`` mode,
+    drafts from the group unless the mode says ``+sd-suffix``."""
     from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
@@ -335,8 +347,10 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                          whole_tail="tail" in options)
     if spec is not None:
         spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
+    arrivals = client_arrivals(trace) if mode == "baseline" else None
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
-                    plain=mode == "baseline")
+                    plain=mode == "baseline", arrival_s=arrivals)
+
 
 
 def run_acceptance(args, seed: int):

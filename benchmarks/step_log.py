@@ -25,13 +25,33 @@ from seer_sglang.wire import parse_chunk_rid
 BASELINE_RID = re.compile(r"^b(?P<group>\d+)-(?P<index>\d+)$")  # benchmarks.rollout's plain SGLang requests
 
 
-def load(prefix: str) -> dict[str, list[dict]]:
-    """Each instance's steps (file name -> steps in order)."""
+def load(prefix: str, kind: str = "step") -> dict[str, list[dict]]:
+    """Each instance's steps (file name -> steps in order), or with ``kind="arrive"`` the requests
+    reaching its queue."""
     logs = {}
     for path in sorted(glob.glob(f"{prefix}.*")):
         with open(path) as f:
-            logs[path] = sorted((json.loads(line) for line in f if line.strip()), key=lambda s: s["t"])
+            records = [json.loads(line) for line in f if line.strip()]
+        logs[path] = sorted((r for r in records if (r["kind"] == "arrive") == (kind == "arrive")), key=lambda s: s["t"])
     return logs
+
+
+def arrival_offsets(arrivals: dict[str, list[dict]], rollout: dict[str, list[dict]]) -> list[float]:
+    """When each of a rollout's requests reached its instance's queue, from the first of them (a
+    request's last arrival before its first step: the warm-up sends the same rids)."""
+    first_step = {}
+    for path, steps in rollout.items():
+        for s in steps:
+            for rid in s["rids"]:
+                first_step.setdefault(rid, s["t"] - s.get("model_s", 0.0))
+    times = {}
+    for records in arrivals.values():
+        for r in records:
+            rid = r["rids"][0]
+            if rid in first_step and r["t"] <= first_step[rid]:
+                times[rid] = r["t"]
+    start = min(times.values(), default=0.0)
+    return sorted(t - start for t in times.values())
 
 
 def rollout_of(rid: str) -> str | None:
@@ -162,7 +182,7 @@ def baseline_instance(steps: list[dict], instances: int) -> int | None:
     return None
 
 
-def report(run: dict, logs: dict[str, list[dict]]) -> None:
+def report(run: dict, logs: dict[str, list[dict]], arrivals: dict[str, list[dict]] | None = None) -> None:
     config = run["config"]
     instances, repeats = config["instances"], config["repeats"]
     found = rollouts(logs, repeats + (1 if config.get("warmup_prompts") != 0 else 0))
@@ -200,6 +220,10 @@ def report(run: dict, logs: dict[str, list[dict]]) -> None:
                 if found:
                     print(f"    {who}tokens committed per request-step: " + ", ".join(
                         f"{key} {statistics.mean(v):.2f} ({len(v)})" for key, v in sorted(found.items()) if v))
+            offsets = arrival_offsets(arrivals, segment) if arrivals else []
+            if offsets:
+                print(f"    requests reaching their queues: {len(offsets)} over {offsets[-1]:.2f} s (median "
+                      f"{statistics.median(offsets):.2f} s, p90 {offsets[int(0.9 * (len(offsets) - 1))]:.2f} s)")
             gaps = continuation_gaps(segment)
             if gaps:
                 print(f"    continuations: {len(gaps)}, start after the chunk's last step: median "
@@ -213,7 +237,7 @@ def main() -> None:
     args = ap.parse_args()
     with open(args.run) as f:
         run = json.load(f)
-    report(run, load(args.prefix))
+    report(run, load(args.prefix), load(args.prefix, "arrive"))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from ..core.step_model import StepModel, emulated_model
 logger = logging.getLogger("seer_sglang.plugin")
 FORWARD = "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation"
 IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
+ARRIVE = "sglang.srt.managers.scheduler.Scheduler.handle_generate_request"
 STATE = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController._add_step_times"
 REPORT_KEY = "seer_emulation"
 
@@ -132,6 +133,11 @@ def padded_forward(original, worker, batch=None, *args, **kwargs):
     return result
 
 
+def arrived(scheduler, recv_req, *args, **kwargs) -> None:
+    """BEFORE hook on the scheduler taking a request in (step log only): when it reached the queue."""
+    write_step({"t": time.perf_counter(), "kind": "arrive", "rids": [recv_req.rid]})
+
+
 def went_idle(*args, **kwargs) -> None:
     """BEFORE hook on the scheduler's idle housekeeping: the clock restarts with the next step, and
     whatever it was behind is lost."""
@@ -169,5 +175,7 @@ def register_hooks() -> None:
     HookRegistry.register(FORWARD, padded_forward, HookType.AROUND)
     HookRegistry.register(IDLE, went_idle, HookType.BEFORE)
     HookRegistry.register(STATE, report, HookType.AFTER)
+    if _step_log_prefix:
+        HookRegistry.register(ARRIVE, arrived, HookType.BEFORE)
     logger.info("EMULATED STEPS: forward steps padded to profile %s (decode at batch 1 / 64: %.1f / %.1f ms)",
                 _model.name, 1e3 * _model.decode_step(1, 0), 1e3 * _model.decode_step(64, 0))

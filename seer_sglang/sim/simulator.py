@@ -25,6 +25,7 @@ import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from ..config import DRAFT, MIN_SHARED_PREFILL, SLO_CONFIG
 from ..core.buffer import RequestBuffer
@@ -67,6 +68,7 @@ class Slot:
     admitted: bool = False  # past the instance's SLO screening
     credit: float = 0.0  # expected tokens earned by its verify steps and not yet emitted (speculation)
     came: str = "first"  # its sample's first chunk, or one that "stayed" on its instance or "moved" there
+    arrives: float = 0.0  # when the request reaches its instance's queue
     decode_steps: int = 0  # the decode (or verify) steps it ran
     # Tokens the chunk may make, ``produced`` included: its budget, or fewer where its sample's length
     # ends first. ``commit`` moves the chunk's and the sample's counts together, so this holds.
@@ -209,8 +211,12 @@ class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
                  max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
                  admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (),
-                 slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False):
+                 slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
+                 arrival_s: Mapping[tuple[int, int], float] | None = None):
         self.policy = policy
+        # A sample's first request reaches its instance this long after it is sent, by (group, sample
+        # index) of the trace: a client that posts many requests at once delivers them over a while.
+        self.arrival_s = dict(arrival_s or {})
         self.plain = plain  # instances without the seer plugin (plain SGLang's admission of siblings)
         self.admission = admission
         self.spec = spec
@@ -276,8 +282,11 @@ class Simulation:
                 self.buffer.mark_running(sample, decision.instance)
                 came = "first" if not sample.chunks else (
                     "stayed" if sample.chunks[-1].instance == decision.instance else "moved")
+                arrives = self.now + (self.arrival_s.get(self.trace_key.get(sample.rid), 0.0) if came == "first" else 0.0)
                 sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
-                inst.waiting.append(Slot(sample, budget, reserve, priority=priority, came=came))
+                inst.waiting.append(Slot(sample, budget, reserve, priority=priority, came=came, arrives=arrives))
+                if arrives > self.now:
+                    self._push(arrives, inst.index)
             if inst.busy_until is None:
                 self._push(self.now, inst.index)
 
@@ -395,6 +404,9 @@ class Simulation:
         at = 0
         while at < len(inst.waiting) and len(inst.running) < self.model.max_running:
             slot = inst.waiting[at]
+            if slot.arrives > self.now:
+                at += 1  # not there yet
+                continue
             sample = slot.sample
             again = computing.get(sample.group_id, 0)
             if again >= MIN_SHARED_PREFILL and not self.plain:
@@ -532,6 +544,8 @@ class Simulation:
         makes a 32-instance run 7.5x slower.)"""
         upcoming = [t for index, t in self.finishing.items() if index != inst.index and t > self.now]
         upcoming += [t for t, _, index in self.events if index < 0 and t >= self.now]
+        if self.arrival_s:
+            upcoming += [s.arrives for s in inst.waiting if s.arrives > self.now]
         if steps <= 1 or not upcoming or span(steps) <= min(upcoming) - self.now:
             return steps
         wait = min(upcoming) - self.now
@@ -707,7 +721,9 @@ class Simulation:
 def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
              max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
              admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (), slo_mechanism: bool = True,
-             slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False) -> SimResult:
-    """``plain``: the instances run SGLang without the seer plugin (the baseline)."""
+             slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
+             arrival_s: Mapping[tuple[int, int], float] | None = None) -> SimResult:
+    """``plain``: the instances run SGLang without the seer plugin (the baseline). ``arrival_s``: when
+    each sample's first request reaches its instance, by (group, sample index); at once by default."""
     return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission, slo_traffic,
-                      slo_mechanism, slo_headroom, plain).run()
+                      slo_mechanism, slo_headroom, plain, arrival_s).run()

@@ -598,3 +598,18 @@ def test_the_simulator_drafts_a_replayed_text_step_by_step():
     assert len(committed["first, step 1"]) == 2 and len(committed["stayed, step 1"]) == 2 * (72 // 16)
     assert sum(map(len, committed.values())) == sum(runs["periodic"].request_steps) - chunks
     assert sum(map(sum, committed.values())) < 144 - chunks
+
+
+def test_a_request_joins_its_instance_when_it_arrives():
+    """``arrival_s``: a sample's first request reaches its instance that long after it was sent; the
+    instance runs what has arrived, and takes a late request in at the next step boundary."""
+    from seer_sglang.sim.workload import TraceSample
+
+    trace = [TraceSample(0, 0, 10, 40), TraceSample(0, 1, 10, 40)]
+    at_once = simulate(trace, make_policy("round-robin"), SMALL, 1, 64, plain=True)
+    late = simulate(trace, make_policy("round-robin"), SMALL, 1, 64, plain=True, arrival_s={(0, 1): 1.0})
+    alone = 40 * SMALL.decode_step(1, 0)  # 40 tokens, one request in the batch (~0.4 s)
+    assert max(at_once.finish_times) < 1.0  # both ran from the start, together
+    assert late.finish_times[0] < 1.0 < late.finish_times[1]
+    assert late.finish_times[1] - 1.0 == pytest.approx(late.finish_times[0], rel=0.05)  # the same run, later
+    assert late.finish_times[1] - 1.0 >= 0.9 * alone

@@ -89,3 +89,22 @@ def test_tokens_committed_per_step_are_told_apart_by_where_the_chunk_came_from(t
     # c1 ran on the second instance after c0 on the first, and c2 back on the first: both moved
     assert {k: sorted(v) for k, v in found.items()} == {"first, step 1": [2], "first, step 2+": [1],
                                                          "moved, step 1": [1, 2], "moved, step 2+": [4]}
+
+
+def test_request_arrivals_are_read_apart_from_steps_and_timed_from_the_first(tmp_path):
+    """The step log's ``arrive`` records (a request reaching an instance's queue) are no steps; a
+    rollout's arrivals count from its first, each rid's last arrival before its first step (the
+    warm-up sends the same rids)."""
+    from benchmarks.step_log import arrival_offsets
+
+    def arrive(t, rid):
+        return {"t": t, "kind": "arrive", "rids": [rid]}
+
+    records = [arrive(1.0, "b0-0"), step(2, "prefill", ["b0-0"]),  # warm-up
+               arrive(10.0, "b0-0"), arrive(10.3, "b0-1"), step(10.5, "prefill", ["b0-0", "b0-1"], model_s=0.1),
+               step(11, "decode", ["b0-0", "b0-1"])]
+    (tmp_path / "run.7").write_text("".join(json.dumps(r) + "\n" for r in records))
+    steps, arrivals = load(str(tmp_path / "run")), load(str(tmp_path / "run"), "arrive")
+    assert [s["kind"] for s in steps[str(tmp_path / "run.7")]] == ["prefill", "prefill", "decode"]
+    measured = {str(tmp_path / "run.7"): steps[str(tmp_path / "run.7")][1:]}
+    assert arrival_offsets(arrivals, measured) == pytest.approx([0.0, 0.3])
