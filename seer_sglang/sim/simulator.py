@@ -282,7 +282,8 @@ class Simulation:
                 self.buffer.mark_running(sample, decision.instance)
                 came = "first" if not sample.chunks else (
                     "stayed" if sample.chunks[-1].instance == decision.instance else "moved")
-                arrives = self.now + (self.arrival_s.get(self.trace_key.get(sample.rid), 0.0) if came == "first" else 0.0)
+                delay = self.arrival_s.get(self.trace_key.get(sample.rid), 0.0) if came == "first" else 0.0
+                arrives = self.now + delay
                 sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
                 inst.waiting.append(Slot(sample, budget, reserve, priority=priority, came=came, arrives=arrives))
                 if arrives > self.now:
@@ -514,7 +515,7 @@ class Simulation:
         for slot, rate in zip(decoding, rates):
             made = slot.emit(steps, rate)
             slot.commit(made)
-            slot.decode_steps += 1
+            slot.decode_steps += steps
             if self.text is not None and slot.steps_left > 0:
                 # one verify step, as the step log shows it: a chunk's last step has no next one to count by
                 self.committed[f"{slot.came}, step {'1' if slot.decode_steps == 1 else '2+'}"].append(made)
