@@ -243,7 +243,8 @@ class EmulationConfig:
                                "token costs 1/this as much to read (default: %(default)s)")
     step_log: Optional[str] = flag(None, "--emulate-step-log", "write every emulated forward step of every "
                                    "instance as a JSON line to PREFIX.<pid> (its end, kind, modelled time, "
-                                   "lateness, rids, KV tokens): where a run and the simulator part ways")
+                                   "lateness, rids, KV tokens, request lengths), and each request reaching the "
+                                   "queue: where a run and the simulator part ways")
     max_overrun_share: float = 0.05  # a run with more steps slower than the model measured the host
 
 
