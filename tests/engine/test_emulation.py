@@ -44,9 +44,17 @@ def test_emulated_instance_pads_every_step_and_reports_it(tiny_model, tmp_path):
     assert wall >= modelled and after["overruns"] - before["overruns"] <= 0.05 * steps
     # the counters run from startup (whose first steps, compiling, overrun): a run takes differences
     assert after["profile"] == "slow-test@len1x2" and after["overrun_share"] == after["overruns"] / after["steps"]
-    # --emulate-step-log: every step of the request's batch, with its modelled time
+    # --emulate-step-log: every step of the request's batch, with its modelled time, and each request
+    # reaching the scheduler's queue before its first step
     (path,) = tmp_path.glob("steps.*")
     logged = [json.loads(line) for line in path.read_text().splitlines()]
-    ours = [s for s in logged if set(s["rids"]) & {"r0", "r1", "r2", "r3"}]
-    assert len(logged) == after["steps"] and len(ours) >= 20 and ours[0]["kind"] == "prefill"
+    rids = {"r0", "r1", "r2", "r3"}
+    steps_logged = [s for s in logged if s["kind"] != "arrive"]
+    ours = [s for s in steps_logged if set(s["rids"]) & rids]
+    assert len(steps_logged) == after["steps"] and len(ours) >= 20 and ours[0]["kind"] == "prefill"
     assert sum(s["model_s"] for s in ours) == pytest.approx(modelled, rel=0.05)
+    arrived = {s["rids"][0]: s["t"] for s in logged if s["kind"] == "arrive" and s["rids"][0] in rids}
+    assert set(arrived) == rids and max(arrived.values()) <= ours[0]["t"]
+    # a decode step has each request's length before it: the next step's is one token more
+    decodes = [s for s in ours if s["kind"] == "decode" and s["rids"] == ours[1]["rids"]]
+    assert [d["lens"][0] for d in decodes[:3]] == [decodes[0]["lens"][0] + k for k in range(3)]
