@@ -9,6 +9,9 @@ its decode and prefill steps with their modelled time, and the requests it prefi
 retraction; for the seer modes also how long a chunk's continuation took to start after the chunk's
 last step. Next to them, the simulator's busy time per instance (plain SGLang: the instance that ran
 the same groups). A run that the simulator misses shows here which instance, and from which step.
+With speculation it prints the tokens committed per request-step by where the step falls in its
+chunk, for the instances and the simulator; and how the rollout's requests spread as they reached
+their queues (the log's ``arrive`` lines).
 """
 
 from __future__ import annotations
