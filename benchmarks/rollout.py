@@ -352,7 +352,6 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                     plain=mode == "baseline", arrival_s=arrivals)
 
 
-
 def run_acceptance(args, seed: int):
     """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``), per sample where the
     run replayed the text that file was measured on (``SpecModel.from_replay``)."""
