@@ -148,7 +148,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
         ids = prompts[g]
         prompt = {"input_ids": ids, "group_id": f"{tag}{mode}-{g}",
                   "custom_params": [sample_params(ids, m, eos, replay) for m in members]}
-        if mode.startswith(("oracle", "group-oracle")):
+        if mode.startswith(("oracle", "group-oracle", "late-oracle")):
             prompt["oracle_lengths"] = [m.output_len for m in members]
         body["prompts"].append(prompt)
     async with httpx.AsyncClient(timeout=None) as http:
@@ -335,6 +335,11 @@ def client_arrivals(trace: list[TraceSample]) -> dict[tuple[int, int], float]:
     return {(s.group_id, s.sample_index): i * CLIENT_SEND_INTERVAL_S for i, s in enumerate(trace)}
 
 
+# How the context policies order samples of equal estimates in the runs this version measures: a run's
+# config keeps it, and the simulator rechecks a run with the order the run had ("arrival" before).
+CONTEXT_TIES = "spread"
+
+
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
     """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it,
     its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a ``+sd`` mode,
@@ -344,7 +349,8 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
 
     name, options = mode_options(mode)
     policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
-                         whole_tail="tail" in options)
+                         whole_tail="tail" in options,
+                         spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread")
     if spec is not None:
         spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
     arrivals = client_arrivals(trace) if mode == "baseline" else None
@@ -795,7 +801,7 @@ def main() -> None:
         step_model.save(out.with_suffix(".step_model.json"))
     else:  # the simulator runs the very model the instances were padded to
         step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
-    report = {"config": {**vars(args), "machine": machine, "samples": len(trace), "working_set_tokens": working,
+    report = {"config": {**vars(args), "context_ties": CONTEXT_TIES, "machine": machine, "samples": len(trace), "working_set_tokens": working,
                          "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
               "modes": results, "ratios": ratios,
               "sim_check": sim_check([w.trace for w in works], step_model, admission(emulation_config), args,

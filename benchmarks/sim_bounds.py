@@ -25,8 +25,8 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.rollout import (build_workload, emulation_settings, mode_drafter, prompt_tokenizer, run_acceptance,
-                                simulate_mode, workload_seeds, workload_shape)
+from benchmarks.rollout import (CONTEXT_TIES, build_workload, emulation_settings, mode_drafter, prompt_tokenizer,
+                                run_acceptance, simulate_mode, workload_seeds, workload_shape)
 from seer_sglang.config import EmulationConfig
 from seer_sglang.launch.emulation import admission
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
@@ -109,7 +109,7 @@ def main() -> None:
 
     source = json.loads(Path(args.source).read_text())
     config = source["config"]
-    run_args = argparse.Namespace(**config)
+    run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES})  # the policies as they are now
     own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
     traces, model, rule = rebuild(config, seeds)

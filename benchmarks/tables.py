@@ -195,7 +195,12 @@ def emulated_table(results: Results, stem: str) -> str:
     if speculative:
         header.insert(7, "tokens per verify step")
     rows = []
+    invalid = {m for m in run["modes"] if worst_overrun(emu["per_mode"].get(m, [])) > MAX_OVERRUN_SHARE}
     for m, r in run["modes"].items():
+        if m in invalid:  # it measured the host, not the profile: no figure of it is a result
+            rows.append([mode_name(m), "not reported", *["-"] * (len(header) - 3), overruns(emu["per_mode"][m])])
+            continue
+
         def mean_range(key: str, fmt: Callable[[float], str]) -> str:
             sp = r["spread"].get(key)
             if sp is None:
@@ -208,8 +213,10 @@ def emulated_table(results: Results, stem: str) -> str:
         ratio = fratio(run["ratios"][m]["throughput"])
         if cfg.get("vary_trace") and per and fratio(min(per)) != fratio(max(per)):
             ratio += f" ({fratio(min(per))}–{fratio(max(per))})"
+        if "baseline" in invalid:  # a ratio against an invalid plain SGLang is no result either
+            ratio = "-"
         rows.append([mode_name(m), mean_range("completion_s", fsec), ratio,
-                     mean_range("tail_s", fsec), fratio(run["ratios"][m]["tail"]),
+                     mean_range("tail_s", fsec), "-" if "baseline" in invalid else fratio(run["ratios"][m]["tail"]),
                      f"{min(idle):.0%}–{max(idle):.0%}" if idle else "-", mean_range("retractions", fint),
                      fsec(check["predicted_s"]) if check else "-",
                      f"{check['error'] * 100:+.1f}%" if check else "-", overruns(emu["per_mode"].get(m, []))])
@@ -219,7 +226,8 @@ def emulated_table(results: Results, stem: str) -> str:
     caption = (f"EMULATED, not a GPU measurement: {cfg['instances']} real SGLang instances of model "
                f"`{cfg['model']}` on {cfg['machine']}, every step padded to the `{emu['profile']}` profile "
                f"(lengths x{emu['length_scale']:g}, times x{emu['time_scale']:g}). A mode whose worst repeat "
-               f"has more than 5% overrun steps is INVALID: the host did not keep up with the profile. "
+               f"has more than 5% overrun steps is INVALID and its figures are not reported: the host did not "
+               f"keep up with the profile. "
                f"{cfg['prompts']} prompts x {cfg['group_size']} samples, {ws['name']}-shaped lengths up to "
                f"{cfg['max_tokens']:,} tokens (mean {fnum(ws['mean_tokens'], 0)}), chunk {cfg['chunk_size']}, "
                f"{cfg['kv_tokens']:,} KV tokens per instance ({cfg['kv_share']:.0%} of its part of the working "
@@ -272,7 +280,7 @@ def sim_errors_table(results: Results) -> str:
                 cells.append("-")
                 continue
             if worst_overrun(per_mode.get(mode, [])) > MAX_OVERRUN_SHARE:
-                cells.append(f"({check['error'] * 100:+.1f}%, INVALID)")
+                cells.append("INVALID")
                 continue
             errors.append(check["error"])
             cells.append(f"{check['error'] * 100:+.1f}%")
@@ -360,6 +368,9 @@ def emulated_pool_table(results: Results, stem: str) -> str:
 
         def mean(key: str) -> str:
             return fint(statistics.fmean(k[key] for k in kvs)) if kvs else "-"
+        if worst_overrun(emu["per_mode"].get(m, [])) > MAX_OVERRUN_SHARE:
+            rows.append([mode_name(m), "not reported", *["-"] * (len(header) - 3), overruns(emu["per_mode"][m])])
+            continue
         sp = r["spread"]["completion_s"]
         rows.append([mode_name(m), f"{fsec(r['completion_s'])} ({fsec(sp['min'])}–{fsec(sp['max'])})",
                      fratio(run["ratios"][m]["completion"]), mean("moves"), mean("continuations"), mean("pool"),
@@ -370,7 +381,8 @@ def emulated_pool_table(results: Results, stem: str) -> str:
                f"pool reads are real reads of this machine's disk, not a GPU host's. {cfg['prompts']} x "
                f"{cfg['group_size']} samples, chunk {cfg['chunk_size']}, {cfg['kv_tokens']:,} KV tokens per instance. "
                f"Completion: mean (min–max) over {cfg['repeats']} repeats, and its ratio to plain SGLang's (lower "
-               f"is faster); KV figures: mean per rollout. Source: {source([stem])}.")
+               f"is faster); KV figures: mean per rollout. A mode whose worst repeat overran the profile on more than 5% of "
+               f"its steps is INVALID and its figures are not reported. Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
 
 

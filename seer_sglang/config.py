@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 # Choice lists. The registries that implement them (core.policy.POLICIES, speculative.drafters,
 # speculative.budget.make_budget) are checked against these by the unit tests.
-SCHEDULERS = ("group", "round-robin", "divided", "context", "oracle", "group-oracle")
+SCHEDULERS = ("group", "round-robin", "divided", "context", "oracle", "group-oracle", "late-oracle")
 KV_POOLS = ("auto", "none", "file", "mooncake")
 DRAFTERS = ("suffix", "group-suffix", "sam")
 DRAFT_MODES = ("none", *DRAFTERS)
@@ -102,7 +102,8 @@ class SchedulerConfig:
                      "least-loaded instance, round-robin = whole groups in turn (veRL's dispatch), divided = "
                      "chunks to the least-loaded instance, context = divided + Seer's length context (default), "
                      "oracle = benchmarks only (reads each sample's true length), group-oracle = benchmarks only (reads "
-                     "each group's true longest length)", choices=SCHEDULERS)
+                     "each group's true longest length), late-oracle = benchmarks only (context, with each group's "
+                     "true longest length from its first finished sample)", choices=SCHEDULERS)
     chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: %(default)s)")
     kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
                               "claim, worst case (default: %(default)s)")

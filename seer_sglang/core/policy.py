@@ -306,6 +306,10 @@ class ContextPolicy(ChunkedPolicy):
       every group quickly reveals how long it writes.
     - The other samples go largest-estimated-group-length-first (approximate LFS): a group's
       estimate is its longest finished sibling, or ``max_tokens`` while none has finished.
+    - Equal estimates (at the start, every group's) go sibling by sibling across the groups: each
+      group's second sample, then each group's third, and so on. Before any length is known, the KV
+      is spread over all groups instead of filled with whole groups in arrival order, so no group
+      waits whole behind others, and every group shows its length early.
     - Starvation bound: an underserved sample gets an occasional turn. Once per ``starvation_bound``
       dispatches, the sample that has waited longest goes first, whatever its estimate, if it has
       waited through that many dispatches. One turn at a time: when the working set is twice the KV
@@ -318,9 +322,12 @@ class ContextPolicy(ChunkedPolicy):
     def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
                  starvation_bound: int = SCHEDULER.starvation_bound, whole_tail: bool = SCHEDULER.whole_tail,
-                 page_size: int | None = None):
+                 page_size: int | None = None, spread_ties: bool = True):
         super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail, page_size)
         self.starvation_bound = starvation_bound
+        # False: equal estimates in waiting order, whole groups in arrival order at the start (how the
+        # policy ordered them before; the simulator keeps it to recheck runs measured so).
+        self.spread_ties = spread_ties
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
         self._waiting_since: dict[str, int] = {}  # rid -> the clock when it began to wait
         self._last_turn = 0  # the clock when an underserved sample was last put in front
@@ -346,13 +353,14 @@ class ContextPolicy(ChunkedPolicy):
         self._waiting_since.pop(sample.rid, None)
 
     def rank_key(self):
-        """Probes first by SFS (fewest generated tokens), then the rest by LFS group estimate."""
-        longest = self._finished_longest
+        """Probes first by SFS (fewest generated tokens), then the rest by LFS group estimate, equal
+        estimates sibling by sibling across groups."""
+        estimate, spread = self.estimate, self.spread_ties
 
         def rank(s: Sample) -> tuple:
             if s.is_probe:
                 return (1, len(s.output_ids))
-            return (2, -longest.get(s.group_id, s.params.max_new_tokens))
+            return (2, -estimate(s), s.index if spread else 0)
 
         return rank
 
@@ -394,9 +402,7 @@ class GroupOraclePolicy(ContextPolicy):
     name = "group-oracle"
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
-        self._group_longest: dict[str, int] = {
-            gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens for s in group.samples)
-            for gid, group in buffer.groups.items()}
+        self._group_longest = true_group_longest(buffer)
         return super().order(pending, buffer)
 
     def rank_key(self):
@@ -408,9 +414,35 @@ class GroupOraclePolicy(ContextPolicy):
         return rank
 
 
+class LateOraclePolicy(ContextPolicy):
+    """BENCHMARKS ONLY. ``context`` with a perfect estimate: a group's true longest sample, known from
+    the moment its first sample finishes (when ``context`` gets its first estimate), probes and all.
+    What separates it from ``group-oracle`` is what no estimate learnt from finished siblings can
+    know: which groups are long before any of their samples has finished."""
+
+    name = "late-oracle"
+    _true_longest: dict[str, int] = {}  # replaced, never changed in place, by each ``order``
+
+    def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
+        self._true_longest = true_group_longest(buffer)
+        return super().order(pending, buffer)
+
+    def estimate(self, sample: Sample) -> int:
+        if sample.group_id in self._finished_longest:
+            return self._true_longest[sample.group_id]
+        return sample.params.max_new_tokens
+
+
+def true_group_longest(buffer: RequestBuffer) -> dict[str, int]:
+    """Each live group's true longest sample (``Sample.oracle_length``; ``max_new_tokens`` where unknown)."""
+    return {gid: max(s.oracle_length if s.oracle_length is not None else s.params.max_new_tokens
+                     for s in group.samples)
+            for gid, group in buffer.groups.items()}
+
+
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     p.name: p for p in (WholeGroupPolicy, RoundRobinPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy,
-                        GroupOraclePolicy)
+                        GroupOraclePolicy, LateOraclePolicy)
 }
 
 

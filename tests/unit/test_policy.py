@@ -104,7 +104,8 @@ def test_make_policy_rejects_unknown_names():
 
 # ---- divided rollout and context-aware policies ------------------------------------------------
 
-from seer_sglang.core.policy import ChunkedPolicy, ContextPolicy, GroupOraclePolicy, OraclePolicy  # noqa: E402
+from seer_sglang.core.policy import (ChunkedPolicy, ContextPolicy, GroupOraclePolicy, LateOraclePolicy,  # noqa: E402
+                                     OraclePolicy)
 
 
 def finish(policy, sample, length):
@@ -194,6 +195,15 @@ def test_context_lfs_by_group_estimate_and_estimate_updates():
     assert policy.estimate(groups["a"].samples[2]) == 1000
 
 
+def test_context_spreads_equal_estimates_sibling_by_sibling_across_groups():
+    """With no length known, the second samples of all groups go before any group's third."""
+    buf = RequestBuffer()
+    for gid in "abc":
+        buf.add_group(group(gid, n=3, max_new=1000))
+    order = [s.rid for s in ContextPolicy(chunk_size=8).order(buf.pending(), buf)]
+    assert order == ["a-0", "b-0", "c-0", "a-1", "b-1", "c-1", "a-2", "b-2", "c-2"]
+
+
 def short_waiting_then_long(policy: ContextPolicy, n_short: int, n_long: int) -> RequestBuffer:
     """A short group's siblings start waiting at clock 0; then a long group arrives. Both probes are
     done (10 and 900 tokens), so the long siblings rank first."""
@@ -244,6 +254,27 @@ def test_group_oracle_serves_groups_by_their_true_longest_sample():
         s.output_ids = [1] * 5
     assert [s.rid for s in policy.order(buf.pending(), buf)][:3] == ["a-0", "a-1", "a-2"]
     assert make_policy("group-oracle", chunk_size=8).chunk_size == 8
+
+
+def test_late_oracle_knows_a_groups_true_longest_sample_once_a_sibling_finishes():
+    """Probes first, as in context; a group with nothing finished counts as max_tokens; once one
+    sample has finished, the group ranks by its true longest sample, not by the finished one."""
+    buf = RequestBuffer()
+    buf.add_group(Group.make("a", [1, 2], 3, SamplingParams(max_new_tokens=1000), oracle_lengths=[100, 900, 50]))
+    buf.add_group(Group.make("b", [1, 2], 3, SamplingParams(max_new_tokens=1000), oracle_lengths=[400, 10, 20]))
+    buf.add_group(Group.make("c", [1, 2], 2, SamplingParams(max_new_tokens=1000), oracle_lengths=[600, 30]))
+    policy = LateOraclePolicy(chunk_size=8)
+    assert [s.rid for s in policy.order(buf.pending(), buf)][:3] == ["a-0", "b-0", "c-0"]  # probes
+    for gid in "ab":  # a's and b's probes finish short; c's runs on
+        finish(policy, buf.groups[gid].samples[0], buf.groups[gid].samples[0].oracle_length)
+        buf.finish(buf.groups[gid].samples[0])
+    order = [s.rid for s in policy.order(buf.pending(), buf)]
+    assert order == ["c-0", "c-1", "a-1", "a-2", "b-1", "b-2"]  # c unknown (1000), a 900 > b 400
+    context = ContextPolicy(chunk_size=8)  # the same information without the true lengths: a's 100 < b's 400
+    for gid in "ab":
+        context.on_sample_finished(buf.groups[gid].samples[0])
+    assert [s.rid for s in context.order(buf.pending(), buf)][2:] == ["b-1", "b-2", "a-1", "a-2"]
+    assert make_policy("late-oracle", chunk_size=8).chunk_size == 8
 
 
 def test_context_dispatch_priorities_follow_the_order():
