@@ -2,15 +2,17 @@
 shape, bound policies the real benchmark did not run, and speculation at other acceptance rates.
 
     python -m benchmarks.sim_bounds --from benchmarks/results/emulated_h100_moonlight_workloads.json \\
-        --seeds 0-7 --modes divided,context,group-oracle,oracle --out benchmarks/results/sim_bounds_moonlight.json
+        --seeds 0-7 --modes divided,context,late-oracle,group-oracle,oracle --out benchmarks/results/sim_bounds_moonlight.json
     python -m benchmarks.sim_bounds --from benchmarks/results/emulated_h100_qwen2vl_sd_x30_plain.json \\
         --modes context,oracle,context+sd,oracle+sd --acceptance measured,seer-linear,seer-4path \\
         --out benchmarks/results/sim_bounds_qwen2vl_sd.json
 
 The step model, KV capacity, admission rule and workload generator are those of the result file
-(``benchmarks.rollout`` rebuilt from its config), so with the file's own seeds each mode's prediction is
-its ``sim_check``. ``group-oracle`` knows each group's true longest sample: the most any group-level
-length estimate (``context``'s) can know. Acceptance for ``+sd`` modes: ``measured`` is the file's
+(``benchmarks.rollout`` rebuilt from its config), and the policies are as they are now: with the file's
+own seeds each mode's prediction is its ``sim_check`` where the run measured the same policies.
+``group-oracle`` knows each group's true longest sample from the start, and ``late-oracle`` from the
+moment its first sample finishes (``context`` with a perfect estimate): together, the most a group-level
+length estimate (``context``'s) can know, and when. Acceptance for ``+sd`` modes: ``measured`` is the file's
 ``--sim-acceptance`` (replayed on the text the run replayed); ``seer-linear`` and ``seer-4path`` are the
 mean acceptance lengths the Seer paper reports for its models' text with 0, 1, 5 and 15 finished
 siblings (linear and 4-path drafts). Simulated, not measured.

@@ -243,6 +243,9 @@ def emulated_table(results: Results, stem: str) -> str:
                      if cfg["model"] == "tiny-smollm2-4k" else "") + ". "
                   if cfg.get("replay") else "")
                + (simulator_speculation(results, cfg) if cfg.get("sim_acceptance") else "")
+               + ("The context policies of this run ordered equal length estimates in arrival order, as they "
+                  "did before they went sibling by sibling across groups. "
+                  if cfg.get("context_ties") == "arrival" and any("context" in m for m in run["modes"]) else "")
                + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
 
