@@ -154,7 +154,8 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
     async with httpx.AsyncClient(timeout=None) as http:
         name, options = mode_options(mode)
         r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": args.chunk_size,
-                                                      "whole_tail": "tail" in options})
+                                                      "whole_tail": "tail" in options,
+                                                      "spread_ties": "arrival" not in options})
         r.raise_for_status()
         (await http.post(f"{url}/flush_cache")).raise_for_status()
         start = time.time()
@@ -350,7 +351,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     name, options = mode_options(mode)
     policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
                          whole_tail="tail" in options,
-                         spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread")
+                         spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
     if spec is not None:
         spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
     arrivals = client_arrivals(trace) if mode == "baseline" else None
@@ -468,8 +469,9 @@ def plot(report: dict, runs: dict, path: Path) -> None:
 # ---- main ------------------------------------------------------------------------------------
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+tail][+pool][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each sample
-    whole once the rollout is in its tail (``--whole-tail``)."""
+    """``<policy>[+tail][+arrival][+pool][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
+    sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
+    serve equal length estimates in waiting order, not sibling by sibling across groups."""
     policy, *options = mode.split("+")
     return policy, set(options)
 

@@ -224,6 +224,9 @@ class SchedulerRequest(BaseModel):
     kv_headroom: Optional[float] = Field(None, gt=0.0, le=1.0)
     starvation_bound: Optional[int] = Field(None, ge=1)
     whole_tail: Optional[bool] = None
+    # False: the context policies serve equal length estimates in waiting order (whole groups in
+    # arrival order at the start) instead of sibling by sibling across groups.
+    spread_ties: Optional[bool] = None
     # Chunk ends aligned to whole pages of KV (the default when the instances page their KV); off,
     # chunks are exactly chunk_size: for experiments that compare the two or need fixed boundaries.
     align_to_pages: Optional[bool] = None

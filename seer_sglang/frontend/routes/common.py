@@ -28,7 +28,7 @@ async def json_body(request: Request) -> Any:
 
 
 def policy_json(policy) -> dict[str, Any]:
-    fields = ("chunk_size", "kv_headroom", "starvation_bound")
+    fields = ("chunk_size", "kv_headroom", "starvation_bound", "spread_ties")
     out = {"name": policy.name, **{f: getattr(policy, f) for f in fields if hasattr(policy, f)}}
     if hasattr(policy, "page_size"):
         out["align_to_pages"] = policy.page_size is not None
