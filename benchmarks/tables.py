@@ -960,6 +960,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_errors": sim_errors_table,
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
+    "emulated_h100_qwen2vl_workloads_x20": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads_x20"),
+    "sim_bounds_qwen2vl": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl"),
     "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),
     "emulated_h100_moonlight_workloads": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads"),
     "emulated_h100_qwen2vl_sd": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_plain"),
