@@ -261,7 +261,7 @@ def simulator_speculation(results: Results, cfg: dict) -> str:
     return f"The simulator's acceptance: {acceptance}. "
 
 
-SIM_ERROR_MODES = ("baseline", "group", "divided", "context", "oracle", "context+sd", "oracle+sd")
+SIM_ERROR_MODES = ("baseline", "group", "divided", "context", "context+arrival", "oracle", "context+sd", "oracle+sd")
 
 
 def sim_errors_table(results: Results) -> str:
