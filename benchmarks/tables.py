@@ -964,6 +964,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_bounds_qwen2vl": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl"),
     "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),
     "emulated_h100_moonlight_workloads": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads"),
+    "emulated_h100_moonlight_workloads_ties": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads_ties"),
     "emulated_h100_qwen2vl_sd": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_plain"),
     "sim_bounds_moonlight": lambda r: sim_bounds_table(r, "sim_bounds_moonlight"),
     "text_acceptance_t06": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32_t0.6"),
