@@ -325,8 +325,8 @@ class ContextPolicy(ChunkedPolicy):
                  page_size: int | None = None, spread_ties: bool = True):
         super().__init__(chunk_size, kv_headroom, affinity_slack, migration, whole_tail, page_size)
         self.starvation_bound = starvation_bound
-        # False: equal estimates in waiting order, whole groups in arrival order at the start (how the
-        # policy ordered them before; the simulator keeps it to recheck runs measured so).
+        # False: equal estimates in waiting order, so whole groups in arrival order at the start; for
+        # comparisons, and for the simulator to recheck runs measured that way.
         self.spread_ties = spread_ties
         self.clock = 0  # dispatches made so far: a logical clock, so decisions stay deterministic
         self._waiting_since: dict[str, int] = {}  # rid -> the clock when it began to wait
