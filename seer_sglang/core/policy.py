@@ -334,9 +334,14 @@ class ContextPolicy(ChunkedPolicy):
         self._promoted: str | None = None  # the sample put in front by the last ``order``
         self._finished_longest: dict[str, int] = {}
 
+    def estimates(self) -> dict[str, int]:
+        """Each group's estimated total output length, for the groups that have one (the others count
+        as their ``max_new_tokens``): a table, so ranking a sample is a lookup, not a call."""
+        return self._finished_longest
+
     def estimate(self, sample: Sample) -> int:
         """Estimated total output length of the sample's group."""
-        return self._finished_longest.get(sample.group_id, sample.params.max_new_tokens)
+        return self.estimates().get(sample.group_id, sample.params.max_new_tokens)
 
     def on_sample_finished(self, sample: Sample) -> None:
         longest = self._finished_longest.get(sample.group_id, 0)
@@ -355,12 +360,12 @@ class ContextPolicy(ChunkedPolicy):
     def rank_key(self):
         """Probes first by SFS (fewest generated tokens), then the rest by LFS group estimate, equal
         estimates sibling by sibling across groups."""
-        estimate, spread = self.estimate, self.spread_ties
+        estimates, spread = self.estimates(), self.spread_ties
 
         def rank(s: Sample) -> tuple:
             if s.is_probe:
                 return (1, len(s.output_ids))
-            return (2, -estimate(s), s.index if spread else 0)
+            return (2, -estimates.get(s.group_id, s.params.max_new_tokens), s.index if spread else 0)
 
         return rank
 
@@ -427,10 +432,9 @@ class LateOraclePolicy(ContextPolicy):
         self._true_longest = true_group_longest(buffer)
         return super().order(pending, buffer)
 
-    def estimate(self, sample: Sample) -> int:
-        if sample.group_id in self._finished_longest:
-            return self._true_longest[sample.group_id]
-        return sample.params.max_new_tokens
+    def estimates(self) -> dict[str, int]:
+        true = self._true_longest
+        return {gid: true[gid] for gid in self._finished_longest if gid in true}
 
 
 def true_group_longest(buffer: RequestBuffer) -> dict[str, int]:
