@@ -175,12 +175,23 @@ def worst_overrun(runs: list[dict]) -> float:
     return max((r["overrun_share"] for r in runs), default=0.0)
 
 
+def is_invalid(runs: list[dict]) -> bool:
+    """Whether a mode's worst repeat overran the profile on more than 5% of its steps: it measured the
+    host, not the profile, so no figure of it is a result."""
+    return worst_overrun(runs) > MAX_OVERRUN_SHARE
+
+
+def unreported_row(mode: str, columns: int, runs: list[dict]) -> list[str]:
+    """An invalid mode's row: its name and its overrun share, nothing else."""
+    return [mode_name(mode), "not reported", *["-"] * (columns - 3), overruns(runs)]
+
+
 def overruns(runs: list[dict]) -> str:
     """The worst repeat's share of overrun steps, marked when it makes the mode's figures invalid."""
     if not runs:
         return "-"
     worst = worst_overrun(runs)
-    return f"{worst:.1%}" + (" INVALID" if worst > MAX_OVERRUN_SHARE else "")
+    return f"{worst:.1%}" + (" INVALID" if is_invalid(runs) else "")
 
 
 def emulated_table(results: Results, stem: str) -> str:
@@ -195,10 +206,11 @@ def emulated_table(results: Results, stem: str) -> str:
     if speculative:
         header.insert(7, "tokens per verify step")
     rows = []
-    invalid = {m for m in run["modes"] if worst_overrun(emu["per_mode"].get(m, [])) > MAX_OVERRUN_SHARE}
+    invalid = {m for m in run["modes"] if is_invalid(emu["per_mode"].get(m, []))}
+    base_valid = "baseline" not in invalid  # a ratio against an invalid plain SGLang is no result either
     for m, r in run["modes"].items():
-        if m in invalid:  # it measured the host, not the profile: no figure of it is a result
-            rows.append([mode_name(m), "not reported", *["-"] * (len(header) - 3), overruns(emu["per_mode"][m])])
+        if m in invalid:
+            rows.append(unreported_row(m, len(header), emu["per_mode"][m]))
             continue
 
         def mean_range(key: str, fmt: Callable[[float], str]) -> str:
@@ -213,10 +225,8 @@ def emulated_table(results: Results, stem: str) -> str:
         ratio = fratio(run["ratios"][m]["throughput"])
         if cfg.get("vary_trace") and per and fratio(min(per)) != fratio(max(per)):
             ratio += f" ({fratio(min(per))}–{fratio(max(per))})"
-        if "baseline" in invalid:  # a ratio against an invalid plain SGLang is no result either
-            ratio = "-"
-        rows.append([mode_name(m), mean_range("completion_s", fsec), ratio,
-                     mean_range("tail_s", fsec), "-" if "baseline" in invalid else fratio(run["ratios"][m]["tail"]),
+        rows.append([mode_name(m), mean_range("completion_s", fsec), ratio if base_valid else "-",
+                     mean_range("tail_s", fsec), fratio(run["ratios"][m]["tail"]) if base_valid else "-",
                      f"{min(idle):.0%}–{max(idle):.0%}" if idle else "-", mean_range("retractions", fint),
                      fsec(check["predicted_s"]) if check else "-",
                      f"{check['error'] * 100:+.1f}%" if check else "-", overruns(emu["per_mode"].get(m, []))])
@@ -282,7 +292,7 @@ def sim_errors_table(results: Results) -> str:
             if check is None:
                 cells.append("-")
                 continue
-            if worst_overrun(per_mode.get(mode, [])) > MAX_OVERRUN_SHARE:
+            if is_invalid(per_mode.get(mode, [])):
                 cells.append("INVALID")
                 continue
             errors.append(check["error"])
@@ -367,13 +377,13 @@ def emulated_pool_table(results: Results, stem: str) -> str:
               "recomputed tokens", "overrun steps (worst repeat)"]
     rows = []
     for m, r in run["modes"].items():
+        if is_invalid(emu["per_mode"].get(m, [])):
+            rows.append(unreported_row(m, len(header), emu["per_mode"][m]))
+            continue
         kvs = [rep["kv"] for rep in r["repeats"] if rep.get("kv")]
 
         def mean(key: str) -> str:
             return fint(statistics.fmean(k[key] for k in kvs)) if kvs else "-"
-        if worst_overrun(emu["per_mode"].get(m, [])) > MAX_OVERRUN_SHARE:
-            rows.append([mode_name(m), "not reported", *["-"] * (len(header) - 3), overruns(emu["per_mode"][m])])
-            continue
         sp = r["spread"]["completion_s"]
         rows.append([mode_name(m), f"{fsec(r['completion_s'])} ({fsec(sp['min'])}–{fsec(sp['max'])})",
                      fratio(run["ratios"][m]["completion"]), mean("moves"), mean("continuations"), mean("pool"),
