@@ -42,6 +42,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks import targets
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
                                             start_instance, stop_instances, visible_gpus, wait_healthy)
 from seer_sglang.models import resolve_model_path, vocab_size as model_vocab_size
@@ -367,23 +368,32 @@ def run_acceptance(args, seed: int):
     return SpecModel.from_replay(args.sim_acceptance, seed=seed, text=getattr(args, "replay", None))
 
 
-def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
-    """The simulator, on the step model the instances ran (emulated) or were fitted to (CPU), against the
-    mean of the real runs (each repeat's workload simulated once): ``error`` is signed and relative
-    (predicted / real - 1)."""
+def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:
+    """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
+    step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
+    acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to."""
     seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
     measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
     out = {}
-    for mode, real in results.items():
+    for mode in modes:
         drafter = mode_drafter(mode)
         if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
-            continue  # without acceptance measured on this text (--sim-acceptance) there is nothing to hold it to
+            continue
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         sims = {}
         for trace, seed in zip(traces, seeds):
             if id(trace) not in sims:
                 sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None)
-        runs = [sims[id(t)] for t in traces]
+        out[mode] = [sims[id(t)] for t in traces]
+    return out
+
+
+def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
+    """The simulator against the mean of the real runs: ``error`` is signed and relative
+    (predicted / real - 1)."""
+    out = {}
+    for mode, runs in predict(traces, model, rule, args, results).items():
+        real = results[mode]
         predicted = statistics.fmean(r.completion_s for r in runs)
         out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
                      "error": predicted / real["completion_s"] - 1.0,
@@ -820,6 +830,12 @@ def main() -> None:
             "valid_modes": {m: max(e["overrun_share"] for e in runs) <= EMULATION.max_overrun_share
                             for m, runs in measured.emulation.items()}}
         print(f"EMULATION overrun share {share:.3f} (valid: {report['emulation']['valid']})", flush=True)
+        found = targets.bounds(predict([w.trace for w in works], step_model, admission(emulation_config), args,
+                                       targets.bound_modes(results)))
+        report["targets"] = {"bounds": found, "checks": targets.check(report, found)}
+        for r in report["targets"]["checks"]:
+            if r["met"] is False:
+                print(f"TARGET missed: {r['mode']}: {r['target']} ({r['why'] or 'no bound to say why'})", flush=True)
     out.write_text(json.dumps(report, indent=2))
     plot(report, {m: runs[0] for m, runs in measured.runs.items()}, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")

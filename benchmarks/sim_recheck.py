@@ -26,14 +26,18 @@ def revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def recheck(run: dict) -> dict:
-    """The run's ``sim_check`` from the current simulator."""
+def rebuilt(run: dict):
+    """(each repeat's trace, step model, admission rule, the run's arguments) of a stored run."""
     config = run["config"]
     args = argparse.Namespace(**config)
-    seeds = workload_seeds(args)
-    traces, model, rule = rebuild(config, seeds)
-    per_repeat = [traces[r % len(traces)] for r in range(config["repeats"])]
-    return sim_check(per_repeat, model, rule, args, run["modes"])
+    traces, model, rule = rebuild(config, workload_seeds(args))
+    return [traces[r % len(traces)] for r in range(config["repeats"])], model, rule, args
+
+
+def recheck(run: dict) -> dict:
+    """The run's ``sim_check`` from the current simulator."""
+    traces, model, rule, args = rebuilt(run)
+    return sim_check(traces, model, rule, args, run["modes"])
 
 
 def main() -> None:
