@@ -28,15 +28,16 @@ from seer_sglang.wire import parse_chunk_rid
 BASELINE_RID = re.compile(r"^b(?P<group>\d+)-(?P<index>\d+)$")  # benchmarks.rollout's plain SGLang requests
 
 
-def load(prefix: str, kind: str = "step") -> dict[str, list[dict]]:
-    """Each instance's steps (file name -> steps in order), or with ``kind="arrive"`` the requests
-    reaching its queue."""
-    logs = {}
+def load(prefix: str) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Each instance's steps and the requests reaching its queue (file name -> records in time order),
+    from one read of its log."""
+    steps, arrivals = {}, {}
     for path in sorted(glob.glob(f"{prefix}.*")):
         with open(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        logs[path] = sorted((r for r in records if (r["kind"] == "arrive") == (kind == "arrive")), key=lambda s: s["t"])
-    return logs
+            records = sorted((json.loads(line) for line in f if line.strip()), key=lambda r: r["t"])
+        steps[path] = [r for r in records if r["kind"] != "arrive"]
+        arrivals[path] = [r for r in records if r["kind"] == "arrive"]
+    return steps, arrivals
 
 
 def arrival_offsets(arrivals: dict[str, list[dict]], rollout: dict[str, list[dict]]) -> list[float]:
@@ -240,7 +241,7 @@ def main() -> None:
     args = ap.parse_args()
     with open(args.run) as f:
         run = json.load(f)
-    report(run, load(args.prefix), load(args.prefix, "arrive"))
+    report(run, *load(args.prefix))
 
 
 if __name__ == "__main__":

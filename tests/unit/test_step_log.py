@@ -55,7 +55,7 @@ def test_rollouts_are_told_apart_and_continuations_timed(tmp_path):
            step(54, "decode", ["r0-context-3-1-c1", "warm-7-0-c0"]), step(55, "decode", ["r0-context-3-1-c1"])]
     for name, steps in (("run.11", one), ("run.12", two)):
         (tmp_path / name).write_text("".join(json.dumps(s) + "\n" for s in steps))
-    logs = load(str(tmp_path / "run"))
+    logs, _ = load(str(tmp_path / "run"))
     found = rollouts(logs, baseline_rollouts=2)
     assert set(found) == {"baseline", "r0-context"}
     warm, measured = found["baseline"]
@@ -104,7 +104,7 @@ def test_request_arrivals_are_read_apart_from_steps_and_timed_from_the_first(tmp
                arrive(10.0, "b0-0"), arrive(10.3, "b0-1"), step(10.5, "prefill", ["b0-0", "b0-1"], model_s=0.1),
                step(11, "decode", ["b0-0", "b0-1"])]
     (tmp_path / "run.7").write_text("".join(json.dumps(r) + "\n" for r in records))
-    steps, arrivals = load(str(tmp_path / "run")), load(str(tmp_path / "run"), "arrive")
+    steps, arrivals = load(str(tmp_path / "run"))
     assert [s["kind"] for s in steps[str(tmp_path / "run.7")]] == ["prefill", "prefill", "decode"]
     measured = {str(tmp_path / "run.7"): steps[str(tmp_path / "run.7")][1:]}
     assert arrival_offsets(arrivals, measured) == pytest.approx([0.0, 0.3])
