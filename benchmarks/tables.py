@@ -994,7 +994,8 @@ def text_acceptance_table(results: Results, stem: str) -> str:
 ROLLOUT = r"cpu_(?!transfer).*"
 
 # The emulated runs the README quotes, in its order: each one's targets are tabled.
-TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_moonlight_workloads_ties",
+TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_qwen2vl_workloads_x30",
+               "emulated_h100_moonlight_workloads_ties",
                "emulated_h100_qwen2vl_sd_x60_t0.6_4k_warm", "emulated_h100_moonlight_sd_x30_t0.6_4k_warm",
                "emulated_h100_moonlight_sd_x30_t0.6_4k_oracle")
 
@@ -1004,6 +1005,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "emulated_h100_qwen2vl_workloads_x20": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads_x20"),
+    "emulated_h100_qwen2vl_workloads_x30": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads_x30"),
     "sim_bounds_qwen2vl": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl"),
     "targets": lambda r: targets_table(r, [s for s in TARGET_RUNS if "targets" in r[s]]),
     "emulated_h100_qwen2vl_workloads": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads"),

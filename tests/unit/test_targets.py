@@ -106,3 +106,11 @@ def test_a_stored_runs_targets_are_what_the_simulator_and_the_run_give_now():
     for mode, stored in run["targets"]["bounds"].items():
         assert found[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=1e-9), mode
     assert check(run, found) == run["targets"]["checks"]
+
+
+def test_context_is_held_above_group_in_a_run_without_plain_sglang():
+    run = run_of({"baseline": 100.0, "group": 90.0, "context": 70.0})
+    del run["modes"]["baseline"], run["emulation"]["per_mode"]["baseline"]
+    rows = check(run)
+    assert by(rows, "`context` above `group`", "context")["met"] is True
+    assert not any(r["kind"] in ("throughput", "tail", "retractions") for r in rows)
