@@ -1000,6 +1000,7 @@ TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_qwen2vl_wor
                "emulated_h100_qwen2vl_group_x45",
                "emulated_h100_moonlight_workloads_ties",
                "emulated_h100_qwen2vl_sd_x60_t0.6_4k_warm", "emulated_h100_moonlight_sd_x30_t0.6_4k_warm",
+               "emulated_h100_moonlight_sd_x30_t0.6_4k_spread",
                "emulated_h100_moonlight_sd_x30_t0.6_4k_oracle")
 
 TABLES: dict[str, Callable[[Results], str]] = {
@@ -1030,6 +1031,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_moonlight_sd_t06_x30_4k_warm":
         lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_warm"),
     "sim_bounds_moonlight_sd": lambda r: sim_bounds_table(r, "sim_bounds_moonlight_sd"),
+    "emulated_h100_moonlight_sd_t06_x30_4k_spread":
+        lambda r: emulated_table(r, "emulated_h100_moonlight_sd_x30_t0.6_4k_spread"),
     "emulated_h100_measured_qwen2vl_sd":
         lambda r: emulated_table(r, "emulated_h100_measured_qwen2vl_sd_x45_t0.6_4k"),
     "emulation_check": lambda r: emulation_check_table(r, "emulation_check_cpu"),
