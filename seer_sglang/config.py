@@ -91,6 +91,11 @@ class InstancesConfig:
     startup_timeout: float = flag(900.0, "--startup-timeout", "seconds to wait for instances to be healthy")
     no_plugin: bool = flag(False, "--no-plugin", "start plain SGLang instances (without the seer plugin)",
                            action="store_true")
+    max_restarts: int = flag(3, "--max-instance-restarts", "an instance that exits is started again on its "
+                             "port, after a backoff that doubles from 2 s; after this many restarts within 10 "
+                             "minutes it stays down and /health says so; 0 = never restart (default: %(default)s)")
+    restart_window_s: float = 600.0
+    restart_backoff_s: float = 2.0
     cpu_instances: int = CPU_INSTANCES
     # CPU only: SGLang's KV pool otherwise takes ~72% of free RAM and 20 s to allocate.
     cpu_max_total_tokens: int = 16384
@@ -149,9 +154,12 @@ class RolloutConfig:
     info_timeout_s: float = flag(60.0, "--instance-info-timeout-s", "longest wait for an instance to answer a "
                                  "read the frontend forwards (server and model info, health_generate, weight "
                                  "version) (default: %(default)s)")
-    admin_timeout_s: float = flag(0.0, "--admin-timeout-s", "longest wait for an instance to answer an admin "
-                                  "call fanned out to it (weight update, flush, pause, sleep mode); 0 = no "
-                                  "limit, since loading weights may take minutes (default: %(default)s)")
+    admin_timeout_s: float = flag(900.0, "--admin-timeout-s", "longest wait for an instance to answer a weight "
+                                  "update or sleep-mode call fanned out to it (loading weights may take "
+                                  "minutes); 0 = no limit (default: %(default)s)")
+    control_timeout_s: float = flag(10.0, "--control-timeout-s", "longest wait for an instance to answer an abort, "
+                                    "pause, continue or cache flush fanned out to it; one that does not is named "
+                                    "in the answer, and the others' answers are not held up (default: %(default)s)")
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,10 @@ class KVPoolConfig:
                           "it (default: %(default)s)")
     mooncake_config: Optional[str] = flag(None, "--kv-pool-config", "mooncake: JSON file with the store client "
                                           "config of an existing Mooncake cluster (multi-node); without it a "
-                                          "master + store are started on loopback")
+                                          "master + store are started on --kv-pool-host")
+    host: str = flag(LOOPBACK, "--kv-pool-host", "mooncake: the address the local master and store service bind "
+                     "and announce (default: loopback only). The store's REST API has no authentication: on "
+                     "several nodes, name an interface only the instances' machines reach")
     transfer_starvation_steps: int = flag(4, "--transfer-starvation-steps", "pool transfers yield to decode "
                                           "steps, but wait at most this many (weighted); 0 = never yield "
                                           "(default: %(default)s)")
@@ -212,6 +223,9 @@ class DraftConfig:
                                     "benchmarks.rollout; without it each instance fits its own step times as it "
                                     "runs (CPU) or verifies full drafts (GPU)")
     group_ttl_s: float = 600.0  # a group idle this long leaves the draft server and the instances' drafters
+    # The draft server holds at most this many response tokens (its index costs a few times their 4
+    # bytes each); past it the groups idle longest leave first, whatever their TTL.
+    max_store_tokens: int = 16_000_000
     min_score: float = 0.01  # draft nodes whose estimated acceptance is below this are not drafted
     sync_interval_s: float = 0.02  # how often an instance's draft client syncs with the draft server
     server_timeout_s: float = flag(2.0, "--draft-server-timeout-s", "an instance's call to the draft server "

@@ -90,7 +90,13 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
 
         from .frontend.app import create_app
 
-        app = create_app(dep.urls, dep.config, model_path=dep.model_path, pool=dep.pool_access())
+        from .launch.supervisor import RestartPolicy, Supervisor
+
+        supervisor = None
+        if dep.procs and config.instances.max_restarts > 0:
+            supervisor = Supervisor(dep.procs, RestartPolicy(max_restarts=config.instances.max_restarts))
+        app = create_app(dep.urls, dep.config, model_path=dep.model_path, pool=dep.pool_access(),
+                         supervisor=supervisor)
         uv_config = uvicorn.Config(app, host=config.frontend.host, port=config.frontend.port,
                                    log_level=config.frontend.log_level.lower(), timeout_graceful_shutdown=5)
         server = uvicorn.Server(uv_config)

@@ -78,6 +78,18 @@ REQ_PARAM = "__req__"  # SGLang's own: the Req object of the row
 PRIOR_OUTPUT_PARAM = "__seer_prior_output__"
 
 
+def prior_output(params: Any) -> int:
+    """``PRIOR_OUTPUT_PARAM`` of a chunk's custom params, checked: a non-negative int, else 0."""
+    value = params.get(PRIOR_OUTPUT_PARAM, 0) if isinstance(params, dict) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+# The file pool's directory holds this file: the launcher writes it into a directory it takes for the
+# pool (empty, or already marked), and refuses one that holds anything else; the frontend's janitor
+# touches only the model's page files there.
+POOL_MARKER = ".seer-kv-pool"
+
+
 # ---- the sample schema ----------------------------------------------------------------------------
 @dataclass
 class ChunkJSON:
@@ -156,3 +168,29 @@ SLO_REJECTED = "seer_slo_rejected"
 
 def slo_param(tpot_s: float | None, ttft_s: float | None, deadline: float | None) -> dict[str, float | None]:
     return {"tpot_s": tpot_s, "ttft_s": ttft_s, "deadline": deadline}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def slo_param_error(value: Any) -> str | None:
+    """Why ``value`` is not an ``SLO_PARAM`` the frontend writes, or None when it is one."""
+    if not isinstance(value, dict) or set(value) != {"tpot_s", "ttft_s", "deadline"}:
+        return f"{SLO_PARAM} must be an object with exactly tpot_s, ttft_s and deadline"
+    bad = [k for k, v in value.items() if v is not None and not _positive(v)]
+    return f"{SLO_PARAM}.{bad[0]} must be null or a positive finite number" if bad else None
+
+
+# ---- reserved custom params ---------------------------------------------------------------------------
+# Keys of a chunk's custom params that the frontend and the verify step write and the plugin reads. A
+# client's custom params may not carry them: the frontend refuses such a request (400), and the plugin
+# checks every value it reads (``prior_output``, ``slo_param_error``), failing only the request.
+RESERVED_PARAMS = (SLO_PARAM, PRIOR_OUTPUT_PARAM, DEPTH_PARAM, REQ_PARAM)
+
+
+def reserved_param(params: Any) -> str | None:
+    """The first reserved key of a client's custom params, or None."""
+    if not isinstance(params, dict):
+        return None
+    return next((k for k in params if k in RESERVED_PARAMS or (isinstance(k, str) and k.startswith("__seer"))), None)

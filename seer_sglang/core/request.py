@@ -161,6 +161,9 @@ class Sample:
     chunks: list[ChunkRecord] = field(default_factory=list)
     instance: int | None = None  # where the running chunk is
     failures: int = 0  # chunks lost to an instance that stopped answering
+    # Instances that dropped the sample's chunks in a row, each by closing the connection mid-request
+    # (as a dying process does); emptied when a chunk comes back. Two is the most one sample may cost.
+    crashed_on: list[int] = field(default_factory=list)
     pool_tokens: int = 0  # context tokens known to be in the global KV pool (whole pages)
     is_probe: bool = False
     priority: int = 0

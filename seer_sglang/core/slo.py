@@ -296,8 +296,14 @@ def attainment(slo: SLO, submitted_s: float, first_token_s: Optional[float], fin
                       None if slo.tpot_s is None else tpot <= slo.tpot_s)
 
 
+# The bounds (ms) of the SLO classes: a label per client-chosen value would grow without bound.
+SLO_CLASS_BOUNDS_MS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+
+
 def slo_class(slo: SLO) -> str:
-    """A label for the request's SLO class: its TPOT SLO in ms (else its TTFT SLO)."""
-    if slo.tpot_s is not None:
-        return f"tpot_{slo.tpot_s * 1e3:g}ms"
-    return f"ttft_{slo.ttft_s * 1e3:g}ms"
+    """A label for the request's SLO class: its TPOT SLO (else its TTFT SLO) rounded up to the next of
+    ``SLO_CLASS_BOUNDS_MS``, so that there are at most a few dozen classes whatever clients send."""
+    kind, value = ("tpot", slo.tpot_s) if slo.tpot_s is not None else ("ttft", slo.ttft_s)
+    ms = value * 1e3
+    bound = next((b for b in SLO_CLASS_BOUNDS_MS if ms <= b), None)
+    return f"{kind}_le_{bound}ms" if bound is not None else f"{kind}_over_{SLO_CLASS_BOUNDS_MS[-1]}ms"

@@ -49,7 +49,9 @@ class DraftStore:
     """The server's state and API, without sockets (the loop below only decodes and dispatches)."""
 
     def __init__(self, drafter: str | None = DRAFT.drafter, default_ttl_s: float = DEFAULT_TTL_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_tokens: int = DRAFT.max_store_tokens):
+        self.max_tokens = max_tokens
+        self.tokens = 0  # response tokens held, over every group
         self.drafter_name = drafter if drafter and drafter != "none" else None
         self.drafter: IndexedDrafter | None = make_drafter(self.drafter_name) if self.drafter_name else None
         self.default_ttl_s = default_ttl_s
@@ -58,7 +60,7 @@ class DraftStore:
         self.started = clock()
         self.groups: dict[str, _Group] = {}
         self.counters = {"update_calls": 0, "updates": 0, "tokens_in": 0, "gaps": 0, "fetches": 0,
-                         "fetched_tokens": 0, "expired": 0, "registered": 0, "dropped": 0}
+                         "fetched_tokens": 0, "expired": 0, "registered": 0, "dropped": 0, "evicted": 0}
 
     def _group(self, group_id: str) -> _Group:
         g = self.groups.get(group_id)
@@ -103,10 +105,22 @@ class DraftStore:
             tail = new[skip:]
             stored.extend(tail)
             g.version += 1
+            self.tokens += len(tail)
             self.counters["tokens_in"] += len(tail)
             if self.drafter:
                 self.drafter.update(group_id, request_id, n, tail)
+            if self.tokens > self.max_tokens:
+                self._evict(keep=group_id)
         return len(stored)
+
+    def _evict(self, keep: str) -> None:
+        """Drop the groups idle longest (never ``keep``) until the store is under 90% of its bound."""
+        for gid, _ in sorted(((gid, g.last_active) for gid, g in self.groups.items() if gid != keep),
+                             key=lambda item: item[1]):
+            if self.tokens <= 0.9 * self.max_tokens:
+                break
+            self._remove(gid)
+            self.counters["evicted"] += 1
 
     def update_many(self, updates: list) -> list[int]:
         self.counters["update_calls"] += 1
@@ -139,8 +153,10 @@ class DraftStore:
         return out
 
     def _remove(self, group_id: str) -> bool:
-        if self.groups.pop(group_id, None) is None:
+        g = self.groups.pop(group_id, None)
+        if g is None:
             return False
+        self.tokens -= sum(len(t) for t in g.requests.values())
         if self.drafter:
             self.drafter.drop_group(group_id)
         return True

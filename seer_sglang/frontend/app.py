@@ -6,17 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from sglang.srt.utils.auth import add_api_key_middleware
 
 from ..config import SeerConfig
 from ..core.policy import make_policy
 from .engine import EngineHooks, RolloutEngine
-from .errors import error_response, install_error_handlers
+from .errors import install_error_handlers
 from .instance_client import InstanceClient
 from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
+from .middleware import BoundBody, CountRequests
 from .openapi import install_schema
 from .routes import admin, benchmarking, discovery, native, observability, openai, rollout, weights, workers
 from .state import Frontend, ModelInfo
@@ -45,8 +47,9 @@ async def describe_model(client: InstanceClient, model_path: str | None) -> Mode
 
 
 def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,
-               pool: PoolAccess | None = None) -> FastAPI:
-    """Build the app; the engine starts in the lifespan, once the instances answer."""
+               pool: PoolAccess | None = None, supervisor: Any = None) -> FastAPI:
+    """Build the app; the engine starts in the lifespan, once the instances answer. ``supervisor``
+    (``launch.supervisor.Supervisor``): restarts the instances this process started when they exit."""
     config = config or SeerConfig()
     pool = pool or PoolAccess()
     metrics = Metrics()
@@ -76,6 +79,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
                                instance_down_s=config.rollout.instance_down_s, slo_headroom=config.slo.headroom)
         await engine.start()
         sweeper = None
+        watcher = asyncio.create_task(supervisor.run()) if supervisor is not None else None
+        app.state.supervisor = supervisor
         if pool.file_pool is not None:
             sweeper = asyncio.create_task(janitor(pool.file_pool, engine.idle, report_pool,
                                                   config.kv_pool.idle_clear_s))
@@ -90,8 +95,9 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         try:
             yield
         finally:
-            if sweeper is not None:
-                sweeper.cancel()
+            for task in (sweeper, watcher):
+                if task is not None:
+                    task.cancel()
             await engine.stop()
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
@@ -106,23 +112,8 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         # /health and /metrics stay open for probes and scrapers.
         add_api_key_middleware(app, api_key=config.frontend.api_key, admin_api_key=config.frontend.admin_api_key)
 
-    max_body = int(config.frontend.max_body_mb * 2**20)
-
-    @app.middleware("http")
-    async def bound_body(request: Request, call_next):
-        """A body over ``--max-body-mb`` is refused before it is read (its declared length)."""
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body:
-            return error_response(f"request body of {int(length)} bytes is over the limit of {max_body} "
-                                  f"(--max-body-mb)", 413, code="request_too_large")
-        return await call_next(request)
-
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next):
-        response = await call_next(request)
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "unmatched")
-        metrics.requests.labels(endpoint, str(response.status_code)).inc()
-        return response
+    app.add_middleware(CountRequests, count=lambda route, status: metrics.requests.labels(route, status).inc())
+    # outermost: a body over the bound is refused before anything else reads it
+    app.add_middleware(BoundBody, max_bytes=int(config.frontend.max_body_mb * 2**20))
 
     return app

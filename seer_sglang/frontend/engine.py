@@ -84,9 +84,13 @@ class RolloutEngine:
         self._given_up: set[str] = set()  # samples whose chunk on a stalled instance was given up
         self.hooks = hooks or EngineHooks()
         self.max_chunk_failures = max_chunk_failures
+        self.max_crashes_per_sample = 2  # instances a sample may see die under it in a row
+        self.last_answer_at: dict[int, float] = {}  # instance -> when a chunk last got an answer from it
         # False: a sample whose weights change under it restarts from its prompt (one version per sample).
         self.mixed_weight_versions = mixed_weight_versions
-        self.weight_versions_seen: list[str] = []
+        # the latest versions chunks reported (bounded: a long job updates its weights thousands of times)
+        self.weight_versions_seen: collections.deque[str] = collections.deque(maxlen=64)
+        self._versions_reported = 0
         self.paused = False
         # SGLang memory tags each instance gave back (sleep mode); while any KV cache is, nothing is dispatched
         self.released_memory: dict[int, set[str]] = collections.defaultdict(set)
@@ -167,15 +171,25 @@ class RolloutEngine:
         return [p for p in self.timeline if p.t >= t]
 
     async def broadcast(self, path: str, body: dict[str, Any] | list[dict[str, Any]] | None, *,
-                        method: str = "POST", params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                        method: str = "POST", params: dict[str, Any] | None = None,
+                        control: bool = False) -> list[dict[str, Any]]:
         """One call on every instance (POST: an admin call, with one body for all or one per instance;
-        GET: a read); each instance's status and answer."""
+        GET: a read); each instance's status and answer. An instance marked down is not called: its
+        entry says so (status 503, ``skipped``), and a hung one cannot hold up the others' answers.
+        ``control``: a call with the short timeout (``InstanceClient.post_admin``)."""
         clients = self.active_clients()
         bodies = body if isinstance(body, list) else [body] * len(clients)
-        calls = (c.post_admin(path, b) if method == "POST" else c.get(path, params)
-                 for c, b in zip(clients, bodies))
-        results = await asyncio.gather(*calls)
-        return [{"instance": c.index, "url": c.url, "status": status, "body": content}
+
+        async def call(client: InstanceClient, b: Any) -> tuple[int, Any]:
+            if not self.views[client.index].healthy:
+                return 503, {"error": f"instance {client.index} is marked down; not called", "skipped": True}
+            if method == "POST":
+                return await client.post_admin(path, b, control=control)
+            return await client.get(path, params)
+
+        results = await asyncio.gather(*(call(c, b) for c, b in zip(clients, bodies)))
+        return [{"instance": c.index, "url": c.url, "status": status, "body": content,
+                 **({"skipped": True} if isinstance(content, dict) and content.get("skipped") else {})}
                 for c, (status, content) in zip(clients, results)]
 
     # ---- submission ------------------------------------------------------------------------
@@ -479,6 +493,11 @@ class RolloutEngine:
         except InstanceUnavailable as e:
             self.views[instance].healthy = False
             self._settle(sample, instance, reserve, chunk)
+            if e.crashed:
+                sample.crashed_on.append(instance)
+            if len(set(sample.crashed_on)) >= self.max_crashes_per_sample:
+                self._fail_poison(sample, str(e))
+                return
             self._redispatch(sample, instance, str(e))
             return
         except InstanceRejected as e:
@@ -497,9 +516,19 @@ class RolloutEngine:
             self._complete(sample, SampleState.FAILED)
             return
         self._settle(sample, instance, reserve, chunk)
+        sample.crashed_on.clear()
         if not self._versions_agree(sample, base, chunk, last_meta):
             return
         self._after_chunk(sample, finish)
+
+    def _fail_poison(self, sample: Sample, why: str) -> None:
+        """The instances the sample last ran on each died under it: it is not sent to another."""
+        crashed = ", ".join(str(i) for i in sample.crashed_on)
+        logger.error("%s: instances %s each failed while running it (%s); not sent to another", sample.rid,
+                     crashed, why)
+        sample.error, sample.error_status, sample.finish_reason = (
+            f"instances {crashed} each failed while running this sample; it is not sent to another", 500, "error")
+        self._complete(sample, SampleState.FAILED)
 
     def _versions_agree(self, sample: Sample, base: int, chunk: ChunkRecord, meta: dict[str, Any]) -> bool:
         """Record which weights made the chunk's tokens. A sample whose tokens now come from two
@@ -514,7 +543,8 @@ class RolloutEngine:
         for seen, _, _ in spans:
             if seen not in self.weight_versions_seen:
                 self.weight_versions_seen.append(seen)
-                if len(self.weight_versions_seen) > 1:
+                self._versions_reported += 1
+                if self._versions_reported > 1:
                     logger.info("instance %d runs weight version %r", chunk.instance, seen)
                     if self.hooks.on_weight_version is not None:
                         self.hooks.on_weight_version(seen)
@@ -534,6 +564,7 @@ class RolloutEngine:
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
         chunk.reported = True
+        self.last_answer_at[instance] = time.monotonic()
         chunk.cached_tokens = meta.get("cached_tokens", 0)
         details = meta.get("cached_tokens_details") or {}
         chunk.device_tokens = int(details.get("device") or 0)

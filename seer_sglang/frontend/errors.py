@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -13,6 +13,22 @@ class APIError(Exception):
                  param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message, self.status_code, self.type, self.param, self.code = message, status_code, type_, param, code
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its answer was ready; its work has been freed."""
+
+
+# nginx's status for a request whose client closed the connection: logged and counted, never read
+CLIENT_CLOSED = 499
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """The bytes read of a body passed ``--max-body-mb`` (raised while a route reads it). An HTTP
+    exception, so FastAPI's body parsing passes it on as it is."""
+
+    def __init__(self, message: str):
+        super().__init__(413, message)
 
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
@@ -45,6 +61,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation_error(_: Request, exc: RequestValidationError):
         message, param = _describe_validation(exc)
         return error_response(message, 400, param=param)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_: Request, exc: ClientGone):
+        return Response(status_code=CLIENT_CLOSED)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _body_too_large(_: Request, exc: BodyTooLarge):
+        return error_response(str(exc.detail), 413, code="request_too_large")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException):

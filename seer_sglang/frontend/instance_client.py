@@ -14,7 +14,17 @@ from ..config import ROLLOUT, RolloutConfig
 
 
 class InstanceUnavailable(RuntimeError):
-    """The instance did not answer (connection refused, reset, timeout): retry elsewhere."""
+    """The instance did not answer (connection refused, reset, timeout): retry elsewhere. ``crashed``:
+    it closed the connection in the middle of the request, as a process that dies does."""
+
+    def __init__(self, message: str, crashed: bool = False):
+        super().__init__(message)
+        self.crashed = crashed
+
+
+def _unavailable(url: str, e: httpx.HTTPError) -> InstanceUnavailable:
+    crashed = isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError))
+    return InstanceUnavailable(f"{url}: {type(e).__name__}: {e}", crashed=crashed)
 
 
 class InstanceRejected(RuntimeError):
@@ -86,6 +96,7 @@ class InstanceClient:
         self._poll_timeout = _timeout(config.poll_timeout_s, config)
         self._info_timeout = _timeout(config.info_timeout_s, config)
         self._admin_timeout = _timeout(config.admin_timeout_s, config)
+        self._control_timeout = _timeout(config.control_timeout_s, config)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=_timeout(config.chunk_timeout_s, config),
                                        headers=bearer(api_key),
@@ -102,7 +113,7 @@ class InstanceClient:
         try:
             r = await self._http.post("/generate", json=payload)
         except httpx.HTTPError as e:
-            raise InstanceUnavailable(f"{self.url}: {type(e).__name__}: {e}") from e
+            raise _unavailable(self.url, e) from e
         if r.status_code >= 500:
             raise InstanceUnavailable(f"{self.url}: HTTP {r.status_code}: {_error_message(r)}")
         if r.status_code != 200:
@@ -131,7 +142,7 @@ class InstanceClient:
                         raise InstanceRejected(str(err.get("message", err)), int(err.get("code", 400)))
                     yield event
         except httpx.HTTPError as e:
-            raise InstanceUnavailable(f"{self.url}: {type(e).__name__}: {e}") from e
+            raise _unavailable(self.url, e) from e
 
     async def load(self) -> InstanceLoad:
         try:
@@ -152,10 +163,12 @@ class InstanceClient:
         r.raise_for_status()
         return r.json()
 
-    async def post_admin(self, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
-        """Forward an admin call (abort / pause / continue / update_weights); returns (status, body)."""
+    async def post_admin(self, path: str, body: dict[str, Any] | None, *, control: bool = False) -> tuple[int, Any]:
+        """Forward an admin call; returns (status, body). ``control``: an abort, pause, continue or flush,
+        which an instance that answers at all answers at once (``--control-timeout-s``); otherwise a
+        weight update or sleep-mode call (``--admin-timeout-s``)."""
         return await self._call("POST", path, json=body or {}, headers=self._admin_headers,
-                                timeout=self._admin_timeout)
+                                timeout=self._control_timeout if control else self._admin_timeout)
 
     async def get(self, path: str, params: dict[str, Any] | None = None) -> tuple[int, Any]:
         """Forward a read-only call (server and model info, loads, health); returns (status, body)."""
@@ -172,6 +185,8 @@ class InstanceClient:
     async def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         try:
             r = await self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException as e:
+            return 504, {"error": f"{self.url} did not answer {path} in time ({type(e).__name__})"}
         except httpx.HTTPError as e:
             return 503, {"error": f"{type(e).__name__}: {e}"}
         try:

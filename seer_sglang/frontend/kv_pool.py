@@ -42,6 +42,13 @@ class FilePool:
         self.max_bytes = int(size_gb * 2**30)
         self.evicted_files = 0
 
+    def is_page(self, name: str) -> bool:
+        """A page file of this model (``<hex hash><suffix>``): the only files eviction and clearing
+        remove from the directory."""
+        suffix = next((s for s in self.suffixes if name.endswith(s)), None)
+        stem = name[:-len(suffix)] if suffix else ""
+        return bool(stem) and all(c in "0123456789abcdef" for c in stem)
+
     def page_hashes(self, token_ids: list[int], weight_version: str) -> list[str]:
         """The pages' names under the key the plugin gives every request: its weight version."""
         from sglang.srt.mem_cache.utils import get_hash_str, storage_namespace_seed
@@ -71,7 +78,7 @@ class FilePool:
         try:
             with os.scandir(self.directory) as it:
                 for entry in it:
-                    if not entry.name.endswith(".bin"):
+                    if not self.is_page(entry.name):
                         continue
                     try:
                         st = entry.stat()

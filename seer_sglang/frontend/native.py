@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ..core.request import Sample, SamplingParams, derive_seed, group_seed_key
 from ..core.slo import SLO
+from ..wire import reserved_param
 from .errors import APIError
 
 # Top-level fields seer applies (see ``parse_generate``).
@@ -68,6 +69,18 @@ class NativeRequest:
     samples: list[NativeSample]
     text_in_logprobs: bool
     return_prompt_ids: bool
+
+
+def check_custom_params(params: Any, param: str) -> None:
+    """A client's custom params: an object (or null) without the keys seer reserves for itself."""
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise APIError(f"{param} must be an object", param=param)
+    key = reserved_param(params)
+    if key is not None:
+        raise APIError(f"{param}.{key} is reserved for seer_sglang's own use", param=f"{param}.{key}",
+                       code="reserved_parameter")
 
 
 def _refuse(name: str, why: str) -> APIError:
@@ -125,6 +138,7 @@ def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     unknown = sorted(set(sp) - _SAMPLING_APPLIED - set(_SAMPLING_REFUSED))
     if unknown:
         raise APIError(f"unknown sampling parameter {unknown[0]!r}", param=f"{param}.{unknown[0]}")
+    check_custom_params(sp.get("custom_params"), f"{param}.custom_params")
     try:
         parsed = SGLangSamplingParams(**sp)
         parsed.verify(vocab_size)
@@ -133,18 +147,33 @@ def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     return parsed
 
 
-def parse_generate(body: Any, *, encode, check_prompt, vocab_size: int, context_length: int,
+def _check_n(body: dict[str, Any]) -> None:
+    """``sampling_params.n`` (one value, or one per prompt) is a whole number of at least 1."""
+    raw = body.get("sampling_params")
+    for i, sp in enumerate(raw if isinstance(raw, list) else [raw]):
+        n = sp.get("n", 1) if isinstance(sp, dict) else 1
+        if n is None:
+            continue
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            param = "sampling_params.n" if not isinstance(raw, list) else f"sampling_params.{i}.n"
+            raise APIError(f"{param} must be an integer of at least 1, not {n!r}", param=param)
+
+
+def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size: int, context_length: int,
                    slo: SLO | None = None) -> NativeRequest:
     """The samples a ``/generate`` body asks for, in SGLang's response order. ``check_prompt(ids,
-    max_new, param, budget_param)`` checks a prompt and its budget (``Frontend.check_prompt``)."""
+    max_new, param, budget_param)`` checks a prompt and its budget (``Frontend.check_prompt``);
+    ``check_samples(count)`` the number of samples, before any is built (``Frontend.check_samples``)."""
     if not isinstance(body, dict):
         raise APIError("the body must be a JSON object")
+    _check_n(body)
     obj = _sglang_generate_input(body)
     if obj.text is not None:
         prompts = [obj.text] if isinstance(obj.text, str) else list(obj.text)
     else:
         prompts = [obj.input_ids] if obj.input_ids and isinstance(obj.input_ids[0], int) else list(obj.input_ids)
     b, n, single = obj.batch_size, obj.parallel_sample_num, obj.is_single  # n > 1 makes SGLang answer a list
+    check_samples(b * n)
     raw_params = body.get("sampling_params")
     params_list = _per_prompt(raw_params or {}, b, "sampling_params")
     logprob = _per_prompt(body.get("return_logprob") or False, b, "return_logprob")

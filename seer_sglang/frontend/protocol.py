@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.request import SamplingParams
 from ..core.slo import SLO
+from ..wire import reserved_param
 from .errors import APIError
 
 
@@ -18,8 +19,9 @@ class SLOField(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_ms: Optional[float] = Field(None, gt=0.0, le=3.6e6, description="time to first token, in ms")
-    tpot_ms: Optional[float] = Field(None, gt=0.0, le=6e4, description="mean time per output token, in ms")
+    # From 1 us: a smaller positive value would come to 0 s once converted.
+    ttft_ms: Optional[float] = Field(None, ge=1e-3, le=3.6e6, description="time to first token, in ms")
+    tpot_ms: Optional[float] = Field(None, ge=1e-3, le=6e4, description="mean time per output token, in ms")
 
     def to_slo(self) -> SLO | None:
         if self.ttft_ms is None and self.tpot_ms is None:
@@ -188,6 +190,15 @@ class RolloutPrompt(BaseModel):
     oracle_lengths: Optional[list[int]] = None
     # One dict per sample for the request's custom logit processor; passed through untouched.
     custom_params: Optional[list[dict[str, Any]]] = None
+
+    @field_validator("custom_params")
+    @classmethod
+    def _no_reserved_keys(cls, params: Optional[list[dict[str, Any]]]) -> Optional[list[dict[str, Any]]]:
+        for i, entry in enumerate(params or []):
+            key = reserved_param(entry)
+            if key is not None:
+                raise ValueError(f"custom_params[{i}].{key} is reserved for seer_sglang's own use")
+        return params
 
 
 class RolloutRequest(SamplingFields):

@@ -53,7 +53,9 @@ class Frontend:
         self.pool = pool or PoolAccess()
         self._group_counter = itertools.count()
         self.grouper = SampleGrouper(group_window_s, self.form_group)
-        self.native_rids: dict[str, Sample] = {}  # the rids /generate callers gave their samples
+        # The rids of /generate samples in flight, waiting for their group or in it: a rid names one
+        # sample at a time, as in SGLang.
+        self.native_rids: dict[str, NativeSample] = {}
         self._live_groups: dict[str, Group] = {}  # group key of per-sample requests -> its running group
         self.weight_session_open = False  # a trainer's /begin_weight_update without its /end_weight_update yet
         self.shutting_down = False
@@ -187,27 +189,36 @@ class Frontend:
         if len(self._live_groups) > 2 * len(self.engine.buffer.groups) + 64:
             self._live_groups = {k: g for k, g in self._live_groups.items() if self.engine.running_group(g.group_id)}
 
-    def name_samples(self, natives: list[NativeSample]) -> None:
+    def check_rids(self, natives: list[NativeSample]) -> None:
+        """Take the rids of a ``/generate`` call's samples; one already in flight, or given twice, is
+        refused as SGLang refuses it. They are the call's until ``forget_samples``."""
+        seen: set[str] = set()
         for n in natives:
-            self.native_rids[n.rid] = n.sample
+            if n.rid in self.native_rids or n.rid in seen:
+                raise APIError(f"Duplicate request ID detected: {n.rid}", param="rid", code="duplicate_rid")
+            seen.add(n.rid)
+        for n in natives:
+            self.native_rids[n.rid] = n
 
     def forget_samples(self, natives: list[NativeSample]) -> None:
         for n in natives:
-            if self.native_rids.get(n.rid) is n.sample:
+            if self.native_rids.get(n.rid) is n:
                 del self.native_rids[n.rid]
 
     def find_samples(self, rid: str) -> list[Sample]:
-        """Samples named by a group id, a sample rid, or a rid a ``/generate`` caller gave (exactly, or as
-        its prefix, as SGLang matches an abort); samples still waiting for their group are dropped."""
+        """Samples named exactly by a group id, a sample rid, or a rid a ``/generate`` caller gave; a
+        sample still waiting for its group is dropped from it. Never a prefix: one abort must not
+        reach other callers' requests."""
         found = self.engine.find(rid)
         if found:
             return found
-        for n in self.grouper.waiting():
-            if n.rid.startswith(rid):
-                n.abandoned = True
-        if rid in self.native_rids:
-            return [self.native_rids[rid]]
-        return [s for r, s in self.native_rids.items() if r.startswith(rid)]
+        native = self.native_rids.get(rid)
+        if native is None:
+            return []
+        if native.sample is None:
+            native.abandoned = True
+            return []
+        return [native.sample]
 
     def submit(self, groups: list[Group]) -> None:
         self.check_available()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import KV_POOL, KV_POOLS, EmulationConfig, KVPoolConfig
+from ..wire import POOL_MARKER
 from .instances import tp_size
 from .pool_choice import is_mla
 from .sglang_args import flag_value, has_flag
@@ -121,6 +122,21 @@ class RunningPool:
             shutil.rmtree(self.owned_dir, ignore_errors=True)
 
 
+def claim_pool_dir(directory: Path) -> None:
+    """Take ``directory`` for the file pool: created if missing, marked as the pool's (``POOL_MARKER``).
+    A directory that holds anything and no marker is refused, since the pool evicts and clears files
+    there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / POOL_MARKER
+    if not marker.exists():
+        foreign = sorted(p.name for p in directory.iterdir())
+        if foreign:
+            raise ValueError(f"--kv-pool-dir {directory} holds files that are not a seer KV pool's "
+                             f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); give an empty "
+                             f"directory, or one a seer run made")
+        marker.write_text("seer_sglang KV pool: page files in here are evicted and cleared by seer_sglang\n")
+
+
 def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | None, model_path: str,
                   cpu: bool, with_plugin: bool = True, instances: int = 1,
                   emulation: EmulationConfig | None = None, chunk_size: int | None = None) -> RunningPool:
@@ -160,14 +176,14 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
             setup.directory = pool.owned_dir = Path(tempfile.mkdtemp(prefix="kv-pool-", dir=log_dir))
         else:
             raise ValueError("--kv-pool file with --instance-urls needs --kv-pool-dir (the instances' directory)")
-        setup.directory.mkdir(parents=True, exist_ok=True)
+        claim_pool_dir(setup.directory)
     elif kind == "mooncake":
         from .mooncake import start_local_mooncake
 
         if config.mooncake_config:
             setup.mooncake = json.loads(Path(config.mooncake_config).read_text())
         elif log_dir is not None:
-            setup.mooncake, pool.processes = start_local_mooncake(log_dir, config.size_gb)
+            setup.mooncake, pool.processes = start_local_mooncake(log_dir, config.size_gb, config.host)
         else:
             raise ValueError("--kv-pool mooncake with --instance-urls needs --kv-pool-config")
     return pool

@@ -1,4 +1,5 @@
-"""A one-machine Mooncake store (master + store service on loopback) for ``--kv-pool mooncake``.
+"""A one-machine Mooncake store (master + store service, bound to ``--kv-pool-host``: loopback by
+default) for ``--kv-pool mooncake``.
 
 Multi-node runs attach to an existing cluster with ``--kv-pool-config`` instead. The package is
 ``mooncake-transfer-engine-non-cuda`` on CPU (``mooncake-transfer-engine`` on GPU); its import
@@ -79,7 +80,7 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
     why = mooncake_available()
     if why:
         raise MooncakeUnavailable(why)
-    rpc, meta, metrics, store = free_port(), free_port(), free_port(), free_port()
+    rpc, meta, metrics, store = (free_port(host) for _ in range(4))
     procs: list[subprocess.Popen] = []
 
     env = {**os.environ, **library_env()}
@@ -101,7 +102,7 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
                                         "local_buffer_size": 0}))
     try:
         _wait_port(host, meta, procs[0])
-        spawn([sys.executable, "-m", "mooncake.mooncake_store_service", f"--config={store_config}",
+        spawn([sys.executable, "-m", "seer_sglang.launch.mooncake_store", "--host", host, f"--config={store_config}",
                f"--port={store}"], "store")
         _wait_port(host, store, procs[1])
     except Exception:

@@ -46,13 +46,14 @@ def register() -> None:
     _registered = True
     _ensure_log_handler()
     from ..config import PluginConfig
-    from . import (emulation, hicache_cpu, penalties, pool_hash, pool_writes, queue_order, seeded_sampling,
-                   slo_batching, spec_registry, transfer_gate, weight_namespace)
+    from . import (emulation, hicache_cpu, penalties, pool_hash, pool_writes, queue_order, request_check,
+                   seeded_sampling, slo_batching, spec_registry, transfer_gate, weight_namespace)
 
     if PluginConfig.from_env().emulation_only:  # plain SGLang on emulated steps (a benchmark baseline)
         emulation.register_hooks()
         logger.info("seer_sglang plugin loaded for step emulation only (pid=%d, role=%s)", os.getpid(), _caller_role())
         return
+    request_check.register_hooks()
     seeded_sampling.register_hooks()
     penalties.register_hooks()
     queue_order.register_hooks()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..wire import PRIOR_OUTPUT_PARAM
+from ..wire import prior_output
 
 PENALTY = "sglang.srt.sampling.penaltylib"
 TARGETS = {
@@ -48,9 +48,7 @@ def seed_earlier_output(result, penalizer, *args, kind: str, **kwargs):
 
     trailing = not get_schedule().disable_overlap_schedule
     for row, req in enumerate(penalizer.orchestrator.reqs()):
-        params = req.sampling_params.custom_params
-        prior = params.get(PRIOR_OUTPUT_PARAM, 0) if isinstance(params, dict) else 0
-        tokens = earlier_output(req.origin_input_ids, int(prior), trailing)
+        tokens = earlier_output(req.origin_input_ids, prior_output(req.sampling_params.custom_params), trailing)
         if not tokens:
             continue
         ids = torch.tensor(tokens, dtype=torch.int64, device=penalizer.orchestrator.device)

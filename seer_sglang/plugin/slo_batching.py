@@ -47,7 +47,7 @@ from ..core.slo import (CreditBatcher, Pace, StepTime, Waiting, fitted_step_time
                         step_time)
 from ..core.step_model import StepModel, emulated_model
 from ..speculative.budget import OnlineCost
-from ..wire import SLO_PARAM, SLO_REJECTED
+from ..wire import SLO_PARAM, SLO_REJECTED, slo_param_error
 
 logger = logging.getLogger("seer_sglang.plugin")
 UPDATE = "sglang.srt.managers.scheduler.Scheduler.update_running_batch"
@@ -101,8 +101,11 @@ _state: _State | None = None
 
 
 def slo_of(req: Any) -> Optional[dict[str, Any]]:
+    """The request's SLO as the frontend wrote it; None without one, or for a value that is not one
+    (``request_check`` fails such a request as it arrives)."""
     params = getattr(req.sampling_params, "custom_params", None)
-    return params.get(SLO_PARAM) if isinstance(params, dict) else None
+    slo = params.get(SLO_PARAM) if isinstance(params, dict) else None
+    return slo if slo is not None and slo_param_error(slo) is None else None
 
 
 def _tpot(req: Any) -> Optional[float]:
@@ -185,7 +188,11 @@ def update_with_credits(original, scheduler, batch, *args, **kwargs):
                            "overlap scheduler, whose relay of drafts and tokens follows the whole batch")
         return original(scheduler, batch, *args, **kwargs)
     kv = {req.rid: len(req.origin_input_ids) + len(req.output_ids) for req in batch.reqs}
-    decision = plan_step(st.batcher, running, kv, step_s, st.headroom, _paces(st, batch.reqs), now)
+    try:
+        decision = plan_step(st.batcher, running, kv, step_s, st.headroom, _paces(st, batch.reqs), now)
+    except Exception:  # a decision that cannot be made costs this step its credit order, never the instance
+        logger.exception("SLO credit batching failed for this step; every request decodes")
+        return original(scheduler, batch, *args, **kwargs)
     decode = set(decision.decode)
     st.stats["best_effort_decoded"] += sum(1 for rid in decision.decode if running[rid] is None)
     st.stats["best_effort_deferred"] += sum(1 for rid in decision.skipped if running[rid] is None)
@@ -287,7 +294,11 @@ def screen_waiting(original, scheduler, running_batch, *args, **kwargs):
     # a request admitted once (then retracted, or waiting for room) is not screened again
     waiting_slo = [req for req in scheduler.waiting_queue if slo_of(req) and not getattr(req, "_seer_admitted", False)]
     if waiting_slo:
-        refused = _refusals(st, waiting_slo, running_batch)
+        try:
+            refused = _refusals(st, waiting_slo, running_batch)
+        except Exception:  # admitted unscreened this round rather than failing the instance
+            logger.exception("SLO admission failed for this round; the waiting requests go on unscreened")
+            refused = {}
         if refused:
             scheduler.waiting_queue[:] = [r for r in scheduler.waiting_queue if id(r) not in refused]
             for req in waiting_slo:

@@ -224,6 +224,7 @@ class SeerSpecWorker(NGRAMWorker):
         self.fed: dict[str, int] = {}  # rid -> response tokens the drafter holds
         self.live: dict = {}  # rid -> Req, for the requests of recent decode batches
         self.group_used: dict[str, float] = {}  # group -> last time a request of it was here
+        self.rid_seen: dict[str, float] = {}  # rid -> last step it was in
         self._next_idle_check = 0.0
         self.ngram_corpus = _RequestsLeft(self)
         self.full_width = self.draft_token_num
@@ -261,6 +262,7 @@ class SeerSpecWorker(NGRAMWorker):
         self.offset.clear()
         self.fed.clear()
         self.live.clear()
+        self.rid_seen.clear()
         self._prev_decode_rids = set()
 
     def _release_idle_groups(self, now: float) -> None:
@@ -269,6 +271,12 @@ class SeerSpecWorker(NGRAMWorker):
         if now < self._next_idle_check:
             return
         self._next_idle_check = now + 10.0
+        # A request aborted while retracted never reaches note_request_finished: its per-rid state
+        # goes once it has sat out a whole TTL (a retracted one that resumes later re-registers).
+        stale = [rid for rid, seen in self.rid_seen.items() if now - seen > GROUP_TTL_S]
+        for rid in stale:
+            for table in (self.rid_seen, self.offset, self.fed, self.live):
+                table.pop(rid, None)
         active = {request_key(rid)[0] for rid in self.fed}
         for group, last in list(self.group_used.items()):
             if group not in active and now - last > GROUP_TTL_S:
@@ -322,6 +330,7 @@ class SeerSpecWorker(NGRAMWorker):
             self._catch_up(req, [])
         self.offset.pop(rid, None)
         self.fed.pop(rid, None)
+        self.rid_seen.pop(rid, None)
 
     def _prepare_draft_tokens(self, batch: ScheduleBatch) -> tuple[np.ndarray, np.ndarray]:
         """The drafts planned at the start of the step (their budget set the width NGRAM's setup uses)."""
@@ -340,6 +349,7 @@ class SeerSpecWorker(NGRAMWorker):
         now, last = time.monotonic(), []
         for req, extra in zip(batch.reqs, pending):
             self.live[req.rid] = req
+            self.rid_seen[req.rid] = now
             self.group_used[request_key(req.rid)[0]] = now
             last.append(self._catch_up(req, extra))
         self._release_idle_groups(now)

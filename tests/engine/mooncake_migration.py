@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for conftest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/engine/, for kill_rollout
@@ -129,12 +130,26 @@ def master_killed(server, url: str, ref: list[list[int]]) -> dict:
     return {"down": down, "rollout_while_down": rollout, "healthy_while_down": healthy, "back": back}
 
 
+def mooncake_listeners(launcher_pid: int) -> dict[str, list[str]]:
+    """The addresses the launcher's Mooncake master and store service listen on, by process."""
+    out: dict[str, list[str]] = {}
+    for p in psutil.Process(launcher_pid).children(recursive=False):
+        cmd = " ".join(p.cmdline())
+        name = "store" if "mooncake_store" in cmd else "master" if "mooncake_master" in cmd else None
+        if name is None:
+            continue
+        out[name] = sorted({c.laddr.ip for c in psutil.net_connections(kind="inet")
+                            if c.pid == p.pid and c.status == psutil.CONN_LISTEN})
+    return out
+
+
 def main(log_dir: str) -> None:
     server = start_seer(str(prepare("tiny")), Path(log_dir), "--num-instances", "2", "--dtype", "float32",
                         "--kv-pool", "mooncake", "--kv-pool-size-gb", "1", "--scheduler", "context",
                         "--chunk-size", "32")
     try:
         wait_server(server)
+        print("BIND " + json.dumps(mooncake_listeners(server.proc.pid)), flush=True)
         a, b = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
         prompt = [(37 * i) % 900 + 5 for i in range(300)]
         first = generate(a, prompt, 64)["output_ids"]

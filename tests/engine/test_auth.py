@@ -50,3 +50,18 @@ def test_probes_stay_open_and_instances_are_keyed(keyed):
     body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
     assert httpx.post(f"{instance['url']}/generate", json=body, timeout=60).status_code == 401
     assert httpx.post(f"{instance['url']}/generate", json=body, headers=_auth(API_KEY), timeout=60).status_code == 200
+
+
+def test_server_info_carries_no_key_and_needs_the_admin_key(keyed):
+    assert httpx.get(f"{keyed.url}/server_info", timeout=30).status_code == 401
+    assert httpx.get(f"{keyed.url}/server_info", headers=_auth(API_KEY), timeout=30).status_code == 401
+    for path in ("/server_info", "/get_server_info"):
+        r = httpx.get(f"{keyed.url}{path}", headers=_auth(ADMIN_KEY), timeout=60)
+        assert r.status_code == 200, r.text
+        assert API_KEY not in r.text and ADMIN_KEY not in r.text
+        info = r.json()
+        assert info["api_key"] is None and info["admin_api_key"] is None and info["seer"]["num_instances"] == 1
+    # an error an instance gives back carries no key either
+    bad = httpx.post(f"{keyed.url}/generate", headers=_auth(API_KEY), timeout=60,
+                     json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": -1}})
+    assert bad.status_code == 400 and API_KEY not in bad.text and ADMIN_KEY not in bad.text

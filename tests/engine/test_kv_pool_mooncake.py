@@ -40,6 +40,10 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert lines, f"no result (exit {out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     result = json.loads(lines[-1][len("RESULT "):])
+    # The store service's REST API (put, get, remove_all; no auth) listens on loopback only.
+    binds = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("BIND "))[len("BIND "):])
+    print("Mooncake listeners:", binds)
+    assert binds.get("store") and set(binds["store"]) == {"127.0.0.1"}, binds
     assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
     assert result["details"].get("storage_backend") == "MooncakeStore", result
     assert result["identical"], result

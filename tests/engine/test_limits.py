@@ -64,3 +64,32 @@ def test_a_full_server_answers_429_and_takes_the_request_once_samples_finish(bou
     assert box["r"].status_code == 200 and len(box["r"].json()["samples"]) == PER_REQUEST  # nothing lost
     again = httpx.post(f"{bounded.url}/v1/rollout", json=more, timeout=120)
     assert again.status_code == 200 and len(again.json()["samples"]) == 5
+
+
+def test_a_chunked_body_over_the_limit_is_refused_as_it_is_read(bounded):
+    """No Content-Length: the bound holds on the bytes read."""
+    def chunks():
+        yield b'{"prompts": ["'
+        for _ in range(40):
+            yield b"x" * 1000
+        yield b'"], "max_tokens": 1}'
+
+    for route in ("/v1/rollout", "/generate"):
+        r = httpx.post(f"{bounded.url}{route}", content=chunks(), timeout=60,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+    ok = httpx.post(f"{bounded.url}/v1/rollout", json={"prompts": ["hi"], "max_tokens": 2}, timeout=120)
+    assert ok.status_code == 200
+
+
+def test_sample_counts_are_checked_before_samples_are_built(bounded):
+    """A request for a billion samples is refused at once, from the counts in its body."""
+    huge = [
+        ("/v1/rollout", {"prompts": [{"input_ids": [5, 6], "n": 1024}] * 20, "max_tokens": 1}),
+        ("/v1/completions", {"prompt": [[5, 6]] * 40, "n": 1000, "max_tokens": 1}),
+        ("/generate", {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 1, "n": 10**9}}),
+    ]
+    for route, body in huge:
+        start = time.monotonic()
+        _error(httpx.post(f"{bounded.url}{route}", json=body, timeout=60), 400, "too_many_samples")
+        assert time.monotonic() - start < 5

@@ -105,3 +105,99 @@ def test_the_router_prices_slo_requests_by_the_model_each_instance_decides_by():
         await engine.stop()
 
     asyncio.run(run())
+
+
+class CrashingInstance(SilentInstance):
+    """Drops every chunk's connection mid-request, as an instance process that dies does."""
+
+    async def generate(self, payload):
+        from seer_sglang.frontend.instance_client import InstanceUnavailable
+
+        self.chunks += 1
+        raise InstanceUnavailable(f"{self.url}: RemoteProtocolError: Server disconnected", crashed=True)
+
+
+def test_a_sample_that_two_instances_died_under_is_not_sent_to_a_third():
+    async def run():
+        clients = [CrashingInstance(i) for i in range(3)]
+        engine = RolloutEngine(clients, WholeGroupPolicy(), poll_interval_s=3600)
+        await engine.poll_loads()
+        for view in engine.views:  # crashed instances come back up at once here: only the rule stops it
+            view.healthy = True
+        group = _group("poison", n=1)
+        engine.buffer.add_group(group)
+        sample = group.samples[0]
+        engine._launch(sample, 0, 8)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert sample.state == SampleState.PENDING and sample.crashed_on == [0]
+        engine.views[0].healthy = True
+        engine._launch(sample, 1, 8)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert sample.state == SampleState.FAILED and sample.error_status == 500
+        assert "instances 0, 1 each failed" in sample.error
+        assert not engine.buffer.has_pending() and sum(c.chunks for c in clients) == 2
+        await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_a_chunk_that_comes_back_clears_the_crash_count():
+    """Losing one instance, then finishing a chunk elsewhere, starts the count again: a sample that
+    outlives two separate failures of the deployment is not taken for the cause of them."""
+    sample = _group("g3", n=1).samples[0]
+    sample.crashed_on.append(0)
+    engine = _engine(2)
+    engine.buffer.add_group(Group(group_id="g3", prompt_ids=[1, 2, 3], samples=[sample]))
+
+    class Answering(SilentInstance):
+        async def generate(self, payload):
+            return {"output_ids": [7, 7], "meta_info": {"finish_reason": None}}
+
+    engine.clients[1] = Answering(1)
+
+    async def run():
+        await engine.poll_loads()
+        engine._launch(sample, 1, 2)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert sample.crashed_on == [] and sample.output_ids == [7, 7]
+        await engine.stop()
+
+    asyncio.run(run())
+
+
+def test_an_admin_call_names_a_hung_instance_and_skips_one_marked_down():
+    """One instance accepts the connection and never answers (a stopped process), one is marked down:
+    the fan-out answers within the control timeout, with each instance's own status."""
+    import time
+
+    from seer_sglang.config import RolloutConfig
+    from seer_sglang.frontend.instance_client import InstanceClient
+    from seer_sglang.frontend.routes.admin import answer
+
+    async def run():
+        async def hang(reader, writer):
+            await asyncio.sleep(60)
+
+        server = await asyncio.start_server(hang, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        config = RolloutConfig(control_timeout_s=0.5)
+        clients = [InstanceClient(f"http://127.0.0.1:{port}", 0, config),
+                   InstanceClient("http://127.0.0.1:9", 1, config)]
+        engine = RolloutEngine(clients, WholeGroupPolicy(), poll_interval_s=3600)
+        engine.views[0].healthy, engine.views[1].healthy = True, False
+        start = time.monotonic()
+        results = await engine.broadcast("/abort_request", {"abort_all": True}, control=True)
+        assert time.monotonic() - start < 5
+        assert results[0]["status"] == 504 and "did not answer" in results[0]["body"]["error"]
+        assert results[1]["status"] == 503 and results[1]["skipped"]
+        assert answer(results, down_ok=True).status_code == 502  # the hung one fails the call
+        assert answer(results[1:], down_ok=True).status_code == 200  # a skipped one alone does not
+        assert answer(results[1:], down_ok=False).status_code == 502  # ... except for a weight update
+        server.close()
+        for c in clients:
+            await c.close()
+
+    asyncio.run(run())

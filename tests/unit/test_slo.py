@@ -177,7 +177,11 @@ def test_attainment_measures_ttft_from_submission_and_tpot_between_later_tokens(
     assert late.ttft_met is False and late.tpot_met and not late.met
     slow = attainment(SLO(tpot_s=0.05), 10.0, 10.1, 10.1 + 0.06 * 9, 10)
     assert slow.ttft_met is None and slow.tpot_met is False
-    assert slo_class(slo) == "tpot_50ms" and slo_class(SLO(ttft_s=1.0)) == "ttft_1000ms"
+    assert slo_class(slo) == "tpot_le_50ms" and slo_class(SLO(ttft_s=1.0)) == "ttft_le_1000ms"
+    # client-chosen values fall into a fixed set of classes: the metric's labels stay bounded
+    classes = {slo_class(SLO(tpot_s=ms / 1e3)) for ms in range(1, 100_000, 7)}
+    assert len(classes) <= 13 and slo_class(SLO(tpot_s=0.0491)) == "tpot_le_50ms"
+    assert slo_class(SLO(ttft_s=3600.0)) == "ttft_over_60000ms"
 
 
 def test_plugin_puts_slo_requests_first_by_deadline_and_refuses_the_hopeless():

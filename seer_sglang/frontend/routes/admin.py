@@ -18,16 +18,21 @@ from .common import frontend, json_body
 router = APIRouter()
 
 
-async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str, Any]] | None) -> JSONResponse:
+async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str, Any]] | None, *,
+                  control: bool = False) -> JSONResponse:
     """The call on every instance (``body``: one for all, or one per instance): 200 if all took it; an
     instance's own refusal (4xx) as it is, so a caller that retries on SGLang's answer retries here;
-    502 if an instance failed."""
-    return answer(await fe.engine.broadcast(path, body))
+    502 if an instance failed or did not answer in time (each instance's status is in the answer).
+
+    ``control`` (abort, pause, continue, flush): the short timeout, and an instance marked down, which
+    holds nothing to abort, pause or flush, does not fail the call. Any other call (a weight update)
+    fails while an instance is down: it would come back on other weights."""
+    return answer(await fe.engine.broadcast(path, body, control=control), down_ok=control)
 
 
-def answer(per_instance: list[dict[str, Any]]) -> JSONResponse:
+def answer(per_instance: list[dict[str, Any]], down_ok: bool = False) -> JSONResponse:
     """One answer for a call every instance got (``fan_out``)."""
-    statuses = [r["status"] for r in per_instance]
+    statuses = [r["status"] for r in per_instance if not (down_ok and r.get("skipped"))]
     ok = all(s == 200 for s in statuses)
     refused = [s for s in statuses if 400 <= s < 500]
     status = 200 if ok else (refused[0] if refused and all(s < 500 for s in statuses) else 502)
@@ -37,19 +42,25 @@ def answer(per_instance: list[dict[str, Any]]) -> JSONResponse:
 @router.post("/abort_request")
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def abort_request(req: AbortRequest, request: Request):
+    """SGLang's abort: every request (``abort_all``), or the one its rid names exactly: a ``/generate``
+    caller's rid, a sample rid (``<group>-<index>``) or a group id (all its samples). A sample's chunk
+    is cancelled, which closes its request to the instance, and SGLang aborts it there; ``abort_all``
+    is also fanned out to every instance, with the short control timeout, and each one's answer is
+    listed (a stuck instance is named, not waited for)."""
     fe = frontend(request)
     if req.abort_all:
         aborted = fe.engine.abort_all()
         for native in fe.grouper.waiting():
             native.abandoned = True
+        response = await fan_out(fe, "/abort_request", req.model_dump(), control=True)
     else:
         if not req.rid:
-            raise APIError("give rid (a group id, sample rid or SGLang rid) or abort_all=true", param="rid")
+            raise APIError("give rid (a /generate rid, sample rid or group id) or abort_all=true", param="rid")
         samples = fe.find_samples(req.rid)
         for sample in samples:
             fe.engine.abort_sample(sample)
         aborted = len(samples)
-    response = await fan_out(fe, "/abort_request", req.model_dump())
+        response = JSONResponse({"success": True, "instances": []})
     response.headers["x-seer-aborted-samples"] = str(aborted)
     return response
 
@@ -59,7 +70,7 @@ async def abort_request(req: AbortRequest, request: Request):
 async def pause_generation(request: Request):
     fe = frontend(request)
     fe.engine.set_paused(True)
-    return await fan_out(fe, "/pause_generation", await json_body(request))
+    return await fan_out(fe, "/pause_generation", await json_body(request), control=True)
 
 
 @router.post("/continue_generation")
@@ -67,7 +78,7 @@ async def pause_generation(request: Request):
 async def continue_generation(request: Request):
     fe = frontend(request)
     fe.engine.set_paused(False)
-    return await fan_out(fe, "/continue_generation", await json_body(request))
+    return await fan_out(fe, "/continue_generation", await json_body(request), control=True)
 
 
 @router.api_route("/flush_cache", methods=["GET", "POST"])
@@ -76,6 +87,6 @@ async def flush_cache(request: Request):
     """Empty every instance's radix cache and the global KV pool. GET too, as SGLang: slime and veRL
     call it so, and retry until it answers 200 (an instance with requests running refuses, 400)."""
     fe = frontend(request)
-    response = await fan_out(fe, "/flush_cache", None)
+    response = await fan_out(fe, "/flush_cache", None, control=True)
     response.headers["x-seer-pool-pages-cleared"] = str(await fe.pool.clear())
     return response

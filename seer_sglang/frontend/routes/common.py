@@ -4,12 +4,41 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Awaitable, TypeVar
 
 from fastapi import Request
 
-from ..errors import APIError
+from ..errors import APIError, ClientGone
 from ..state import Frontend
+
+
+T = TypeVar("T")
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has closed the connection (its body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, unless the client goes away first: then ``work`` is cancelled (the route's
+    own cleanup aborts its samples on every instance and in the buffer) and ``ClientGone`` is raised.
+    Streamed answers need none of this: Starlette cancels their generator when the client leaves."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise ClientGone()
 
 
 def frontend(request: Request) -> Frontend:
@@ -25,6 +54,8 @@ async def json_body(request: Request) -> Any:
         return json.loads(raw)
     except ValueError as e:
         raise APIError(f"invalid JSON body: {e}") from e
+    except RecursionError:
+        raise APIError("invalid JSON body: nested too deeply") from None
 
 
 def policy_json(policy) -> dict[str, Any]:

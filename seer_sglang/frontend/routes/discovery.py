@@ -4,10 +4,12 @@ their old ``/get_`` names), ``/health_generate``, ``/v1/loads`` and ``/get_weigh
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ...wire import SEEDED_SAMPLER
 from ..errors import APIError
@@ -28,12 +30,38 @@ async def _first_answer(request: Request, path: str) -> dict[str, Any]:
                    code="no_healthy_instance")
 
 
+REDACTED = "<redacted>"
+
+
+def redact(value: Any, secrets: set[str]) -> Any:
+    """``value`` with every field named like a key emptied and every string that holds one of
+    ``secrets`` (the keys themselves) redacted, at any depth: SGLang's server info carries its
+    ``api_key`` and ``admin_api_key`` flags, and its launch command could spell them out."""
+    if isinstance(value, dict):
+        return {k: (None if v is not None and _secret_name(k) else redact(v, secrets)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, secrets) for v in value]
+    if isinstance(value, str) and any(s in value for s in secrets):
+        for s in secrets:
+            value = value.replace(s, REDACTED)
+    return value
+
+
+def _secret_name(key: Any) -> bool:
+    name = str(key).lower()
+    return name.endswith("api_key") or any(w in name for w in ("secret", "password", "credential"))
+
+
 @router.get("/server_info")
 @router.get("/get_server_info")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def server_info(request: Request):
-    """An instance's server info (its flags: tp_size, dp_size...), with seer's own section."""
+    """An instance's server info (its flags: tp_size, dp_size...), with seer's own section. It tells
+    the deployment's configuration, so it takes the admin key when one is set, and it never carries a
+    key: every key-like field is emptied."""
     fe = frontend(request)
-    info = await _first_answer(request, "/server_info")
+    secrets = {k for k in (fe.instance_args.get("api_key"), fe.instance_args.get("admin_api_key")) if k}
+    info = redact(await _first_answer(request, "/server_info"), secrets)
     info["seer"] = {"num_instances": len(fe.engine.active_clients()),
                     # ranks a weight update addresses (routes/weights.py): K instances x TP each
                     "weight_update_ranks": len(fe.engine.active_clients()) * fe.model.tp_size,
@@ -77,11 +105,26 @@ async def weight_version(request: Request):
             "instances": [{"instance": a["instance"], "weight_version": v} for a, v in zip(answers, versions)]}
 
 
+# SGLang's own rule: an instance that answered within its health check's timeout is generating.
+GENERATING_WITHIN_S = 20.0
+
+
 @router.get("/health_generate")
 async def health_generate(request: Request):
-    """200 when at least one instance can generate a token (SGLang's own check, on each instance)."""
-    answers = await frontend(request).engine.broadcast("/health_generate", None, method="GET")
-    return Response(status_code=200 if any(a["status"] == 200 for a in answers) else 503)
+    """200 when at least one instance can generate a token. As in SGLang, a server that is generating
+    is healthy without another request: an instance that answered a chunk in the last 20 s counts at
+    once, and only the others are asked (SGLang's own check, on each). A 503 says why, per instance."""
+    engine = frontend(request).engine
+    now = time.monotonic()
+    if any(now - t < GENERATING_WITHIN_S and engine.views[i].healthy for i, t in engine.last_answer_at.items()):
+        return Response(status_code=200)
+    answers = await engine.broadcast("/health_generate", None, method="GET")
+    if any(a["status"] == 200 for a in answers):
+        return Response(status_code=200)
+    return JSONResponse({"error": {"message": "no SGLang instance generated a token", "type": "server_error",
+                                   "code": "no_healthy_instance"},
+                         "instances": [{k: a[k] for k in ("instance", "url", "status")} for a in answers]},
+                        status_code=503)
 
 
 @router.get("/v1/loads")

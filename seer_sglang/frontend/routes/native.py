@@ -18,7 +18,7 @@ from ..protocol import SLOField
 from ..native import NativeRequest, group_key, parse_generate, response
 from ..state import Frontend
 from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER
-from .common import frontend, hold_until_first_token, json_body, sse
+from .common import frontend, hold_until_first_token, json_body, sse, unless_disconnected
 
 router = APIRouter()
 
@@ -61,22 +61,27 @@ async def generate(request: Request):
     explicit, size = _group_hint(request, body)
     slo = _slo(body)
     fe.check_available()
+    # The sample count is checked before any sample is built, and so before any joins a group: a
+    # refused request leaves nothing behind.
     req = parse_generate(body, encode=fe.tokenizer.encode_text, check_prompt=fe.check_prompt,
-                         vocab_size=fe.tokenizer.vocab_size, context_length=fe.model.context_length, slo=slo)
+                         check_samples=fe.check_samples, vocab_size=fe.tokenizer.vocab_size,
+                         context_length=fe.model.context_length, slo=slo)
+    fe.check_rids(req.samples)
     if slo is not None:  # no wait for siblings from other calls: the request's own samples form its group
         explicit, size = f"slo-{uuid.uuid4().hex}", len(req.samples)
-    fe.check_samples(len(req.samples))  # before any joins a group: a refused request leaves nothing behind
     if req.stream:
         return await _stream(fe, req, explicit, size)
     loop = asyncio.get_running_loop()
     finished = [loop.create_future() for _ in req.samples]
     for native, fut in zip(req.samples, finished):
         native.on_done = lambda s, f=fut: f.done() or f.set_result(s)
-    try:
+    async def run() -> None:
         await fe.grouper.join([(group_key(n, explicit), n) for n in req.samples], size)
-        fe.name_samples(req.samples)
         await asyncio.gather(*(asyncio.shield(f) for f in finished))
-    finally:
+
+    try:
+        await unless_disconnected(request, run())
+    finally:  # answered, refused, or the client went away: what still runs is aborted
         _release(fe, req)
     fe.raise_if_failed(n.sample for n in req.samples if n.sample is not None)
     outs = [response(n, req, fe.tokenizer, fe.tokenizer.sample_text(n.sample)) for n in req.samples]
@@ -106,7 +111,6 @@ async def _stream(fe: Frontend, req: NativeRequest, explicit: str | None, size: 
     held: list[tuple[str, Any]] = []
     try:
         await fe.grouper.join([(group_key(n, explicit), n) for n in req.samples], size)
-        fe.name_samples(req.samples)
         if any(n.sample.params.slo is not None for n in req.samples):
             held = await hold_until_first_token(queue, len(req.samples))
             if all(n.sample.state == SampleState.FAILED for n in req.samples):

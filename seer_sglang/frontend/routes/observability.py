@@ -21,6 +21,9 @@ async def health(request: Request):
     healthy = fe.engine.healthy_count()
     body = {"status": "ok" if healthy else "unavailable", "healthy_instances": healthy,
             "instances": len(fe.engine.active_clients())}
+    supervisor = getattr(request.app.state, "supervisor", None)
+    if supervisor is not None:  # restarts of the instances this server started; those that stay down
+        body["supervisor"] = supervisor.status()
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 

@@ -16,7 +16,7 @@ from ..errors import APIError
 from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..state import Frontend
 from ..tokenizer import TextStreamer
-from .common import frontend, hold_until_first_token, sse
+from .common import frontend, hold_until_first_token, sse, unless_disconnected
 
 router = APIRouter()
 
@@ -65,9 +65,10 @@ def _finish(sample: Sample) -> str:
     return sample.finish_reason if sample.finish_reason in ("stop", "length") else (sample.finish_reason or "stop")
 
 
-async def _run(fe: Frontend, groups: list[Group]) -> None:
+async def _run(fe: Frontend, request: Request, groups: list[Group]) -> None:
     fe.submit(groups)
-    await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
+    # a client that goes away cancels the wait, and wait_group aborts its group's samples
+    await unless_disconnected(request, asyncio.gather(*(fe.engine.wait_group(g) for g in groups)))
     fe.raise_if_failed(s for g in groups for s in g.samples)
 
 
@@ -145,6 +146,7 @@ async def completions(req: CompletionRequest, request: Request):
         prompts = [prompts]
     if not prompts:
         raise APIError("prompt must not be empty", param="prompt")
+    fe.check_samples(len(prompts) * req.n)  # before any prompt is encoded or any sample built
     max_tokens = req.max_tokens or 16
     params = _params(fe, req, max_tokens, req.logprobs is not None, req.logprobs or 0)
     groups = []
@@ -166,7 +168,7 @@ async def completions(req: CompletionRequest, request: Request):
                              "choices": [], "usage": _usage(groups)}
         return await _stream(fe, groups, chunk, [], usage)
 
-    await _run(fe, groups)
+    await _run(fe, request, groups)
     choices = []
     for index, sample in _choices(groups):
         text = fe.tokenizer.sample_text(sample)
@@ -208,6 +210,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     fe.check_model(req.model)
     fe.check_available()
     _refuse_unhonoured(req)
+    fe.check_samples(req.n)
     ids = fe.encode_messages(req.messages)
     max_tokens = req.max_completion_tokens or req.max_tokens or max(1, fe.model.context_length - len(ids))
     fe.check_prompt(ids, max_tokens, param="messages")
@@ -231,7 +234,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
                              "choices": [], "usage": _usage(groups)}
         return await _stream(fe, groups, chunk, first, usage)
 
-    await _run(fe, groups)
+    await _run(fe, request, groups)
     choices = []
     for index, sample in _choices(groups):
         choices.append({"index": index,

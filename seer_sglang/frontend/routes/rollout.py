@@ -23,11 +23,14 @@ from ...core.slo import attainment
 from ..errors import APIError
 from ..protocol import RolloutPrompt, RolloutRequest
 from ..state import Frontend
+from .common import unless_disconnected
 
 router = APIRouter()
 
 
 def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[str, int]]:
+    # counted from the body before any prompt is encoded or any sample built
+    fe.check_samples(sum((p.n if isinstance(p, RolloutPrompt) and p.n else req.n) for p in req.prompts))
     groups, prompt_index = [], {}
     for i, raw in enumerate(req.prompts):
         prompt = RolloutPrompt(text=raw) if isinstance(raw, str) else raw
@@ -119,7 +122,8 @@ async def rollout(req: RolloutRequest, request: Request):
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     fe.submit(groups)
-    await asyncio.gather(*(fe.engine.wait_group(g) for g in groups))
+    # a client that goes away cancels the wait, and wait_group aborts its group's samples
+    await unless_disconnected(request, asyncio.gather(*(fe.engine.wait_group(g) for g in groups)))
     fe.check_open()  # stopped before the samples finished: a 503, not half a rollout
     failed = [s for g in groups for s in g.samples if s.error]
     if failed and len(failed) == sum(len(g.samples) for g in groups) and all(s.error_status < 500 for s in failed):
