@@ -40,12 +40,20 @@ def error_response(message: str, status_code: int = 400, **kwargs) -> JSONRespon
     return JSONResponse(error_body(message, **kwargs), status_code=status_code)
 
 
+def _branch_name(part) -> bool:
+    """A union branch's tag in a pydantic error path (``RolloutPrompt``, ``str``, ``list[int]``)."""
+    return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float", "bool")
+                                      or part.startswith(("list[", "dict[")))
+
+
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
         return "invalid request", None
-    first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    # In a union (a prompt is a string or an object) pydantic reports every branch; the deepest error
+    # is the one about what the client meant. The branches' own names are not part of the path.
+    first = max(errors, key=lambda e: len(e.get("loc", ())))
+    loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _branch_name(p)]
     if first.get("type") == "json_invalid":
         return f"invalid JSON body: {first.get('msg')}", None
     param = ".".join(loc) or None

@@ -147,8 +147,10 @@ def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     return parsed
 
 
-def _check_n(body: dict[str, Any]) -> None:
-    """``sampling_params.n`` (one value, or one per prompt) is a whole number of at least 1."""
+def _check_n(body: dict[str, Any], check_samples) -> None:
+    """``sampling_params.n`` (one value, or one per prompt) is a whole number of at least 1, and no
+    more than one request may ask for: checked before SGLang's batch normalisation, which builds a
+    list entry per sample."""
     raw = body.get("sampling_params")
     for i, sp in enumerate(raw if isinstance(raw, list) else [raw]):
         n = sp.get("n", 1) if isinstance(sp, dict) else 1
@@ -157,6 +159,7 @@ def _check_n(body: dict[str, Any]) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             param = "sampling_params.n" if not isinstance(raw, list) else f"sampling_params.{i}.n"
             raise APIError(f"{param} must be an integer of at least 1, not {n!r}", param=param)
+        check_samples(n)
 
 
 def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size: int, context_length: int,
@@ -166,7 +169,7 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
     ``check_samples(count)`` the number of samples, before any is built (``Frontend.check_samples``)."""
     if not isinstance(body, dict):
         raise APIError("the body must be a JSON object")
-    _check_n(body)
+    _check_n(body, check_samples)
     obj = _sglang_generate_input(body)
     if obj.text is not None:
         prompts = [obj.text] if isinstance(obj.text, str) else list(obj.text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.request import Sample
+from .errors import APIError
 
 
 class PromptTokenizer:
@@ -19,6 +20,11 @@ class PromptTokenizer:
         self.vocab_size = len(self.tok)
 
     def encode_text(self, text: str) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON can carry a lone surrogate (\ud800), which no tokenizer takes
+            raise APIError(f"the prompt is not valid Unicode: {e.reason} at character {e.start}",
+                           param="text") from None
         return list(self.tok.encode(text))
 
     def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:

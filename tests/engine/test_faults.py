@@ -75,8 +75,15 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         # The dead instance left no torn page in the global KV pool: every page file has one size.
         sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
         assert len(sizes) == 1, sizes
+        # The launcher starts the killed instance again on its port, and it takes work again.
+        _wait_instances(server.url, lambda inst: all(i["healthy"] for i in inst), timeout_s=300)
         health = httpx.get(f"{server.url}/health").json()
-        assert health["healthy_instances"] == 1
+        assert health["healthy_instances"] == 2, health
+        assert health["supervisor"]["restarts"] == {str(result.victim): 1}, health
+        assert "restarting it in 2 s" in server.log_path.read_text()
+        again = httpx.post(f"{server.url}/v1/rollout", timeout=600, json={
+            "prompts": [{"input_ids": p} for p in PROMPTS[:4]], "n": 2, "max_tokens": 8, "temperature": 0})
+        assert again.status_code == 200 and result.victim in again.json()["summary"]["instances_used"]
     finally:
         assert stop_seer(server) == []
 
@@ -114,6 +121,22 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
             p.resume()
         stopped = []
         _wait_instances(server.url, lambda inst: inst[index]["healthy"], timeout_s=120)  # answers again: readmitted
+        # Stopped again, and an abort-all at once, before its polls have marked it down: the fan-out
+        # answers within its control timeout and names the stuck instance; the other one aborted.
+        stopped = [victim] + victim.children(recursive=True)
+        for p in stopped:
+            p.suspend()
+        start = time.monotonic()
+        r = httpx.post(f"{server.url}/abort_request", json={"abort_all": True}, timeout=60)
+        took = time.monotonic() - start
+        assert took < 20, took
+        per_instance = {i["instance"]: i for i in r.json()["instances"]}
+        assert per_instance[index]["status"] in (503, 504) and per_instance[1 - index]["status"] == 200, r.text
+        assert r.status_code == (200 if per_instance[index].get("skipped") else 502), r.text
+        for p in stopped:
+            p.resume()
+        stopped = []
+        _wait_instances(server.url, lambda inst: inst[index]["healthy"], timeout_s=120)
     finally:
         for p in stopped:
             p.resume()

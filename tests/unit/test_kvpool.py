@@ -238,3 +238,46 @@ def test_a_chunk_lost_with_its_instance_is_neither_a_hit_nor_a_recompute():
     totals = rollout_sources([sample])
     assert totals["recomputed"] == 100 + 4 and totals["pool"] == 128
     assert totals["continuations"] == 1 and totals["moves"] == 1 and totals["reprefill_tokens"] == 4
+
+
+def test_the_pool_directory_is_claimed_only_when_empty_or_already_the_pools(tmp_path):
+    from seer_sglang.launch.kv_pool import claim_pool_dir
+    from seer_sglang.wire import POOL_MARKER
+
+    fresh = tmp_path / "fresh"
+    claim_pool_dir(fresh)
+    assert (fresh / POOL_MARKER).exists()
+    claim_pool_dir(fresh)  # a directory a run made is taken again
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "weights.bin").write_bytes(b"not a KV page")
+    with pytest.raises(ValueError, match="not a seer KV pool"):
+        claim_pool_dir(foreign)
+    assert not (foreign / POOL_MARKER).exists() and (foreign / "weights.bin").exists()
+
+
+def test_the_janitor_touches_only_the_models_page_files(tmp_path):
+    pool = FilePool(tmp_path, "org/model", page_size=16, size_gb=1e-9)
+    page = tmp_path / ("ab" * 32 + "_org-model_0_1.bin")
+    other_model = tmp_path / ("cd" * 32 + "_other_0_1.bin")
+    foreign = [tmp_path / "checkpoint.bin", tmp_path / "notes_org-model_0_1.bin", other_model]
+    for path in [page, *foreign]:
+        path.write_bytes(b"x" * 64)
+    assert pool.usage_bytes() == 64 and pool.enforce_bound() == 1
+    assert not page.exists() and all(p.exists() for p in foreign)
+    page.write_bytes(b"x" * 64)
+    assert pool.clear() == 1 and all(p.exists() for p in foreign)
+
+
+def test_an_instance_is_restarted_with_a_doubling_backoff_up_to_its_limit():
+    from seer_sglang.launch.supervisor import RestartPolicy
+
+    policy = RestartPolicy(max_restarts=3, window_s=600.0, first_backoff_s=2.0)
+    waits = []
+    for now in (0.0, 10.0, 30.0):
+        waits.append(policy.next_restart(0, now))
+        policy.record(0, now)
+    assert waits == [2.0, 4.0, 8.0]
+    assert policy.next_restart(0, 40.0) is None  # three in ten minutes: it stays down
+    assert policy.next_restart(1, 40.0) == 2.0  # counted per instance
+    assert policy.next_restart(0, 620.0) == 4.0  # the window slid past the first two
