@@ -168,10 +168,56 @@ def eager_on_cpu(original, logprobs, seed, positions):
     return original(logprobs, seed, positions)
 
 
+def filtered_probs(probs, top_ks, top_ps):
+    """``probs`` with each row's top-k / top-p cut applied as SGLang's torch sampler cuts it (its sort,
+    its cumulative sum), in token order; rows with neither cut are left as they are, bit for bit."""
+    import torch
+
+    vocab = probs.shape[-1]
+    cut = (top_ks < vocab) | (top_ps < 1.0)
+    if not bool(cut.any()):
+        return probs
+    rows = cut.nonzero(as_tuple=True)[0]
+    sub = probs[rows]
+    probs_sort, probs_idx = sub.sort(dim=-1, descending=True)
+    probs_sum = torch.cumsum(probs_sort, dim=-1)
+    probs_sort[torch.arange(vocab, device=probs.device).view(1, -1) >= top_ks[rows].view(-1, 1)] = 0.0
+    probs_sort[(probs_sum - probs_sort) > top_ps[rows].view(-1, 1)] = 0.0
+    out = probs.clone()
+    out[rows] = torch.zeros_like(sub).scatter_(1, probs_idx, probs_sort)
+    return out
+
+
+def token_keyed_draw(original, probs, top_ks, top_ps, min_ps, need_min_p_sampling, sampling_seed, positions,
+                     *args, return_filtered_probs: bool = False, **kwargs):
+    """AROUND hook on SGLang's top-k / top-p sampler: seeded draws keyed by token id, as in its plain
+    path, so a request draws the same token whatever else is in its batch.
+
+    SGLang's seeded path takes the Gumbel noise of each column of the *sorted* probabilities: a row's
+    noise then follows its tokens' ranks, and the path is chosen for the whole batch (any row with a
+    top-k, a greedy one included, sends every row through it). A temperature-1 sample in a batch with
+    a greedy request drew other tokens than alone, so chunking and moving changed what it sampled.
+    Here every row draws ``argmax(log p_filtered(token) + gumbel(seed, position, token))``: its cut
+    applied in token order, the same noise as the plain path, and a row without a cut takes exactly
+    the plain path's draw. Each draw is still an exact sample of the row's filtered distribution.
+    """
+    import torch
+    from sglang.srt.layers import sampler
+
+    if sampling_seed is None or return_filtered_probs or need_min_p_sampling:
+        return original(probs, top_ks, top_ps, min_ps, need_min_p_sampling, sampling_seed, positions, *args,
+                        return_filtered_probs=return_filtered_probs, **kwargs)
+    kept = filtered_probs(probs, top_ks, top_ps)
+    ids = sampler.multinomial_with_seed(torch.log(kept), sampling_seed, positions)
+    return ids.view(-1).to(torch.int32)
+
+
 def register_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(TARGET, seed_every_request, HookType.AFTER)
     HookRegistry.register("sglang.srt.layers.sampler.multinomial_with_seed", eager_on_cpu, HookType.AROUND)
+    HookRegistry.register("sglang.srt.layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch",
+                          token_keyed_draw, HookType.AROUND)
     HookRegistry.register("sglang.kernels.ops.sampling.murmur_hash.murmur_hash32", murmur_hash32_cpu_aware,
                           HookType.AROUND)

@@ -87,3 +87,49 @@ def test_the_sparse_seeded_draw_is_sglangs_draw():
                            dense(full, seed[:4], positions[:4]))
     finally:
         sampler.murmur_hash32 = saved
+
+
+def test_a_seeded_draw_does_not_depend_on_the_rest_of_its_batch():
+    """A temperature-1 row draws the same token alone (SGLang's plain path) as beside a greedy row
+    (top-k = 1, which sends the whole batch down the top-k / top-p path); a row with its own cut
+    draws only tokens inside it, the same ones whatever its neighbours."""
+    import torch
+    from sglang.srt.layers import sampler
+
+    from seer_sglang.plugin.seeded_sampling import eager_on_cpu, murmur_hash32_torch, token_keyed_draw
+
+    saved_hash = sampler.murmur_hash32
+    sampler.murmur_hash32 = murmur_hash32_torch  # SGLang's CPU hash needs a kernel wheel we lack
+    torch.manual_seed(0)
+    vocab, rows = 64, 200
+    probs = torch.softmax(torch.randn(rows, vocab) * 2, dim=-1)
+    seeds = torch.randint(0, 2**62, (rows,), dtype=torch.int64)
+    positions = torch.arange(rows, dtype=torch.int64) * 7
+    old = sampler.multinomial_with_seed
+    draw = lambda *a, **k: eager_on_cpu(old, *a, **k)  # noqa: E731  (as hooked in an instance)
+    original = sampler.top_k_top_p_min_p_sampling_from_probs_torch
+    with_hooked = lambda p, k, tp, s, pos: token_keyed_draw(original, p, k, tp, torch.zeros(len(p)), False,  # noqa: E731
+                                                            s, pos)
+    sampler.multinomial_with_seed = draw
+    try:
+        alone = draw(torch.log(probs), seeds, positions).view(-1)
+        greedy = torch.softmax(torch.randn(1, vocab), dim=-1)
+        batch = torch.cat([greedy.expand(rows, -1), probs])
+        top_ks = torch.cat([torch.ones(rows, dtype=torch.int64), torch.full((rows,), vocab)])
+        top_ps = torch.ones(2 * rows)
+        both = with_hooked(batch, top_ks, top_ps, torch.cat([seeds, seeds]), torch.cat([positions, positions]))
+        assert torch.equal(both[rows:].long(), alone.long())  # the temperature-1 rows: as alone
+        assert bool((both[:rows].long() == greedy.argmax()).all())  # the greedy rows: their argmax
+        # rows with their own cut (top-k 5, top-p 0.7) draw inside it, alone or in a mixed batch
+        cut_k = torch.full((rows,), 5, dtype=torch.int64)
+        inside = with_hooked(probs, cut_k, torch.full((rows,), 0.7), seeds, positions).long()
+        ranks = probs.argsort(dim=-1, descending=True).argsort(dim=-1)
+        assert bool((ranks.gather(1, inside.view(-1, 1)) < 5).all())
+        mixed = with_hooked(torch.cat([probs, probs]), torch.cat([cut_k, torch.full((rows,), vocab)]),
+                            torch.cat([torch.full((rows,), 0.7), torch.ones(rows)]),
+                            torch.cat([seeds, seeds]), torch.cat([positions, positions])).long()
+        assert torch.equal(mixed[:rows], inside) and torch.equal(mixed[rows:], alone.long())
+        assert not torch.equal(inside, alone.long())  # the cut does change draws
+    finally:
+        sampler.multinomial_with_seed = old
+        sampler.murmur_hash32 = saved_hash
