@@ -9,6 +9,7 @@ a 502, and a route that needs an instance answers 503 while none is healthy. Cli
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
@@ -16,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 
-from ..wire import GROUP_FIELD, GROUP_SIZE_FIELD
+from ..wire import GROUP_FIELD, GROUP_SIZE_FIELD, RESERVED_PARAMS
 
 # Route -> SGLang's request type of its body.
 SGLANG_BODIES = {
@@ -61,6 +62,41 @@ def _error(description: str) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
 
+def generate_fields(components: dict[str, Any]) -> dict[str, Any]:
+    """What ``/generate`` checks beyond SGLang's types (``frontend/native.py``), as JSON Schema: the
+    sampling parameters seer applies and their bounds, custom params without the reserved keys, the
+    ``slo`` object and the group hints; so a schema-driven client (or fuzzer) builds bodies the
+    handler takes."""
+    from .protocol import SLOField
+
+    slo = TypeAdapter(SLOField).json_schema(ref_template="#/components/schemas/{model}")
+    components.update(slo.pop("$defs", {}))
+    components["SLOField"] = slo
+    reserved = "|".join(re.escape(k) for k in RESERVED_PARAMS)
+    sampling = {"type": "object", "additionalProperties": False, "properties": {
+        "max_new_tokens": {"type": ["integer", "null"], "minimum": 0},
+        "min_new_tokens": {"type": "integer", "minimum": 0},
+        "n": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "temperature": {"type": "number", "minimum": 0},
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "top_k": {"type": "integer", "minimum": -1},
+        "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+        "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+        "repetition_penalty": {"type": "number", "exclusiveMinimum": 0, "maximum": 2},
+        "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        "stop_token_ids": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
+        "ignore_eos": {"type": "boolean"}, "skip_special_tokens": {"type": "boolean"},
+        "spaces_between_special_tokens": {"type": "boolean"}, "no_stop_trim": {"type": "boolean"},
+        "sampling_seed": {"type": ["integer", "null"]},
+        "custom_params": {"type": ["object", "null"],
+                          "propertyNames": {"not": {"pattern": f"^({reserved}|__seer.*)$"}}},
+    }}
+    return {"sampling_params": {"anyOf": [sampling, {"type": "array", "items": sampling}]},
+            "slo": {"$ref": "#/components/schemas/SLOField"},
+            GROUP_FIELD: {"type": "string", "minLength": 1, "maxLength": 256},
+            GROUP_SIZE_FIELD: {"type": "integer", "minimum": 1, "maximum": 1024}}
+
+
 def install_schema(app: FastAPI, fan_out_paths: set[str]) -> None:
     """Serve the schema described above at ``/openapi.json``; ``fan_out_paths``: routes that call every
     instance and pass on their answers."""
@@ -88,10 +124,8 @@ def install_schema(app: FastAPI, fan_out_paths: set[str]) -> None:
                 if name is not None and method in ("post", "put"):
                     body, definitions = _sglang_body(name)
                     components.update(definitions)
-                    if path == "/generate":  # seer's own group hints beside SGLang's fields
-                        body.setdefault("properties", {}).update({
-                            GROUP_FIELD: {"type": "string", "minLength": 1, "maxLength": 256},
-                            GROUP_SIZE_FIELD: {"type": "integer", "minimum": 1, "maximum": 1024}})
+                    if path == "/generate":  # seer's own fields beside SGLang's, and what it checks
+                        body.setdefault("properties", {}).update(generate_fields(components))
                     op["requestBody"] = {"required": False, "content": {"application/json": {"schema": body}}}
         app.openapi_schema = schema
         return schema

@@ -88,14 +88,14 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
     if not drafts.enabled:
         return drafts
     from ..draft_server.client import wait_ready
-    from .processes import free_port
+    from .processes import die_with_parent, free_port
 
     drafts.address = f"tcp://127.0.0.1:{free_port()}"
     with open(log_dir / "draft-server.log", "ab") as log:
         drafts.processes.append(subprocess.Popen(
             [sys.executable, "-m", "seer_sglang.draft_server", "--bind", drafts.address, "--drafter", drafter,
              "--default-ttl", str(config.group_ttl_s)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent))
     try:
         wait_ready(drafts.address, timeout_s=60)
     except BaseException:

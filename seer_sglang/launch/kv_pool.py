@@ -122,6 +122,19 @@ class RunningPool:
             shutil.rmtree(self.owned_dir, ignore_errors=True)
 
 
+def start_reaper(directory: Path) -> subprocess.Popen:
+    """A process that removes ``directory`` if the launcher dies without removing it (``reaper.py``)."""
+    import sys
+
+    from .processes import die_with_parent
+
+    reaper = subprocess.Popen([sys.executable, "-m", "seer_sglang.launch.reaper", str(directory)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
+    reaper.stdout.readline()  # its handler is in place
+    reaper.stdout.close()
+    return reaper
+
+
 def claim_pool_dir(directory: Path) -> None:
     """Take ``directory`` for the file pool: created if missing, marked as the pool's (``POOL_MARKER``).
     A directory that holds anything and no marker is refused, since the pool evicts and clears files
@@ -174,6 +187,7 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
             setup.directory = Path(config.directory)
         elif log_dir is not None:
             setup.directory = pool.owned_dir = Path(tempfile.mkdtemp(prefix="kv-pool-", dir=log_dir))
+            pool.processes.append(start_reaper(pool.owned_dir))
         else:
             raise ValueError("--kv-pool file with --instance-urls needs --kv-pool-dir (the instances' directory)")
         claim_pool_dir(setup.directory)

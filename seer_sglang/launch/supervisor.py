@@ -79,7 +79,9 @@ class Supervisor:
         try:
             await asyncio.sleep(wait_s)
             self.policy.record(index, time.monotonic())
-            proc.popen = (await asyncio.to_thread(start_instance, proc.spec)).popen
+            # In the loop's own thread: the kernel signals a child when the thread that forked it
+            # ends (die_with_parent), and an executor's thread may end before the launcher does.
+            proc.popen = start_instance(proc.spec).popen
             log.info("instance %d restarted (pid %d)", index, proc.pid)
         except Exception:
             log.exception("instance %d could not be restarted", index)

@@ -1,6 +1,7 @@
 """Divided rollout on real engines: chunked samples are exactly what unchunked ones would be."""
 
 import random
+import threading
 
 import httpx
 import pytest
@@ -79,6 +80,24 @@ def test_seeded_sampling_is_identical_chunked_and_unchunked(seer_url, restore_sc
     assert [s["output_ids"] for s in chunked] == [s["output_ids"] for s in whole]
     assert max(len(s["chunks"]) for s in chunked) >= 2
     assert len({tuple(s["output_ids"]) for s in whole}) == len(whole)  # siblings differ
+
+
+def test_a_seeded_sample_is_the_same_beside_greedy_requests(seer_url, restore_scheduler):
+    """Temperature 1 with a seed, chunked: the same tokens alone as while a greedy rollout shares the
+    instances' batches (a greedy row used to send every row through SGLang's rank-keyed top-k draw)."""
+    set_scheduler(seer_url, "context", chunk_size=CHUNK)
+    seeded = {"prompts": [{"input_ids": p} for p in prompts(4, seed=21)], "n": 4, "max_tokens": 48,
+              "temperature": 1.0, "seed": 77, "ignore_eos": True}
+    greedy = {"prompts": [{"input_ids": p} for p in prompts(4, seed=22)], "n": 4, "max_tokens": 64,
+              "temperature": 0, "ignore_eos": True}
+    alone = rollout(seer_url, seeded)
+    box: dict = {}
+    beside = threading.Thread(target=lambda: box.update(g=rollout(seer_url, greedy)))
+    beside.start()
+    mixed = rollout(seer_url, seeded)
+    beside.join()
+    assert len(box["g"]) == 16
+    assert [s["output_ids"] for s in mixed] == [s["output_ids"] for s in alone]
 
 
 def test_logprobs_across_chunk_boundaries_equal_unchunked_runs(seer_url, plain_url, restore_scheduler):

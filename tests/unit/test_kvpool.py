@@ -281,3 +281,23 @@ def test_an_instance_is_restarted_with_a_doubling_backoff_up_to_its_limit():
     assert policy.next_restart(0, 40.0) is None  # three in ten minutes: it stays down
     assert policy.next_restart(1, 40.0) == 2.0  # counted per instance
     assert policy.next_restart(0, 620.0) == 4.0  # the window slid past the first two
+
+
+def test_the_pool_directory_goes_with_a_launcher_killed_outright(tmp_path):
+    """The launcher's reaper removes the pool's directory when the launcher dies by SIGKILL."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from pathlib import Path; from seer_sglang.launch.kv_pool import start_reaper; "
+            "d = Path(sys.argv[1]); d.mkdir(); (d / 'page.bin').write_bytes(b'x'); "
+            "start_reaper(d); print('ready', flush=True); time.sleep(60)")
+    pool_dir = tmp_path / "kv-pool-x"
+    launcher = subprocess.Popen([sys.executable, "-c", code, str(pool_dir)], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout.readline().strip() == "ready" and (pool_dir / "page.bin").exists()
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 20
+    while pool_dir.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pool_dir.exists()

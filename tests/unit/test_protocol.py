@@ -38,3 +38,24 @@ def test_inert_fields_and_unknown_extras_are_accepted(ours, theirs, minimal):
 def test_refusal_rules_keep_their_reasons():
     refused = protocol.ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], min_p=0.1).refused_field()
     assert refused is not None and refused[0] == "min_p" and "seeded sampler" in refused[1]
+
+
+def test_the_generate_schema_describes_seers_own_checks():
+    """Bodies built from the served schema reach the handler: its sampling params carry their bounds,
+    and custom params their reserved keys, so a schema-driven client never builds one seer refuses."""
+    import jsonschema
+
+    from seer_sglang.frontend.openapi import generate_fields
+
+    components: dict = {}
+    fields = generate_fields(components)
+    sampling = fields["sampling_params"]["anyOf"][0]
+    ok = {"max_new_tokens": 8, "n": 2, "temperature": 1.0, "custom_params": {"mine": 1}}
+    jsonschema.validate(ok, sampling)
+    for bad in ({"n": 0}, {"top_p": 0}, {"custom_params": {"__seer_slo__": 1}}, {"custom_params": {"__req__": 1}},
+                {"min_p": 0.1}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, sampling)
+    slo = {**components["SLOField"], "components": {"schemas": components}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"ttft_ms": 0}, slo)
