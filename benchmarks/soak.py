@@ -61,7 +61,7 @@ def slope(ys: list[float]) -> float:
 def rollout_body(args, rng: random.Random) -> dict:
     prompts = [[rng.randrange(5, 900) for _ in range(rng.randint(8, 40))] for _ in range(args.prompts)]
     return {"prompts": [{"input_ids": p, "n": args.n, "group_id": None} for p in prompts],
-            "max_tokens": args.max_tokens, "ignore_eos": False, "logprobs": False}
+            "max_tokens": args.max_tokens, "ignore_eos": False, "logprobs": True, "top_logprobs": 2}
 
 
 def one_round(url: str, bodies: list[dict], pause_after_s: float) -> tuple[list[list[dict]], float]:
@@ -87,20 +87,47 @@ def one_round(url: str, bodies: list[dict], pause_after_s: float) -> tuple[list[
     return [r.json()["samples"] for r in answers], pause_s
 
 
-def account(first: list[list[dict]], now: list[list[dict]], expected: list[int]) -> dict:
-    """Samples missing, duplicated, or with tokens that differ from the first round's."""
-    lost = duplicated = changed = changed_tokens = 0
-    for ref, got, count in zip(first, now, expected):
+# Two tokens whose float32 logprobs are this close are a near-tie: another batch shape (another
+# kernel blocking) may order them the other way without anything being wrong.
+TIE = 1e-4
+
+
+def change(kind: str, ref: dict, got: dict) -> dict:
+    """Where a sample first differs from the first round's, and why it may: at temperature 0 the
+    first round's two best candidates there and their gap (a near-tie under ``TIE`` is numerical
+    noise of batch shapes, not a lost or wrong token); at temperature 1 the largest difference of
+    the chosen tokens' logprobs before it (how far the two runs' logits had drifted)."""
+    a, b = ref["output_ids"], got["output_ids"]
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    out = {"rollout": kind, "prompt_index": got["prompt_index"], "index": got["index"], "at": at,
+           "tokens": [a[at] if at < len(a) else None, b[at] if at < len(b) else None]}
+    drift = [abs(x - y) for x, y in zip(ref["logprobs"][:at], got["logprobs"][:at])]
+    out["logprob_drift_before"] = max(drift, default=0.0)
+    if kind == "greedy" and at < len(ref["top_logprobs"]) and len(ref["top_logprobs"][at]) >= 2:
+        (t1, lp1), (t2, lp2) = ref["top_logprobs"][at][:2]
+        out["gap"] = lp1 - lp2
+        out["near_tie"] = lp1 - lp2 < TIE and {t1, t2} == set(out["tokens"])
+    return out
+
+
+def account(first: list[list[dict]], now: list[list[dict]], expected: list[int], kinds: list[str]) -> dict:
+    """Samples missing, duplicated, or with tokens that differ from the first round's (each described
+    by ``change``)."""
+    lost = duplicated = changed_tokens = 0
+    changes = []
+    for ref, got, count, kind in zip(first, now, expected, kinds):
         keys = [(s["prompt_index"], s["index"]) for s in got]
         duplicated += len(keys) - len(set(keys))
         lost += count - len(set(keys))
-        ref_by = {(s["prompt_index"], s["index"]): s["output_ids"] for s in ref}
+        ref_by = {(s["prompt_index"], s["index"]): s for s in ref}
         for s in got:
             want = ref_by.get((s["prompt_index"], s["index"]))
-            if want is not None and s["output_ids"] != want:
-                changed += 1
-                changed_tokens += sum(a != b for a, b in zip(s["output_ids"], want)) + abs(len(want) - len(s["output_ids"]))
-    return {"lost": lost, "duplicated": duplicated, "changed": changed, "changed_tokens": changed_tokens}
+            if want is not None and s["output_ids"] != want["output_ids"]:
+                changes.append(change(kind, want, s))
+                changed_tokens += (sum(a != b for a, b in zip(s["output_ids"], want["output_ids"]))
+                                   + abs(len(want["output_ids"]) - len(s["output_ids"])))
+    return {"lost": lost, "duplicated": duplicated, "changed": len(changes), "changed_tokens": changed_tokens,
+            "near_ties": sum(1 for c in changes if c.get("near_tie")), "changes": changes}
 
 
 def main() -> None:
@@ -141,17 +168,19 @@ def main() -> None:
                                                for a, b in zip(s["chunks"], s["chunks"][1:])
                                                if a["instance"] != b["instance"]),
                            "pool_tokens": sum(c.get("pool", 0) for c in kv),
-                           **account(first, samples, expected)})
+                           **account(first, samples, expected, ["greedy", "seeded"])})
             r = rounds[-1]
             print(f"round {k}: {r['elapsed_s']:.1f} s, pause {1e3 * pause_s:.0f} ms, frontend {frontend_mb:.0f} MiB, "
                   f"instances {[round(m) for m in instances_mb]} MiB, moved {r['moved_chunks']}, "
-                  f"lost {r['lost']} dup {r['duplicated']} changed {r['changed']}", flush=True)
+                  f"lost {r['lost']} dup {r['duplicated']} changed {r['changed']} (near-ties {r['near_ties']})", flush=True)
+            for c in r["changes"]:
+                print("   ", json.dumps(c), flush=True)
     finally:
         stop_processes([proc])
     settled = rounds[len(rounds) // 10:]
     pauses = sorted(r["pause_s"] for r in rounds)
     totals = {key: sum(r[key] for r in rounds) for key in ("lost", "duplicated", "changed", "changed_tokens",
-                                                            "chunks", "moved_chunks", "pool_tokens")}
+                                                            "near_ties", "chunks", "moved_chunks", "pool_tokens")}
     slopes = {"frontend_mb_per_round": slope([r["frontend_rss_mb"] for r in settled]),
               "instances_mb_per_round": [slope([r["instance_rss_mb"][i] for r in settled])
                                          for i in range(len(settled[0]["instance_rss_mb"]))]}
@@ -162,6 +191,7 @@ def main() -> None:
                            "max": 1e3 * pauses[-1]},
               "checks": {"nothing_lost": totals["lost"] == 0, "nothing_duplicated": totals["duplicated"] == 0,
                          "no_token_changed": totals["changed_tokens"] == 0,
+                         "every_change_a_greedy_near_tie": totals["changed"] == totals["near_ties"],
                          "samples_moved": totals["moved_chunks"] > 0,
                          # under 0.5 MiB a round: 200 rounds would not add 100 MiB to the frontend
                          "frontend_memory_flat": slopes["frontend_mb_per_round"] < 0.5}}

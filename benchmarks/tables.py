@@ -757,6 +757,32 @@ def load_table(results: Results, stem: str) -> str:
     return "\n".join(latency + [""] + table(["soak", ""], rows) + ["", caption])
 
 
+def soak_table(results: Results, stem: str) -> str:
+    """``benchmarks.soak``: rollout rounds with chunks, moves, speculation and the pool; the account."""
+    d = results[stem]
+    c, t, slopes, p = d["config"], d["totals"], d["rss_slope"], d["pause_ms"]
+    rounds = d["rounds"]
+    first, last = rounds[0], rounds[-1]
+    rows = [["rounds x samples", f"{len(rounds)} x {d['samples_per_round']} "
+             f"({fint(len(rounds) * d['samples_per_round'])} samples, {fint(t['chunks'])} chunks, "
+             f"{fint(t['moved_chunks'])} moved between instances)"],
+            ["lost / duplicated / changed samples", f"{t['lost']} / {t['duplicated']} / {t['changed']} "
+             f"({t['changed_tokens']} tokens differ from the first round)"],
+            ["frontend RSS", f"{fint(first['frontend_rss_mb'])} -> {fint(last['frontend_rss_mb'])} MiB, slope "
+             f"{slopes['frontend_mb_per_round']:+.3f} MiB/round"],
+            ["instance RSS", "; ".join(f"{fint(a)} -> {fint(b)} MiB, slope {sl:+.3f} MiB/round" for a, b, sl in
+                                       zip(first["instance_rss_mb"], last["instance_rss_mb"],
+                                           slopes["instances_mb_per_round"]))],
+            ["/pause_generation under load", f"p50 {fint(p['p50'])} ms, p99 {fint(p['p99'])} ms, max {fint(p['max'])} ms"]]
+    checks = ", ".join(f"{k.replace('_', ' ')}: {'yes' if v else 'NO'}" for k, v in d["checks"].items())
+    caption = (f"CPU (measured, not a GPU figure): model `{c['model']}`, 2 instances, float32, chunks of "
+               f"{c['chunk_size']} tokens, file pool, `--draft group-suffix`; each round a greedy and a seeded "
+               f"temperature-1 rollout of {c['prompts']} prompts x {c['n']} samples ({c['max_tokens']} tokens at "
+               f"most) at once, paused and continued mid-way; slopes fitted after the first tenth of the rounds. "
+               f"Checks: {checks}. Source: {source([stem])}.")
+    return "\n".join(table(["soak", ""], rows) + ["", caption])
+
+
 def slo_table(results: Results, stem: str) -> str:
     """``benchmarks.slo``: SLO attainment, refusals and the rollout's throughput, seer vs plain SGLang."""
     d = results[stem]
@@ -1056,6 +1082,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "transfer": lambda r: transfer_table(r, pick(r, r"cpu_transfer_.*")),
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),
+    "soak": lambda r: soak_table(r, "soak_cpu"),
     "slo": lambda r: slo_table(r, "slo_cpu"),
     "slo_emulated": lambda r: slo_table(r, "slo_emulated_h100"),
     "slo_emulated_frontier": lambda r: slo_frontier_table(r, "slo_emulated_h100"),
