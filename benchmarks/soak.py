@@ -148,7 +148,7 @@ def main() -> None:
     expected = [args.prompts * args.n] * 2
     flags = ["--num-instances", "2", "--dtype", "float32", "--chunk-size", str(args.chunk_size), "--kv-pool", "file",
              "--draft", "group-suffix", "--scheduler", "context"]
-    log_dir = args.out.with_suffix("").parent / "logs" / args.out.stem
+    log_dir = Path(__file__).resolve().parent.parent / ".logs" / args.out.stem
     proc, url = launch_seer(str(resolve_model_path(args.model)), flags, log_dir)
     launcher = psutil.Process(proc.pid)
     rounds, first = [], None

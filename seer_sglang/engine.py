@@ -42,13 +42,15 @@ class Engine:
     def __init__(self, model_path: str | None = None, **kwargs: Any):
         from .config import from_namespace
         from .frontend.app import create_app
+        from .launch.supervisor import for_deployment
         from .launch import deployment
         from .launch_server import seer_parser
 
         ns, sglang_args = seer_parser().parse_known_args(_argv({"model_path": model_path, **kwargs}))
         self._deployment = deployment.start(from_namespace(ns), sglang_args)
         dep = self._deployment
-        self._app = create_app(dep.urls, dep.config, model_path=dep.model_path, pool=dep.pool_access())
+        self._app = create_app(dep.urls, dep.config, model_path=dep.model_path, pool=dep.pool_access(),
+                               supervisor=for_deployment(dep))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="seer-engine", daemon=True)
         self._thread.start()

@@ -90,13 +90,10 @@ def serve(config: SeerConfig, sglang_args: list[str], listen_socket: socket.sock
 
         from .frontend.app import create_app
 
-        from .launch.supervisor import RestartPolicy, Supervisor
+        from .launch.supervisor import for_deployment
 
-        supervisor = None
-        if dep.procs and config.instances.max_restarts > 0:
-            supervisor = Supervisor(dep.procs, RestartPolicy(max_restarts=config.instances.max_restarts))
         app = create_app(dep.urls, dep.config, model_path=dep.model_path, pool=dep.pool_access(),
-                         supervisor=supervisor)
+                         supervisor=for_deployment(dep))
         uv_config = uvicorn.Config(app, host=config.frontend.host, port=config.frontend.port,
                                    log_level=config.frontend.log_level.lower(), timeout_graceful_shutdown=5)
         server = uvicorn.Server(uv_config)

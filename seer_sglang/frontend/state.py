@@ -194,7 +194,9 @@ class Frontend:
         refused as SGLang refuses it. They are the call's until ``forget_samples``."""
         seen: set[str] = set()
         for n in natives:
-            if n.rid in self.native_rids or n.rid in seen:
+            held = self.native_rids.get(n.rid)
+            in_flight = held is not None and not (held.sample is not None and held.sample.done)
+            if in_flight or n.rid in seen:
                 raise APIError(f"Duplicate request ID detected: {n.rid}", param="rid", code="duplicate_rid")
             seen.add(n.rid)
         for n in natives:

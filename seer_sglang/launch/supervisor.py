@@ -87,3 +87,10 @@ class Supervisor:
             log.exception("instance %d could not be restarted", index)
         finally:
             self.restarting.discard(index)
+
+
+def for_deployment(dep) -> Supervisor | None:
+    """The supervisor of a deployment's started instances; None when it attached to running ones or
+    restarts are off (``--max-instance-restarts 0``)."""
+    limit = dep.config.instances.max_restarts
+    return Supervisor(dep.procs, RestartPolicy(max_restarts=limit)) if dep.procs and limit > 0 else None

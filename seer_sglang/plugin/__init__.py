@@ -46,9 +46,10 @@ def register() -> None:
     _registered = True
     _ensure_log_handler()
     from ..config import PluginConfig
-    from . import (emulation, hicache_cpu, penalties, pool_hash, pool_writes, queue_order, request_check,
-                   seeded_sampling, slo_batching, spec_registry, transfer_gate, weight_namespace)
+    from . import (emulation, hicache_cpu, log_redaction, penalties, pool_hash, pool_writes, queue_order,
+                   request_check, seeded_sampling, slo_batching, spec_registry, transfer_gate, weight_namespace)
 
+    log_redaction.register_hooks()
     if PluginConfig.from_env().emulation_only:  # plain SGLang on emulated steps (a benchmark baseline)
         emulation.register_hooks()
         logger.info("seer_sglang plugin loaded for step emulation only (pid=%d, role=%s)", os.getpid(), _caller_role())

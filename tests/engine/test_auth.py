@@ -65,3 +65,12 @@ def test_server_info_carries_no_key_and_needs_the_admin_key(keyed):
     bad = httpx.post(f"{keyed.url}/generate", headers=_auth(API_KEY), timeout=60,
                      json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": -1}})
     assert bad.status_code == 400 and API_KEY not in bad.text and ADMIN_KEY not in bad.text
+
+
+def test_no_log_holds_a_key(keyed):
+    """The launcher's, the draft server's and every instance's log (SGLang logs its server args)."""
+    logs = [p for p in keyed.log_dir.rglob("*.log")]
+    assert any(p.name.startswith("instance-") for p in logs), logs
+    for path in logs:
+        text = path.read_text(errors="replace")
+        assert API_KEY not in text and ADMIN_KEY not in text, path

@@ -141,3 +141,25 @@ def test_rids_are_exact_and_unique_in_flight(seer_url):
                        json={"rid": "job-7-long", "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}})
     assert again.status_code == 200 and again.json()["meta_info"]["id"] == "job-7-long"
     _still_serving(seer_url)
+
+
+def test_health_generate_answers_under_load(seer_url):
+    """While the instances generate, /health_generate says so at once, as SGLang's does (an instance
+    that is generating is healthy without another request), and never with an empty 5xx."""
+    async def run():
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            load = [asyncio.create_task(c.post("/generate", json={**LONG, "rid": f"load-{i}"})) for i in range(4)]
+            wait = time.monotonic() + 60
+            while not all(i["inflight_chunks"] for i in (await c.get("/instances")).json()["instances"]):
+                assert time.monotonic() < wait
+                await asyncio.sleep(0.05)
+            start = time.monotonic()
+            health = await c.get("/health_generate")
+            took = time.monotonic() - start
+            await c.post("/abort_request", json={"abort_all": True})
+            await asyncio.gather(*load)
+            return health, took
+
+    health, took = asyncio.run(run())
+    assert health.status_code == 200 and took < 25, (health.status_code, health.text, took)
+    _still_serving(seer_url)

@@ -255,3 +255,20 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
         stop_instances([restarted])
     assert (out["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) >= 320 - PAGE
     assert out["output_ids"] == _generate(plain_url, prompt, 32)["output_ids"]
+
+
+def test_a_pool_directory_holding_other_files_is_refused_at_start(tiny_model, tmp_path):
+    """The pool evicts and clears files in its directory: the launcher will not take one that holds
+    files it did not make, and stops before starting any instance."""
+    from conftest import start_seer
+
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "checkpoint.bin").write_bytes(b"weights")
+    server = start_seer(tiny_model, tmp_path / "logs", "--num-instances", "1", "--kv-pool", "file",
+                        "--kv-pool-dir", str(foreign))
+    assert server.proc.wait(timeout=300) == 1
+    log = server.log_path.read_text()
+    assert "holds files that are not a seer KV pool's (checkpoint.bin)" in log, log[-2000:]
+    assert "starting 1 SGLang instance" not in log
+    assert (foreign / "checkpoint.bin").read_bytes() == b"weights"
