@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..config import SCHEDULERS
 from ..core.request import SamplingParams
 from ..core.slo import SLO
 from ..wire import reserved_param
@@ -179,11 +180,14 @@ class ChatCompletionRequest(_Sampling):
 class RolloutPrompt(BaseModel):
     """One prompt of a rollout batch: exactly one of text, messages or token ids."""
 
-    model_config = ConfigDict(extra="forbid")
+    # the schema says what the route checks: one prompt field exactly (``routes/rollout.py``)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": [k], "not": {"anyOf": [{"required": [o]} for o in ("text", "messages", "input_ids") if o != k]}}
+        for k in ("text", "messages", "input_ids")]})
 
-    text: Optional[str] = None
-    messages: Optional[list[ChatMessage]] = None
-    input_ids: Optional[list[int]] = None
+    text: Optional[str] = Field(None, min_length=1)
+    messages: Optional[list[ChatMessage]] = Field(None, min_length=1)
+    input_ids: Optional[list[Annotated[int, Field(ge=0)]]] = Field(None, min_length=1)
     n: Optional[int] = Field(None, ge=1, le=1024)
     group_id: Optional[str] = Field(None, min_length=1, max_length=256)
     # Benchmarks only: the true length of each sample, read by the oracle policy and nobody else.
@@ -230,7 +234,7 @@ class SchedulerRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: Literal[SCHEDULERS]  # type: ignore[valid-type]
     chunk_size: Optional[int] = Field(None, ge=1)
     kv_headroom: Optional[float] = Field(None, gt=0.0, le=1.0)
     starvation_bound: Optional[int] = Field(None, ge=1)
