@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
@@ -26,6 +26,11 @@ logger = logging.getLogger("seer_sglang.frontend")
 def _own_url(request: Request) -> str:
     """The frontend's URL as the caller reached it."""
     return str(request.base_url).rstrip("/")
+
+
+# The schema says what _worker_url checks: a required http(s) address.
+WORKER_URL = Query(..., min_length=8, max_length=2048, pattern=r"^\s*https?://[^/\s]+",
+                   description="an SGLang server's http(s) address")
 
 
 def _worker_url(url: str) -> str:
@@ -68,7 +73,7 @@ async def _not_an_instance_of(fe, client: InstanceClient) -> APIError | None:
 
 @router.post("/add_worker")
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def add_worker(request: Request, url: str = ""):
+async def add_worker(request: Request, url: str = WORKER_URL):
     """A running SGLang instance of the served model joins the deployment (again, if it was removed).
     Refused if it does not answer as SGLang or serves another model."""
     fe = frontend(request)
@@ -89,7 +94,7 @@ async def add_worker(request: Request, url: str = ""):
 
 @router.post("/remove_worker")
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def remove_worker(request: Request, url: str = ""):
+async def remove_worker(request: Request, url: str = WORKER_URL):
     """Nothing more is sent to the instance; chunks it is running finish there. It keeps running."""
     fe = frontend(request)
     url = _worker_url(url)
