@@ -79,7 +79,6 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
                                instance_down_s=config.rollout.instance_down_s, slo_headroom=config.slo.headroom)
         await engine.start()
         sweeper = None
-        watcher = asyncio.create_task(supervisor.run()) if supervisor is not None else None
         app.state.supervisor = supervisor
         if pool.file_pool is not None:
             sweeper = asyncio.create_task(janitor(pool.file_pool, engine.idle, report_pool,
@@ -90,6 +89,10 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
                                       max_samples_in_flight=config.frontend.max_samples_in_flight,
                                       instance_args=keys)
         app.state.loop = asyncio.get_running_loop()
+        if supervisor is not None:  # a restarted instance takes work once it runs the current weights
+            supervisor.on_exit = app.state.frontend.hold
+            supervisor.on_started = app.state.frontend.readmit_restarted
+        watcher = asyncio.create_task(supervisor.run()) if supervisor is not None else None
         logger.info("frontend ready: %d instances, scheduler=%s, model=%s (context %d)",
                     len(clients), policy.name, model.served_name, model.context_length)
         try:

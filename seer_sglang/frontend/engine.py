@@ -151,6 +151,12 @@ class RolloutEngine:
         self.views[index].healthy = False
         self._wake.set()
 
+    async def readmit(self, index: int) -> None:
+        """An instance taken out (``remove_instance``) gets chunks again, its client as it was."""
+        self.removed.discard(index)
+        await self.poll_loads()
+        self._wake.set()
+
     # ---- read API for the routes -------------------------------------------------------------
     def healthy_count(self) -> int:
         return sum(v.healthy for v in self.views)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -58,7 +59,45 @@ class Frontend:
         self.native_rids: dict[str, NativeSample] = {}
         self._live_groups: dict[str, Group] = {}  # group key of per-sample requests -> its running group
         self.weight_session_open = False  # a trainer's /begin_weight_update without its /end_weight_update yet
+        # The trainer's weights since launch: None while the instances run the launch weights; else the
+        # last update's route and body (a restarted instance loads them again when they came from disk).
+        self.last_update: tuple[str, dict[str, Any]] | None = None
+        self.held: dict[int, str] = {}  # instances out of dispatch after a restart, and why
         self.shutting_down = False
+
+    def hold(self, index: int) -> None:
+        """An instance process exited: no chunk goes to it until ``readmit_restarted`` says so."""
+        self.held[index] = "restarting"
+        self.engine.remove_instance(index)
+
+    async def readmit_restarted(self, index: int, timeout_s: float = 900.0) -> None:
+        """A restarted instance runs its launch weights. Once it answers, it gets the trainer's last
+        update again if that came from disk; one that cannot (tensor or NCCL updates, which cannot be
+        replayed) stays out of dispatch, and ``/health`` says why: a sample drawn on other weights than
+        its siblings would be off-policy."""
+        client = self.engine.clients[index]
+        deadline = time.monotonic() + timeout_s
+        while not await client.healthy():
+            if time.monotonic() > deadline:
+                self.held[index] = "did not answer after its restart"
+                return
+            await asyncio.sleep(1.0)
+        if self.last_update is not None:
+            path, body = self.last_update
+            if path != "/update_weights_from_disk":
+                self.held[index] = (f"restarted on its launch weights; the last update ({path}) cannot be "
+                                    f"replayed: it takes work again after the next /update_weights_from_disk")
+                logger.error("instance %d: %s", index, self.held[index])
+                return
+            status, answer = await client.post_admin(path, body)
+            if status != 200:
+                self.held[index] = f"restarted, but reloading the current weights failed: {answer}"
+                logger.error("instance %d: %s", index, self.held[index])
+                return
+            logger.info("instance %d reloaded weights %s after its restart", index, body.get("weight_version"))
+        del self.held[index]
+        await self.engine.readmit(index)
+        logger.info("instance %d takes work again after its restart", index)
 
     def begin_shutdown(self) -> None:
         """The server was told to stop: every sample still running fails with a 503 that says so, and new

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable
 
 from ..config import INSTANCES
 
@@ -50,6 +51,10 @@ class Supervisor:
         self.poll_s = poll_s
         self.given_up: set[int] = set()
         self.restarting: set[int] = set()
+        # Set by the frontend: an instance that exited is held out of dispatch (``on_exit``) until,
+        # once started again, it runs the weights the others run (``on_started``, run as a task).
+        self.on_exit: Callable[[int], None] | None = None
+        self.on_started: Callable[[int], Awaitable[None]] | None = None
 
     def status(self) -> dict:
         return {"restarts": {str(i): len(t) for i, t in sorted(self.policy.restarts.items()) if t},
@@ -61,6 +66,8 @@ class Supervisor:
             for index, proc in enumerate(self.procs):
                 if proc.alive() or index in self.restarting or index in self.given_up:
                     continue
+                if self.on_exit is not None:
+                    self.on_exit(index)
                 wait = self.policy.next_restart(index, time.monotonic())
                 if wait is None:
                     self.given_up.add(index)
@@ -83,6 +90,8 @@ class Supervisor:
             # ends (die_with_parent), and an executor's thread may end before the launcher does.
             proc.popen = start_instance(proc.spec).popen
             log.info("instance %d restarted (pid %d)", index, proc.pid)
+            if self.on_started is not None:
+                asyncio.get_running_loop().create_task(self.on_started(index))
         except Exception:
             log.exception("instance %d could not be restarted", index)
         finally:

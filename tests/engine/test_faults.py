@@ -54,6 +54,10 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
     try:
         wait_server(server)
         pool_dir = Path(httpx.get(f"{server.url}/kv_pool", timeout=10).json()["directory"])
+        # the trainer's weights (the same files, under a version name): a restarted instance loads them again
+        updated = httpx.post(f"{server.url}/update_weights_from_disk", timeout=300,
+                             json={"model_path": tiny_model, "weight_version": "step-7"})
+        assert updated.status_code == 200, updated.text
         result = kill_mid_rollout(server)
         samples = result.samples
         assert len(samples) == 24 and len({(s["prompt_index"], s["index"]) for s in samples}) == 24
@@ -75,12 +79,18 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         # The dead instance left no torn page in the global KV pool: every page file has one size.
         sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
         assert len(sizes) == 1, sizes
-        # The launcher starts the killed instance again on its port, and it takes work again.
-        _wait_instances(server.url, lambda inst: all(i["healthy"] for i in inst), timeout_s=300)
+        # The launcher starts the killed instance again on its port; it takes work again once it has
+        # loaded the trainer's weights again.
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{server.url}/health", timeout=10).json()["healthy_instances"] < 2:
+            assert time.monotonic() < deadline, httpx.get(f"{server.url}/health", timeout=10).text
+            time.sleep(0.5)
         health = httpx.get(f"{server.url}/health").json()
-        assert health["healthy_instances"] == 2, health
-        assert health["supervisor"]["restarts"] == {str(result.victim): 1}, health
-        assert "restarting it in 2 s" in server.log_path.read_text()
+        assert health["supervisor"]["restarts"] == {str(result.victim): 1} and not health["supervisor"]["held"], health
+        versions = httpx.get(f"{server.url}/get_weight_version", timeout=30).json()
+        assert versions["weight_version"] == "step-7", versions
+        log = server.log_path.read_text()
+        assert "restarting it in 2 s" in log and f"instance {result.victim} reloaded weights step-7" in log
         again = httpx.post(f"{server.url}/v1/rollout", timeout=600, json={
             "prompts": [{"input_ids": p} for p in PROMPTS[:4]], "n": 2, "max_tokens": 8, "temperature": 0})
         assert again.status_code == 200 and result.victim in again.json()["summary"]["instances_used"]

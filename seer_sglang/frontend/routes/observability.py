@@ -23,7 +23,7 @@ async def health(request: Request):
             "instances": len(fe.engine.active_clients())}
     supervisor = getattr(request.app.state, "supervisor", None)
     if supervisor is not None:  # restarts of the instances this server started; those that stay down
-        body["supervisor"] = supervisor.status()
+        body["supervisor"] = {**supervisor.status(), "held": {str(i): why for i, why in sorted(fe.held.items())}}
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 

@@ -73,6 +73,8 @@ async def _update(fe: Frontend, path: str, bodies: dict[str, Any] | list[dict[st
         if wrap:
             await fan_out(fe, "/end_weight_update", {})
     await fe.pool.clear()
+    if response.status_code == 200:  # what an instance restarted later must load again
+        fe.last_update = (path, dict(bodies[0] if isinstance(bodies, list) else bodies))
     response.headers["x-seer-weight-version"] = quote(str(version), safe="")  # any name fits a header
     return response
 
