@@ -301,3 +301,55 @@ def test_the_pool_directory_goes_with_a_launcher_killed_outright(tmp_path):
     while pool_dir.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pool_dir.exists()
+
+
+def test_the_supervisor_holds_an_exited_instance_and_hands_back_the_restarted_one(monkeypatch):
+    """The frontend hears of the exit before the restart, and of the restart once it is started."""
+    import asyncio
+
+    from seer_sglang.launch import instances
+    from seer_sglang.launch.supervisor import RestartPolicy, Supervisor
+
+    class Proc:
+        def __init__(self):
+            self.popen, self.spec, self.url = Popen(1), "spec", "http://127.0.0.1:1"
+
+        def alive(self):
+            return self.popen.returncode is None
+
+        @property
+        def pid(self):
+            return 4242
+
+    class Popen:
+        def __init__(self, code):
+            self.returncode = code
+
+    events = []
+    monkeypatch.setattr(instances, "start_instance",
+                        lambda spec: events.append(("start", spec)) or type("P", (), {"popen": Popen(None)})())
+
+    async def run():
+        sup = Supervisor([Proc()], RestartPolicy(max_restarts=1, first_backoff_s=0.01), poll_s=0.01)
+        sup.on_exit = lambda i: events.append(("exit", i))
+
+        async def started(i):
+            events.append(("started", i))
+
+        sup.on_started = started
+        task = asyncio.create_task(sup.run())
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if ("started", 0) in events:
+                break
+        sup.procs[0].popen = Popen(-9)  # it dies again: one restart was all it had
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if sup.given_up:
+                break
+        task.cancel()
+        return sup
+
+    sup = asyncio.run(run())
+    assert events[:3] == [("exit", 0), ("start", "spec"), ("started", 0)], events
+    assert sup.status() == {"restarts": {"0": 1}, "restarting": [], "down_for_good": [0]}
