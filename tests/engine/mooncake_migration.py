@@ -130,16 +130,23 @@ def master_killed(server, url: str, ref: list[list[int]]) -> dict:
     return {"down": down, "rollout_while_down": rollout, "healthy_while_down": healthy, "back": back}
 
 
-def mooncake_listeners(launcher_pid: int) -> dict[str, list[str]]:
-    """The addresses the launcher's Mooncake master and store service listen on, by process."""
-    out: dict[str, list[str]] = {}
+def mooncake_listeners(launcher_pid: int) -> dict:
+    """What the launcher's Mooncake master and store service listen on ([address, port] by process),
+    and the store's REST API port (its ``--port``)."""
+    out: dict = {}
     for p in psutil.Process(launcher_pid).children(recursive=False):
-        cmd = " ".join(p.cmdline())
+        cmdline = p.cmdline()
+        cmd = " ".join(cmdline)
         name = "store" if "mooncake_store" in cmd else "master" if "mooncake_master" in cmd else None
         if name is None:
             continue
-        out[name] = sorted({c.laddr.ip for c in psutil.net_connections(kind="inet")
+        out[name] = sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
                             if c.pid == p.pid and c.status == psutil.CONN_LISTEN})
+        if name == "store":
+            out["store_rest_port"] = int(next(a for a in cmdline if a.startswith("--port=")).split("=", 1)[1])
+        else:  # which of the master's ports is which
+            out["master_ports"] = {a.split("=")[0].lstrip("-"): int(a.split("=")[1]) for a in cmdline
+                                   if a.startswith("--") and a.split("=")[0].endswith("_port")}
     return out
 
 
@@ -161,8 +168,7 @@ def main(log_dir: str) -> None:
                                       "identical": first + moved["output_ids"] == unmoved}), flush=True)
         print("STALE " + json.dumps(stale_after_update(a, b)), flush=True)
         kill = kill_mid_rollout(server)
-        urls = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
-        survivor = urls[1 - kill.victim]
+        survivor = (a, b)[1 - kill.victim]  # the killed one is out of /instances while it restarts
         r = httpx.post(f"{survivor}/generate", timeout=600, json={"input_ids": PROMPTS, "sampling_params": {
             "max_new_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}})
         ref = [out["output_ids"] for out in r.json()]

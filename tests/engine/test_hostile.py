@@ -39,29 +39,33 @@ def _error(r: httpx.Response, status: int) -> dict:
     return r.json()["error"]
 
 
-@pytest.mark.parametrize("params", [{"__seer_slo__": 1}, {"__seer_prior_output__": "x"},
-                                    {"__draft_depth__": 3}, {"__seer_anything__": None}])
-def test_a_reserved_custom_param_is_refused_by_name(seer_url, params):
-    key = next(iter(params))
-    native = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8, "custom_params": params}}
-    err = _error(httpx.post(f"{seer_url}/generate", json=native, timeout=60), 400)
-    assert err["code"] == "reserved_parameter" and key in err["message"], err
-    rollout = {"prompts": [{"input_ids": PROMPT, "custom_params": [params]}], "n": 1, "max_tokens": 8}
-    assert key in _error(httpx.post(f"{seer_url}/v1/rollout", json=rollout, timeout=60), 400)["message"]
+RESERVED = [{"__seer_slo__": 1}, {"__seer_prior_output__": "x"}, {"__draft_depth__": 3}, {"__seer_anything__": None}]
+# values of the plugin's own keys that no frontend writes: each must fail its request, not the instance
+BAD_VALUES = [{"__seer_slo__": 1}, {"__seer_slo__": {"tpot_s": "fast"}},
+              {"__seer_slo__": {"tpot_s": -1.0, "ttft_s": None, "deadline": None}},
+              {"__seer_prior_output__": "x"}, {"__seer_prior_output__": -5}]
+
+
+def test_a_reserved_custom_param_is_refused_by_name(seer_url):
+    for params in RESERVED:
+        key = next(iter(params))
+        native = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8, "custom_params": params}}
+        err = _error(httpx.post(f"{seer_url}/generate", json=native, timeout=60), 400)
+        assert err["code"] == "reserved_parameter" and key in err["message"], err
+        rollout = {"prompts": [{"input_ids": PROMPT, "custom_params": [params]}], "n": 1, "max_tokens": 8}
+        assert key in _error(httpx.post(f"{seer_url}/v1/rollout", json=rollout, timeout=60), 400)["message"]
     _still_serving(seer_url)
 
 
-@pytest.mark.parametrize("params", [{"__seer_slo__": 1}, {"__seer_slo__": {"tpot_s": "fast"}},
-                                    {"__seer_slo__": {"tpot_s": -1.0, "ttft_s": None, "deadline": None}},
-                                    {"__seer_prior_output__": "x"}, {"__seer_prior_output__": -5}])
-def test_an_instance_reached_directly_fails_only_the_bad_request(seer_url, params):
+def test_an_instance_reached_directly_fails_only_the_bad_request(seer_url):
     """The instances' own port, without the frontend (a trainer attached to them): the plugin checks
     each reserved value as the request arrives and fails that request with SGLang's 400."""
     instance = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"][0]["url"]
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8, "custom_params": params}}
-    r = httpx.post(f"{instance}/generate", json=body, timeout=120)
-    assert r.status_code == 400 and "invalid custom_params" in r.text, r.text
-    assert httpx.get(f"{instance}/health", timeout=30).status_code == 200
+    for params in BAD_VALUES:
+        body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8, "custom_params": params}}
+        r = httpx.post(f"{instance}/generate", json=body, timeout=120)
+        assert r.status_code == 400 and "invalid custom_params" in r.text, (params, r.text)
+        assert httpx.get(f"{instance}/health", timeout=30).status_code == 200
     _still_serving(seer_url)
 
 
@@ -75,11 +79,11 @@ def test_an_slo_the_scheduler_would_divide_by_zero_on_is_refused(seer_url):
     _still_serving(seer_url)
 
 
-@pytest.mark.parametrize("n", [0, -3, 2.5, "4", True, 10**9])
-def test_n_on_generate_is_bounded(seer_url, n):
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "n": n}}
-    err = _error(httpx.post(f"{seer_url}/generate", json=body, timeout=60), 400)
-    assert "n" in (err["param"] or ""), err
+def test_n_on_generate_is_bounded(seer_url):
+    for n in (0, -3, 2.5, "4", True, 10**9):
+        body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "n": n}}
+        err = _error(httpx.post(f"{seer_url}/generate", json=body, timeout=60), 400)
+        assert "n" in (err["param"] or ""), (n, err)
 
 
 def test_deep_json_and_lone_surrogates_are_client_errors(seer_url):

@@ -110,7 +110,9 @@ def test_update_weights_from_disk_fans_out(seer_url, tiny_model):
 
 
 def test_health_and_metrics(seer_url):
-    assert httpx.get(f"{seer_url}/health").json() == {"status": "ok", "healthy_instances": 2, "instances": 2}
+    assert httpx.get(f"{seer_url}/health").json() == {
+        "status": "ok", "healthy_instances": 2, "instances": 2,
+        "supervisor": {"restarts": {}, "restarting": [], "down_for_good": [], "held": {}}}
     _post(seer_url, "/v1/completions", {"prompt": "metrics", "max_tokens": 5, "n": 2})
     time.sleep(1.0)  # one telemetry poll
     text = httpx.get(f"{seer_url}/metrics").text

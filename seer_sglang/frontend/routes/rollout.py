@@ -33,7 +33,7 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
     fe.check_samples(sum((p.n if isinstance(p, RolloutPrompt) and p.n else req.n) for p in req.prompts))
     groups, prompt_index = [], {}
     for i, raw in enumerate(req.prompts):
-        prompt = RolloutPrompt(text=raw) if isinstance(raw, str) else raw
+        prompt = RolloutPrompt.model_construct(text=raw) if isinstance(raw, str) else raw  # checked below
         given = [k for k in ("text", "messages", "input_ids") if getattr(prompt, k) is not None]
         if len(given) != 1:
             raise APIError(f"prompts[{i}] needs exactly one of text, messages, input_ids (got {given or 'none'})",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit
 
+import httpx
 from fastapi import APIRouter, Query, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
@@ -34,10 +35,16 @@ WORKER_URL = Query(..., min_length=8, max_length=2048, pattern=r"^\s*https?://[^
 
 
 def _worker_url(url: str) -> str:
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """The address, checked as the instance client will use it (httpx's own parse, with IDNA)."""
+    url = url.strip()
+    try:
+        parsed = httpx.URL(url)
+        ok = urlsplit(url).scheme in ("http", "https") and bool(parsed.host)
+    except (httpx.InvalidURL, ValueError, UnicodeError):
+        ok = False
+    if not ok:
         raise APIError(f"url must be an SGLang server's http(s) address, got {url!r}", param="url")
-    return url.strip().rstrip("/")
+    return url.rstrip("/")
 
 
 @router.get("/list_workers")
