@@ -1021,7 +1021,7 @@ def text_acceptance_table(results: Results, stem: str) -> str:
 
 ROLLOUT = r"cpu_(?!transfer).*"
 
-# The emulated runs the README quotes, in its order: each one's targets are tabled.
+# The emulated runs "Results at a glance" (docs/benchmarks.md) quotes, in its order: each one's targets are tabled.
 TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_qwen2vl_workloads_x30",
                "emulated_h100_qwen2vl_group_x45",
                "emulated_h100_moonlight_workloads_ties",
