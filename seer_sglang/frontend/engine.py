@@ -90,7 +90,6 @@ class RolloutEngine:
         self.mixed_weight_versions = mixed_weight_versions
         # the latest versions chunks reported (bounded: a long job updates its weights thousands of times)
         self.weight_versions_seen: collections.deque[str] = collections.deque(maxlen=64)
-        self._versions_reported = 0
         self.paused = False
         # SGLang memory tags each instance gave back (sleep mode); while any KV cache is, nothing is dispatched
         self.released_memory: dict[int, set[str]] = collections.defaultdict(set)
@@ -186,17 +185,16 @@ class RolloutEngine:
         clients = self.active_clients()
         bodies = body if isinstance(body, list) else [body] * len(clients)
 
-        async def call(client: InstanceClient, b: Any) -> tuple[int, Any]:
+        async def call(client: InstanceClient, b: Any) -> dict[str, Any]:
+            entry = {"instance": client.index, "url": client.url}
             if not self.views[client.index].healthy:
-                return 503, {"error": f"instance {client.index} is marked down; not called", "skipped": True}
-            if method == "POST":
-                return await client.post_admin(path, b, control=control)
-            return await client.get(path, params)
+                return {**entry, "status": 503, "skipped": True,
+                        "body": {"error": f"instance {client.index} is marked down; not called"}}
+            status, content = await (client.post_admin(path, b, control=control) if method == "POST"
+                                     else client.get(path, params))
+            return {**entry, "status": status, "body": content}
 
-        results = await asyncio.gather(*(call(c, b) for c, b in zip(clients, bodies)))
-        return [{"instance": c.index, "url": c.url, "status": status, "body": content,
-                 **({"skipped": True} if isinstance(content, dict) and content.get("skipped") else {})}
-                for c, (status, content) in zip(clients, results)]
+        return list(await asyncio.gather(*(call(c, b) for c, b in zip(clients, bodies))))
 
     # ---- submission ------------------------------------------------------------------------
     def submit(self, group: Group) -> None:
@@ -549,8 +547,7 @@ class RolloutEngine:
         for seen, _, _ in spans:
             if seen not in self.weight_versions_seen:
                 self.weight_versions_seen.append(seen)
-                self._versions_reported += 1
-                if self._versions_reported > 1:
+                if len(self.weight_versions_seen) > 1:  # stays so: the deque never shrinks below its bound
                     logger.info("instance %d runs weight version %r", chunk.instance, seen)
                     if self.hooks.on_weight_version is not None:
                         self.hooks.on_weight_version(seen)

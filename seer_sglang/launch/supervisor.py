@@ -1,9 +1,10 @@
 """Instances that die are started again, on their own port, by the launcher that started them.
 
 An instance process that exits (a crash, an out-of-memory kill, an operator's ``kill``) is started
-again with the same command after a backoff that doubles with each restart; the frontend's load polls
-see it come back on its URL and send it work again, and its lost chunks have already gone to the
-other instances from the tokens they had. After ``max_restarts`` restarts within ``window_s`` an
+again with the same command after a backoff that doubles with each restart; its lost chunks have
+already gone to the other instances from the tokens they had. The frontend holds it out of dispatch
+from its exit until, started again, it runs the trainer's current weights (``on_exit``,
+``on_started``: ``Frontend.hold`` and ``Frontend.readmit_restarted``). After ``max_restarts`` restarts within ``window_s`` an
 instance stays down, and ``/health`` says so. Attached instances (``--instance-urls``) are not ours
 to restart.
 """

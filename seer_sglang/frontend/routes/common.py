@@ -41,6 +41,13 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     raise ClientGone()
 
 
+async def run_groups(fe: Frontend, request: Request, groups: list) -> None:
+    """Submit the groups and wait until every sample has ended. A client that goes away cancels the
+    wait, and ``wait_group`` then aborts its groups' samples."""
+    fe.submit(groups)
+    await unless_disconnected(request, asyncio.gather(*(fe.engine.wait_group(g) for g in groups)))
+
+
 def frontend(request: Request) -> Frontend:
     return request.app.state.frontend
 

@@ -16,7 +16,7 @@ from ..errors import APIError
 from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..state import Frontend
 from ..tokenizer import TextStreamer
-from .common import frontend, hold_until_first_token, sse, unless_disconnected
+from .common import frontend, hold_until_first_token, run_groups, sse
 
 router = APIRouter()
 
@@ -66,9 +66,7 @@ def _finish(sample: Sample) -> str:
 
 
 async def _run(fe: Frontend, request: Request, groups: list[Group]) -> None:
-    fe.submit(groups)
-    # a client that goes away cancels the wait, and wait_group aborts its group's samples
-    await unless_disconnected(request, asyncio.gather(*(fe.engine.wait_group(g) for g in groups)))
+    await run_groups(fe, request, groups)
     fe.raise_if_failed(s for g in groups for s in g.samples)
 
 

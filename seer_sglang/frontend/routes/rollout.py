@@ -23,7 +23,7 @@ from ...core.slo import attainment
 from ..errors import APIError
 from ..protocol import RolloutPrompt, RolloutRequest
 from ..state import Frontend
-from .common import unless_disconnected
+from .common import run_groups
 
 router = APIRouter()
 
@@ -121,9 +121,7 @@ async def rollout(req: RolloutRequest, request: Request):
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    fe.submit(groups)
-    # a client that goes away cancels the wait, and wait_group aborts its group's samples
-    await unless_disconnected(request, asyncio.gather(*(fe.engine.wait_group(g) for g in groups)))
+    await run_groups(fe, request, groups)
     fe.check_open()  # stopped before the samples finished: a 503, not half a rollout
     failed = [s for g in groups for s in g.samples if s.error]
     if failed and len(failed) == sum(len(g.samples) for g in groups) and all(s.error_status < 500 for s in failed):

@@ -10,7 +10,6 @@ and joined or taken out at run time with ``POST /add_worker?url=`` and ``POST /r
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
 
 import httpx
 from fastapi import APIRouter, Query, Request
@@ -39,7 +38,7 @@ def _worker_url(url: str) -> str:
     url = url.strip()
     try:
         parsed = httpx.URL(url)
-        ok = urlsplit(url).scheme in ("http", "https") and bool(parsed.host)
+        ok = parsed.scheme in ("http", "https") and bool(parsed.host)
     except (httpx.InvalidURL, ValueError, UnicodeError):
         ok = False
     if not ok:
