@@ -14,13 +14,9 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
-from seer_sglang.speculative.acceptance import greedy_accept, sample_accept
-from seer_sglang.speculative.budget import BudgetRequest, CostModel, DraftBudget
-
 
 def _median_ms(fn, repeats: int, device: str) -> float:
+    import torch
     times = []
     for _ in range(repeats + 1):
         if device == "cuda":
@@ -34,6 +30,11 @@ def _median_ms(fn, repeats: int, device: str) -> float:
 
 
 def measure(batch: int, nodes: int, vocab: int, repeats: int, device: str) -> dict:
+    import torch
+
+    from seer_sglang.speculative.acceptance import greedy_accept, sample_accept
+    from seer_sglang.speculative.budget import BudgetRequest, CostModel, DraftBudget
+
     gen = torch.Generator().manual_seed(batch)
     parents = torch.full((batch, nodes), -1, dtype=torch.long)
     for i in range(1, nodes):
@@ -55,10 +56,13 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=9)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default=None, help="default: cuda where there is a GPU, else cpu")
     ap.add_argument("--threads", type=int, help="torch CPU threads (one is faster on a busy machine)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    import torch
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = [measure(b, args.nodes, args.vocab, args.repeats, args.device) for b in args.batch]

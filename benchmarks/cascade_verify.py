@@ -18,11 +18,11 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
+    import torch
 
-from seer_sglang.kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
-from seer_sglang.kernels.reference import tree_mask_from_parents
 
 SHAPES = [  # (groups, siblings, prompt, own)
     (4, 8, 1024, 512), (8, 8, 2048, 1024), (4, 16, 2048, 2048), (8, 16, 4096, 1024), (2, 32, 4096, 4096)]
@@ -30,6 +30,10 @@ SHAPES = [  # (groups, siblings, prompt, own)
 
 def make_step(groups: int, siblings: int, prompt: int, own: int, d: int, hq: int, hk: int, hd: int,
               device: str, dtype: torch.dtype, seed: int = 0) -> dict:
+    import torch
+
+    from seer_sglang.kernels.reference import tree_mask_from_parents
+
     gen = torch.Generator().manual_seed(seed)
     b = groups * siblings
     own_lens = torch.randint(max(1, own // 2), own + 1, (b,), generator=gen)
@@ -59,6 +63,7 @@ def make_step(groups: int, siblings: int, prompt: int, own: int, d: int, hq: int
 
 def single_level(fi, workspace, step: dict, d: int, hq: int, hk: int, hd: int, dtype: torch.dtype):
     """SGLang's verify: each request's prefix then its tree, custom mask [D, seq + D] per request."""
+    import torch
     b = step["seq"].numel()
     seq = step["seq"]
     kv_lens = seq + d
@@ -79,6 +84,7 @@ def single_level(fi, workspace, step: dict, d: int, hq: int, hk: int, hd: int, d
 
 
 def time_ms(fn, reps: int = 50) -> float:
+    import torch
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -100,6 +106,10 @@ def main() -> None:
     ap.add_argument("--heads", default="28,4,128", help="query heads, KV heads, head dim (Qwen2.5-7B)")
     ap.add_argument("--dry-run", action="store_true", help="build the layouts on CPU, run no kernel")
     args = ap.parse_args()
+    import torch
+
+    from seer_sglang.kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
+
     hq, hk, hd = (int(x) for x in args.heads.split(","))
     d, dtype = args.draft_nodes, torch.bfloat16
     device = "cpu" if args.dry_run else "cuda"

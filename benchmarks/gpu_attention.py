@@ -20,8 +20,10 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
+    import torch
 
 import benchmarks.gpu_step as gpu_step
 from benchmarks.gpu_step import ARCHS, SMOKE, Arch, decode_attention, lstsq, prefill_attention, timed
@@ -31,6 +33,7 @@ PREFILL = [(1024, 0), (4096, 0), (8192, 0), (1024, 4096), (1024, 16384), (4096, 
 
 
 def decode_case(arch: Arch, batch: int, length: int, device: str, dtype: torch.dtype, backends: list[str]) -> dict:
+    import torch
     hq, hk, d = arch.rank_heads, arch.rank_kv_heads, arch.head_dim
     k = torch.randn(batch, length, hk, d, device=device, dtype=dtype)  # NHD, one page per sequence
     v = torch.randn_like(k)
@@ -56,6 +59,7 @@ def decode_case(arch: Arch, batch: int, length: int, device: str, dtype: torch.d
 
 def prefill_case(arch: Arch, new: int, cached: int, device: str, dtype: torch.dtype, backends: list[str]) -> dict:
     """``gpu_step``'s prefill attention per library (torch's time includes repeating the KV head)."""
+    import torch
     hq, hk, d = arch.rank_heads, arch.rank_kv_heads, arch.head_dim
     k = torch.randn(new + cached, hk, d, device=device, dtype=dtype)  # NHD, as SGLang's KV pool
     v = torch.randn_like(k)
@@ -95,6 +99,8 @@ def main() -> None:
     ap.add_argument("--fi-backend", default="auto", choices=["auto", "fa2", "fa3"])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    import torch
+
     cuda = torch.cuda.is_available() and not args.smoke
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     arch = SMOKE if args.smoke else ARCHS[args.profile]

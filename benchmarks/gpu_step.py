@@ -35,9 +35,10 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
+    import torch
 
 from seer_sglang.core.step_model import PROFILES_DIR, StepModel
 
@@ -95,6 +96,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     """Decode attention with torch's kernel: ``q`` (batch, query heads, dim), ``k``/``v`` (batch, length,
     KV heads, dim), the NHD layout of SGLang's KV pool. The query heads that share a KV head are that
     head's query rows, so the kernel needs no mask and no repeated KV head."""
+    import torch.nn.functional as F
     b, hq, d = q.shape
     hk = k.shape[2]
     o = F.scaled_dot_product_attention(q.view(b, hk, hq // hk, d), k.transpose(1, 2), v.transpose(1, 2))
@@ -111,6 +113,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend
     ``k``/``v`` (all tokens, KV heads, dim; NHD), causal to the lower right (a new token sees every
     cached one). ``torch``: the KV head repeated for its query heads, and a masked kernel where tokens
     are cached; ``flashinfer``: FlashInfer's single prefill, which SGLang's FlashInfer backend runs."""
+    import torch.nn.functional as F
     if backend == "flashinfer":
         import flashinfer
 
@@ -133,6 +136,7 @@ class Rank:
     """One rank's weights and KV buffers, and its decode and prefill forward passes."""
 
     def __init__(self, arch: Arch, kv_tokens: int, device: str, dtype: torch.dtype, attention: str = "torch"):
+        import torch
         a = self.arch = arch
         self.device, self.dtype, self.attention = device, dtype, attention
         hq, hk, d = a.rank_heads, a.rank_kv_heads, a.head_dim
@@ -152,12 +156,14 @@ class Rank:
         self.v = [torch.zeros(kv_tokens * hk * d, device=device, dtype=dtype) for _ in range(a.layers)]
 
     def _mlp(self, x: torch.Tensor, layer: dict) -> torch.Tensor:
+        import torch.nn.functional as F
         h = F.rms_norm(x, (x.shape[-1],), layer["ln2"])
         gate, up = (h @ layer["gate_up"]).chunk(2, dim=-1)
         return x + (F.silu(gate) * up) @ layer["down"]
 
     def decode(self, x: torch.Tensor, length: int) -> torch.Tensor:
         """One decode step of ``x.shape[0]`` sequences, each with ``length`` KV tokens before this one."""
+        import torch.nn.functional as F
         a, b = self.arch, x.shape[0]
         hq, hk, d = a.rank_heads, a.rank_kv_heads, a.head_dim
         n = length + 1
@@ -175,6 +181,7 @@ class Rank:
 
     def prefill(self, x: torch.Tensor, cached: int) -> torch.Tensor:
         """One request's prefill of ``x.shape[0]`` new tokens after ``cached`` ones."""
+        import torch.nn.functional as F
         a, n = self.arch, x.shape[0]
         hq, hk, d = a.rank_heads, a.rank_kv_heads, a.head_dim
         total = cached + n
@@ -193,6 +200,7 @@ class Rank:
 
 def timed(fn, repeats: int, cuda: bool) -> list[float]:
     """Seconds per call of ``fn``, ``repeats`` times after two warm-ups (CUDA events on a GPU)."""
+    import torch
     fn(), fn()
     out = []
     for _ in range(repeats):
@@ -213,6 +221,7 @@ def timed(fn, repeats: int, cuda: bool) -> list[float]:
 def graphed(fn, cuda: bool):
     """``fn`` captured once in a CUDA graph (after a warm-up on a side stream), and its replay: what the
     step costs the GPU without the host's kernel launches. On the CPU, ``fn`` itself."""
+    import torch
     if not cuda:
         return fn, None
     stream = torch.cuda.Stream()
@@ -227,6 +236,7 @@ def graphed(fn, cuda: bool):
 
 
 def measure_decode(rank: Rank, batch: int, length: int, repeats: int, cuda: bool) -> list[float]:
+    import torch
     x = torch.randn(batch, rank.arch.hidden, device=rank.device, dtype=rank.dtype)
     run, graph = graphed(lambda: rank.decode(x, length), cuda)
     try:
@@ -240,6 +250,7 @@ def measure_decode(rank: Rank, batch: int, length: int, repeats: int, cuda: bool
 def measure_prefill(rank: Rank, new: int, cached: int, repeats: int, cuda: bool) -> tuple[list[float], list[float] | None]:
     """Eager times (as SGLang runs a prefill) and, on a GPU, the same step's times as a CUDA graph: the
     difference is the host's launch cost, which fused kernels and piecewise graphs cut."""
+    import torch
     x = torch.randn(new, rank.arch.hidden, device=rank.device, dtype=rank.dtype)
     with torch.no_grad():
         eager = timed(lambda: rank.prefill(x, cached), repeats, cuda)
@@ -268,6 +279,7 @@ def rank_model(model: StepModel, point: dict) -> float:
 
 
 def lstsq(rows: list[list[float]], ys: list[float]) -> list[float]:
+    import torch
     sol = torch.linalg.lstsq(torch.tensor(rows, dtype=torch.float64), torch.tensor(ys, dtype=torch.float64)[:, None])
     return [float(v) for v in sol.solution[:, 0]]
 
@@ -341,6 +353,7 @@ def summarize(result: dict, model: StepModel) -> dict:
 
 
 def measure(arch: Arch, smoke: bool, repeats: int, attention: str = "torch") -> dict:
+    import torch
     cuda = torch.cuda.is_available() and not smoke
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     decode, prefill = DECODE, PREFILL

@@ -20,46 +20,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import time
 from pathlib import Path
 
 import httpx
 
-from benchmarks.rollout import build_workload, workload_shape
-from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
+from benchmarks.harness.workload import KEYS, build_workload, prompts_digest, workload_shape
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, start_instance,
                                             stop_instances, wait_healthy)
 from seer_sglang.models import resolve_model_path
 from seer_sglang.sim.workload import PRESETS
 
-KEYS = ("workload", "prompts", "group_size", "max_tokens")  # what a replay must match, besides the seed
-
-
-def prompts_digest(prompts: list[list[int]]) -> str:
-    return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16]
-
-
-def load(data: dict, args, seed: int, prompts: list[list[int]]) -> dict[tuple[int, int], list[int]]:
-    """The outputs a recording (``data``, the file's JSON) holds for the workload of ``seed``, by (group,
-    sample index), after checking that it belongs to ``args``' workload and was written after the same
-    prompt tokens (the same tokenizer)."""
-    wrong = {k: (data["config"][k], getattr(args, k)) for k in KEYS if data["config"][k] != getattr(args, k)}
-    workload = next((w for w in data["workloads"] if w["seed"] == seed), None)
-    if workload is None:
-        wrong["seed"] = ([w["seed"] for w in data["workloads"]], seed)
-    elif workload["prompts_sha"] != prompts_digest(prompts):
-        wrong["prompts"] = ("other prompt tokens", "these")
-    if wrong:
-        raise SystemExit("the recording belongs to another workload: " +
-                         ", ".join(f"{k} {rec!r} (here {mine!r})" for k, (rec, mine) in wrong.items()))
-    return {(g, i): out for g, group in enumerate(workload["groups"]) for i, out in enumerate(group["outputs"])}
-
 
 async def record(urls: list[str], work, max_tokens: int, temperature: float) -> list[dict]:
     """Every sample of the workload; ``[{"prompt": ids, "outputs": [ids per sample index]}]`` by group,
     the form ``benchmarks.draft_replay`` reads."""
+    from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
+
     processor = ForceLengthProcessor.to_str()
     out = [{"prompt": ids, "outputs": []} for ids in work.prompts]
     for s in work.trace:

@@ -42,40 +42,20 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks import targets
+from benchmarks.harness import targets
+from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
+from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, predict, sim_check
+from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
+                                         prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
                                             start_instance, stop_instances, visible_gpus, wait_healthy)
 from seer_sglang.models import resolve_model_path, vocab_size as model_vocab_size
-from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
 from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
 from seer_sglang.launch.emulation import admission, instance_args, instance_env, plugin_settings
-from seer_sglang.core.step_model import Admission, StepModel, emulated_model
-from seer_sglang.sim.workload import PRESETS, TraceSample, generate, kv_cap, save_trace, working_set
+from seer_sglang.core.step_model import StepModel
+from seer_sglang.sim.workload import PRESETS, TraceSample, kv_cap, save_trace, working_set
 
 ROOT = Path(__file__).resolve().parent.parent
-# Plain SGLang's client posts every request at once, and they reach the instances one after another
-# in the order it sends them, about this far apart (``--emulate-step-log`` records each arrival,
-# ``benchmarks.step_log`` prints them: the first 128 of 512 requests reached their queues within 0.10 s).
-CLIENT_SEND_INTERVAL_S = 0.0008
-
-TEMPLATES = [
-    "A farmer has {a} apples and buys {b} more baskets with {c} apples each. How many apples does he have? "
-    "Show your reasoning step by step.",
-    "Solve for x: {a}x + {b} = {c}. Explain each step.",
-    "A train travels {a} km in {b} hours, then {c} km in 2 hours. What is its average speed? Think step by step.",
-    "What is the sum of all integers from {a} to {c}? Show the derivation.",
-    "A rectangle has a perimeter of {c} cm and one side of {a} cm. What is its area? Reason carefully.",
-    "Compute {a} * {b} - {c} and check the result in a second way.",
-]
-
-
-def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        text = TEMPLATES[i % len(TEMPLATES)].format(a=rng.randint(2, 99), b=rng.randint(2, 20), c=rng.randint(100, 999))
-        out.append(tokenizer.encode_chat([{"role": "user", "content": text}]))
-    return out
 
 
 # ---- telemetry -------------------------------------------------------------------------------
@@ -111,11 +91,15 @@ class LoadPoller:
 
 def sample_params(ids: list[int], sample: TraceSample, eos: int, replay: dict | None) -> dict:
     """A sample's hidden target: its length, or with a recording (``--replay``) its recorded text."""
+    from seer_sglang.benchmarking.force_length import custom_params
+
     return custom_params(len(ids), sample.output_len, eos, (replay or {}).get((sample.group_id, sample.sample_index)))
 
 
 async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
                        replay: dict | None = None) -> dict:
+    from seer_sglang.benchmarking.force_length import ForceLengthProcessor
+
     processor = ForceLengthProcessor.to_str()
     poller = LoadPoller(urls)
     finish: list[dict] = []
@@ -140,6 +124,8 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
 async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
                    tag: str = "", replay: dict | None = None) -> dict:
     """One rollout of ``trace`` through the seer frontend; ``tag`` keeps group ids apart between rollouts."""
+    from seer_sglang.benchmarking.force_length import ForceLengthProcessor
+
     by_group: dict[int, list[TraceSample]] = {}
     for s in trace:
         by_group.setdefault(s.group_id, []).append(s)
@@ -187,35 +173,6 @@ def last_samples(samples: list[dict], start: float) -> list[dict]:
 
 
 # ---- emulation -------------------------------------------------------------------------------
-
-def emulation_counters(urls: list[str]) -> list[dict]:
-    """Each instance's step-emulation counters (``/server_info``), to take differences around a run."""
-    return [httpx.get(f"{u}/server_info", timeout=30).json()["internal_states"][0].get("seer_emulation", {})
-            for u in urls]
-
-
-def emulation_delta(before: list[dict], after: list[dict]) -> dict:
-    steps = sum(a.get("steps", 0) - b.get("steps", 0) for a, b in zip(after, before))
-    overruns = sum(a.get("overruns", 0) - b.get("overruns", 0) for a, b in zip(after, before))
-    lost = sum(a.get("lost_s", 0.0) - b.get("lost_s", 0.0) for a, b in zip(after, before))
-    kinds: dict[str, dict] = {}
-    for a, b in zip(after, before):
-        for kind, entry in a.get("kinds", {}).items():
-            was = b.get("kinds", {}).get(kind, {})
-            total = kinds.setdefault(kind, {"steps": 0, "model_s": 0.0, "host_s": 0.0})
-            for key in total:
-                total[key] += entry[key] - was.get(key, 0)
-    return {"steps": steps, "overruns": overruns, "overrun_share": overruns / steps if steps else 0.0,
-            "lost_s": lost, "max_overrun_s": max((a.get("max_overrun_s", 0.0) for a in after), default=0.0),
-            "kinds": kinds}
-
-
-def emulation_settings(args) -> tuple[StepModel | None, float]:
-    """The emulated model of every instance, and the workload's length scale."""
-    if not args.emulate:
-        return None, 1.0
-    scale = args.emulate_length_scale or args.max_tokens / PRESETS[args.workload].max_tokens
-    return emulated_model(args.emulate, scale, args.emulate_time_scale), scale
 
 
 # ---- metrics ---------------------------------------------------------------------------------
@@ -325,95 +282,6 @@ def calib_batches(args) -> tuple[int, ...]:
     return tuple(int(b) for b in args.calib_batches.split(","))
 
 
-def mode_drafter(mode: str) -> str | None:
-    """The ``+sd...`` option of a mode, if it speculates."""
-    return next((o for o in mode_options(mode)[1] if o.startswith("sd")), None)
-
-
-def client_arrivals(trace: list[TraceSample]) -> dict[tuple[int, int], float]:
-    """When each of plain SGLang's requests reaches its instance, from the start of the rollout: in the
-    order ``run_baseline`` sends them, ``CLIENT_SEND_INTERVAL_S`` apart. Which requests share SGLang's
-    first prefills decides which it retracts first, and so which instance ends the rollout."""
-    return {(s.group_id, s.sample_index): i * CLIENT_SEND_INTERVAL_S for i, s in enumerate(trace)}
-
-
-# How the context policies order samples of equal estimates in the runs this version measures: a run's
-# config keeps it, and the simulator rechecks a run with the order the run had ("arrival" before).
-CONTEXT_TIES = "spread"
-
-
-def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
-    """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it,
-    its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a ``+sd`` mode,
-    drafts from the group unless the mode says ``+sd-suffix``."""
-    from seer_sglang.core.policy import make_policy
-    from seer_sglang.sim.simulator import simulate
-
-    name, options = mode_options(mode)
-    policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
-                         whole_tail="tail" in options,
-                         spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
-    if spec is not None:
-        spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
-    arrivals = client_arrivals(trace) if mode == "baseline" else None
-    return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
-                    plain=mode == "baseline", arrival_s=arrivals)
-
-
-def run_acceptance(args, seed: int):
-    """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``), per sample where the
-    run replayed the text that file was measured on (``SpecModel.from_replay``)."""
-    from seer_sglang.sim.spec_model import SpecModel
-
-    return SpecModel.from_replay(args.sim_acceptance, seed=seed, text=getattr(args, "replay", None))
-
-
-def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:
-    """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
-    step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
-    acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to."""
-    seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
-    measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
-    out = {}
-    for mode in modes:
-        drafter = mode_drafter(mode)
-        if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
-            continue
-        # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
-        sims = {}
-        for trace, seed in zip(traces, seeds):
-            if id(trace) not in sims:
-                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None)
-        out[mode] = [sims[id(t)] for t in traces]
-    return out
-
-
-def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
-    """The simulator against the mean of the real runs: ``error`` is signed and relative
-    (predicted / real - 1)."""
-    out = {}
-    for mode, runs in predict(traces, model, rule, args, results).items():
-        real = results[mode]
-        predicted = statistics.fmean(r.completion_s for r in runs)
-        out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
-                     "error": predicted / real["completion_s"] - 1.0,
-                     "predicted_tail_s": statistics.fmean(r.tail_s for r in runs), "real_tail_s": real["tail_s"],
-                     "predicted_retractions": statistics.fmean(r.retractions for r in runs),
-                     "real_retractions": real["retractions"],
-                     "predicted_per_repeat_s": [r.completion_s for r in runs]}
-    return out
-
-
-def workload_shape(args):
-    """The preset's lengths scaled to ``--max-tokens``, with the run's group size."""
-    return dataclasses.replace(PRESETS[args.workload].scaled(args.max_tokens), group_size=args.group_size)
-
-
-def workload_seeds(args) -> list[int]:
-    """One workload seed per repeat with ``--vary-trace`` (repeat r runs seed + r), else the one seed."""
-    return [args.seed + r for r in range(args.repeats)] if args.vary_trace else [args.seed]
-
-
 def ratios_against(results: dict, base_mode: str) -> dict:
     """Each mode against ``base_mode`` over the same repeats: throughput as total tokens over total time
     (repeat r of every mode ran the same workload), the tail and completion as ratios of their means;
@@ -478,13 +346,6 @@ def plot(report: dict, runs: dict, path: Path) -> None:
 
 # ---- main ------------------------------------------------------------------------------------
 
-def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+tail][+arrival][+pool][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
-    sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
-    serve equal length estimates in waiting order, not sibling by sibling across groups."""
-    policy, *options = mode.split("+")
-    return policy, set(options)
-
 
 def server_config(mode: str, default_draft: str) -> tuple[str, str]:
     """(kv pool, drafter) of the seer server a mode runs on: modes that agree share one server."""
@@ -524,91 +385,6 @@ def launch_seer(model_path: str, flags: list[str], log_dir: Path) -> tuple[subpr
         time.sleep(0.5)
     proc.terminate()
     raise RuntimeError(f"seer server did not start; see {log_dir}")
-
-
-@dataclasses.dataclass
-class Workload:
-    """What every mode of one benchmark runs: the measured trace and a separate warm-up trace."""
-
-    prompts: list[list[int]]
-    trace: list[TraceSample]
-    warm_prompts: list[list[int]]
-    warm_trace: list[TraceSample]
-    eos: int
-    replay: dict | None = None  # recorded text by (group, sample index), ``--replay``
-    warm_replay: dict | None = None  # the warm-up's: recorded text too (``replay_for_warmup``)
-
-
-def prompt_tokenizer(args, recording: dict | None = None):
-    """The tokenizer that makes the workload's prompts: the model's, or with ``--replay`` the recorded
-    model's, since a replay's prompts are the recording's (then mapped into a compact model's
-    vocabulary, ``compact_vocabulary``). ``recording``: the ``--replay`` file already read, if it was."""
-    from seer_sglang.frontend.tokenizer import PromptTokenizer
-
-    if recording is None and getattr(args, "replay", None):
-        recording = json.loads(Path(args.replay).read_text())
-    return PromptTokenizer(resolve_model_path(recording["config"]["model"] if recording else args.model))
-
-
-def build_workload(args, tokenizer, spec) -> Workload:
-    def traced(prompts: list[list[int]], count: int, seed: int) -> list[TraceSample]:
-        return [TraceSample(s.group_id, s.sample_index, len(prompts[s.group_id]), s.output_len)
-                for s in generate(spec, count, seed)]
-
-    prompts = make_prompts(tokenizer, args.prompts, args.seed)
-    warm_seed = args.seed + 1000  # apart from every measured workload (--vary-trace runs seed + r)
-    warm_prompts = make_prompts(tokenizer, args.warmup_prompts, warm_seed)
-    return Workload(prompts, traced(prompts, args.prompts, args.seed), warm_prompts,
-                    traced(warm_prompts, args.warmup_prompts, warm_seed) if args.warmup_prompts else [],
-                    tokenizer.tok.eos_token_id)
-
-
-def compact_vocabulary(workloads: list[Workload], vocab_size: int, keep: set[int]) -> dict[int, int] | None:
-    """Map the workloads' tokens one to one into ``[0, vocab_size)`` for a model with a smaller
-    vocabulary than its tokenizer (``tiny-smollm2-4k``), in place; None when every token fits already.
-
-    Drafters and the verify step compare tokens only for equality, so a one-to-one map keeps every
-    draft's acceptance; ``keep`` (EOS and the other special tokens) keep their ids. The prompts,
-    warm-up prompts and recorded outputs of all workloads share one map: it is the same text.
-    """
-    tokens = set()
-    for work in workloads:
-        for ids in [*work.prompts, *work.warm_prompts, *(work.replay or {}).values(),
-                    *(work.warm_replay or {}).values()]:
-            tokens.update(ids)
-    if not tokens or max(tokens) < vocab_size:
-        return None
-    fixed = {t for t in keep if t < vocab_size}
-    free = (i for i in range(vocab_size) if i not in fixed)
-    mapping = {t: t for t in fixed}
-    movable = sorted(tokens - fixed)
-    if len(movable) > vocab_size - len(fixed):
-        raise SystemExit(f"the workload has {len(tokens)} distinct tokens: more than the model's vocabulary "
-                         f"of {vocab_size}")
-    mapping.update(zip(movable, free))
-    for work in workloads:
-        work.prompts = [[mapping[t] for t in ids] for ids in work.prompts]
-        work.warm_prompts = [[mapping[t] for t in ids] for ids in work.warm_prompts]
-        if work.replay is not None:
-            work.replay = {key: [mapping[t] for t in ids] for key, ids in work.replay.items()}
-        if work.warm_replay is not None:
-            work.warm_replay = {key: [mapping[t] for t in ids] for key, ids in work.warm_replay.items()}
-    return mapping
-
-
-def replay_for_warmup(warm_trace: list[TraceSample], replay: dict) -> dict:
-    """Recorded text for the warm-up rollout: warm-up group g replays the outputs of the recording's
-    group g (cyclically), sibling for sibling. Without it the warm-up's samples are the small model's
-    own text, which no draft matches, and an instance's draft budget, which learns acceptance from
-    every step it runs, begins the measured rollouts believing that drafts are never accepted. Each
-    warm-up group is its own group to the drafters, so nothing of it reaches the measured groups'."""
-    groups = sorted({g for g, _ in replay})
-    sizes = {g: 1 + max(i for h, i in replay if h == g) for g in groups}
-    out = {}
-    for s in warm_trace:
-        g = groups[s.group_id % len(groups)]
-        out[(s.group_id, s.sample_index)] = replay[(g, s.sample_index % sizes[g])]
-    return out
 
 
 class Measured:
@@ -702,9 +478,7 @@ def main() -> None:
     for seed in seeds:
         by_seed[seed] = build_workload(argparse.Namespace(**{**vars(args), "seed": seed}), tokenizer, spec)
         if recording is not None:
-            from benchmarks.record_text import load
-
-            by_seed[seed].replay = load(recording, args, seed, by_seed[seed].prompts)
+            by_seed[seed].replay = load_recording(recording, args, seed, by_seed[seed].prompts)
             by_seed[seed].warm_replay = replay_for_warmup(by_seed[seed].warm_trace, by_seed[seed].replay)
     vocab_size = model_vocab_size(model_path)
     if compact_vocabulary(list(by_seed.values()), vocab_size, {work.eos for work in by_seed.values()}

@@ -21,16 +21,13 @@ siblings (linear and 4-path drafts). Simulated, not measured.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.rollout import (CONTEXT_TIES, build_workload, emulation_settings, mode_drafter, prompt_tokenizer,
-                                run_acceptance, simulate_mode, workload_seeds, workload_shape)
-from seer_sglang.config import EmulationConfig
-from seer_sglang.launch.emulation import admission
+from benchmarks.harness.simulate import CONTEXT_TIES, mode_drafter, rebuild, run_acceptance, simulate_mode
+from benchmarks.harness.workload import workload_seeds
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
 
 # Seer (v3): mean acceptance length, bonus token included, with n finished siblings as references.
@@ -55,22 +52,6 @@ def parse_seeds(text: str | None, default: list[int]) -> list[int]:
         lo, _, hi = part.partition("-")
         seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
     return seeds
-
-
-def rebuild(config: dict, seeds: list[int]):
-    """The traces of ``seeds``, the step model, the KV capacity and the admission rule of a
-    ``benchmarks.rollout --emulate`` run."""
-    args = argparse.Namespace(**config)
-    spec = workload_shape(args)
-    tokenizer = prompt_tokenizer(args)
-    traces = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec).trace for s in seeds]
-    emulated, length_scale = emulation_settings(args)
-    if emulated is None:
-        raise SystemExit("--from must be an emulated run (benchmarks.rollout --emulate)")
-    model = dataclasses.replace(emulated, capacity_tokens=args.kv_tokens,
-                                request_overhead_s=config["calibration"]["request_overhead_s"])
-    rule = admission(EmulationConfig(args.emulate, args.emulate_time_scale, length_scale))
-    return traces, model, rule
 
 
 def plot(report: dict, path: Path) -> None:

@@ -3,7 +3,7 @@
     python -m benchmarks.sim_recheck benchmarks/results/emulated_h100_*.json
 
 A run's measured figures stay as they were measured. Its workload, step model, KV cap and admission rule
-are rebuilt from the file's config (``sim_bounds.rebuild``), and each repeat's workload is simulated as
+are rebuilt from the file's config (``benchmarks.harness.simulate.rebuild``), and each repeat's workload is simulated as
 ``benchmarks.rollout`` simulated it, so an unchanged simulator gives the stored check back exactly. The
 file then names the simulator's revision in ``sim_check_revision``. A file whose config predates a
 setting the rebuild needs is left alone and named.
@@ -16,28 +16,13 @@ import json
 import subprocess
 from pathlib import Path
 
-from benchmarks.rollout import sim_check, workload_seeds
-from benchmarks.sim_bounds import rebuild
+from benchmarks.harness.simulate import recheck
 
 
 def revision() -> str:
     out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parent)
     return out.stdout.strip() or "unknown"
-
-
-def rebuilt(run: dict):
-    """(each repeat's trace, step model, admission rule, the run's arguments) of a stored run."""
-    config = run["config"]
-    args = argparse.Namespace(**config)
-    traces, model, rule = rebuild(config, workload_seeds(args))
-    return [traces[r % len(traces)] for r in range(config["repeats"])], model, rule, args
-
-
-def recheck(run: dict) -> dict:
-    """The run's ``sim_check`` from the current simulator."""
-    traces, model, rule, args = rebuilt(run)
-    return sim_check(traces, model, rule, args, run["modes"])
 
 
 def main() -> None:

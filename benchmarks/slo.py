@@ -37,8 +37,8 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.rollout import emulation_counters, emulation_delta, launch_seer
-from seer_sglang.benchmarking.force_length import ForceLengthProcessor, custom_params
+from benchmarks.harness.emulation import emulation_counters, emulation_delta
+from benchmarks.rollout import launch_seer
 from seer_sglang.config import SCHEDULER, SLO_CONFIG, EmulationConfig, PluginConfig
 from seer_sglang.core.policy import make_policy
 from seer_sglang.core.slo import SLO, attainment
@@ -100,6 +100,8 @@ class Rollout:
     def sampling(self, g: int, i: int) -> dict:
         if self.trace is None:
             return {"ignore_eos": True}
+        from seer_sglang.benchmarking.force_length import custom_params  # SGLang's: needed by a run only
+
         return {"custom_params": custom_params(len(self.work[g]), self.lengths(g)[i], self.eos)}
 
     def subset(self, count: int, max_tokens: int) -> "Rollout":
@@ -110,6 +112,8 @@ class Rollout:
 
 
 def forced(rollout: Rollout) -> dict:
+    from seer_sglang.benchmarking.force_length import ForceLengthProcessor  # SGLang's: needed by a run only
+
     return {} if rollout.trace is None else {"custom_logit_processor": ForceLengthProcessor.to_str()}
 
 

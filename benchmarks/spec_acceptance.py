@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.draft_replay import replay
-from benchmarks.rollout import make_prompts
+from benchmarks.harness.workload import make_prompts
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, visible_gpus, wait_healthy)
 from seer_sglang.models import resolve_model_path

@@ -166,8 +166,8 @@ def committed_by_chunk_step(segment: dict[str, list[dict]]) -> dict[str, list[in
 def simulated(run: dict, mode: str):
     """The simulator's run of ``mode`` on the run's first workload (``SimResult``), with the run's
     acceptance for a speculative mode, as ``benchmarks.rollout``'s check has it."""
-    from benchmarks.rollout import mode_drafter, run_acceptance, simulate_mode, workload_seeds
-    from benchmarks.sim_bounds import rebuild
+    from benchmarks.harness.simulate import mode_drafter, rebuild, run_acceptance, simulate_mode
+    from benchmarks.harness.workload import workload_seeds
 
     args = argparse.Namespace(**run["config"])
     seeds = workload_seeds(args)

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
+from benchmarks.harness.emulation import is_invalid, worst_overrun
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -165,20 +167,6 @@ def sim_check_table(results: Results, stems: list[str]) -> str:
                "the same engines in the same run. Source: the `sim_check` part of " + source(stems) + ".")
     return "\n".join(table(["run", "mode", "measured (CPU)", "simulated", "simulated vs measured"], rows)
                      + ["", caption])
-
-
-MAX_OVERRUN_SHARE = 0.05  # a mode whose worst repeat overran more of its steps measured the host
-
-
-def worst_overrun(runs: list[dict]) -> float:
-    """The worst repeat's share of steps that overran the emulated profile (0 without repeats)."""
-    return max((r["overrun_share"] for r in runs), default=0.0)
-
-
-def is_invalid(runs: list[dict]) -> bool:
-    """Whether a mode's worst repeat overran the profile on more than 5% of its steps: it measured the
-    host, not the profile, so no figure of it is a result."""
-    return worst_overrun(runs) > MAX_OVERRUN_SHARE
 
 
 def unreported_row(mode: str, columns: int, runs: list[dict]) -> list[str]:

@@ -1,12 +1,16 @@
-"""The shape of the package: pure modules stay pure, packages import each other without cycles and
-without private names, and every Seer default, choice list and environment variable is written once
-(in ``seer_sglang.config``)."""
+"""The shape of the repository: pure modules stay pure, no module imports another that imports it back
+(seer_sglang, benchmarks and the tests' helpers alike), imports point down (benchmarks use the package,
+the benchmark harness uses no benchmark script, nothing imports the tests), no private name crosses a
+package, every benchmark answers --help without SGLang or torch, and every Seer default, choice list and
+environment variable is written once (in ``seer_sglang.config``)."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
-import subprocess
+import importlib
+import io
 import sys
 from pathlib import Path
 
@@ -15,6 +19,8 @@ import pytest
 from seer_sglang import config
 
 PACKAGE = Path(config.__file__).resolve().parent
+REPO = PACKAGE.parent
+TOPS = ("seer_sglang", "benchmarks", "tests")  # every importable tree of the repository
 PURE = ("core", "speculative", "sim", "config", "wire")
 SERVING = ("frontend", "plugin", "launch", "draft_server", "launch_server")
 
@@ -56,24 +62,23 @@ def imports(module: str, path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-def test_pure_modules_import_neither_sglang_nor_serving_code():
-    """Imported in a fresh interpreter where ``import sglang`` fails: every pure module loads, and
-    none of them pulls in the frontend, the plugin, the launcher or the draft server."""
+def test_pure_modules_import_neither_sglang_nor_serving_code(monkeypatch):
+    """Every pure module loads where ``import sglang`` fails (those that compute with torch load where
+    torch does), and nothing it imports, at any depth, is the frontend, the plugin, the launcher or the
+    draft server."""
     pure = [m for m in modules() if unit_of(m) in PURE and not m.endswith("__main__")]
     assert len(pure) > 15
-    code = f"""
-import sys
-sys.modules["sglang"] = None  # any import of SGLang raises ImportError
-import importlib
-for name in {pure!r}:
-    importlib.import_module(name)
-serving = sorted(m for m in sys.modules if m.split(".")[:2][-1] in {SERVING!r} and m.startswith("seer_sglang."))
-loaded_sglang = sorted(m for m in sys.modules if (m == "sglang" or m.startswith("sglang.")) and sys.modules[m])
-print(serving, loaded_sglang)
-assert not serving and not loaded_sglang
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
+    monkeypatch.setitem(sys.modules, "sglang", None)  # any import of SGLang raises ImportError
+    graph = module_graph()
+    for name in pure:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            if e.name != "torch":  # the unit tier runs without torch (tests/unit/conftest.py)
+                raise
+        serving = sorted(m for m in reachable(graph, name)
+                         if m.startswith("seer_sglang.") and unit_of(m) in SERVING)
+        assert not serving, f"{name} imports {serving}"
 
 
 def test_pure_sources_name_no_serving_module():
@@ -136,6 +141,98 @@ def test_no_import_cycle_between_packages():
 def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+def repository_modules() -> dict[str, Path]:
+    """Every module of the repository's importable trees, by its dotted name."""
+    out = {}
+    for top in TOPS:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            if rel.parts[:2] == ("seer_sglang", "cpu_shims") and "site" in rel.parts:
+                continue  # installed into site-packages as other modules (sgl_kernel stand-in)
+            parts = list(rel.with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def module_graph(known: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Module -> the repository's modules it imports, at any depth of the file (imports inside
+    functions too): ``from pkg import mod`` points at ``pkg.mod``, ``from pkg.mod import name`` at
+    ``pkg.mod``, not at the packages above it."""
+    known = repository_modules() if known is None else known
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for target, names in imports(module, path):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in known]
+            for t in subs if subs and len(subs) == len(names) else [target, *subs]:
+                while t and t not in known:
+                    t = t.rpartition(".")[0]
+                if t and t != module:
+                    graph[module].add(t)
+    return graph
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_no_import_cycle_between_modules():
+    """Module by module over seer_sglang, benchmarks and tests: a cycle makes import order matter and
+    ties modules that should be read and changed apart."""
+    graph = module_graph()
+    assert "benchmarks.harness.workload" in graph["benchmarks.rollout"]  # the graph is really built
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_imports_point_down():
+    """seer_sglang imports neither the benchmarks nor the tests; the benchmarks import no test; the
+    benchmark harness imports no benchmark script (scripts build on the harness, never the reverse)."""
+    graph = module_graph()
+    for module, targets in graph.items():
+        top = module.split(".")[0]
+        for target in targets:
+            if top == "seer_sglang":
+                assert not target.startswith(("benchmarks", "tests")), f"{module} imports {target}"
+            if top == "benchmarks":
+                assert not target.startswith("tests"), f"{module} imports {target}"
+            if module.startswith("benchmarks.harness"):
+                assert target.startswith(("benchmarks.harness", "seer_sglang")), f"{module} imports {target}"
+
+
+def benchmark_scripts() -> list[str]:
+    """The benchmark modules with a command line (``python -m benchmarks.<name>``)."""
+    return sorted(m for m, path in repository_modules().items()
+                  if m.startswith("benchmarks.") and not m.startswith("benchmarks.harness")
+                  and "def main(" in path.read_text())
+
+
+def test_benchmarks_have_a_command_line():
+    assert {"benchmarks.rollout", "benchmarks.slo", "benchmarks.load", "benchmarks.kv_pool",
+            "benchmarks.tables", "benchmarks.gpu_step"} <= set(benchmark_scripts())
+
+
+@pytest.mark.parametrize("name", benchmark_scripts())
+def test_benchmark_answers_help_without_sglang_or_torch(name, monkeypatch):
+    """``python -m benchmarks.<name> --help`` parses its flags and prints them, in this process, with
+    SGLang and torch unimportable: a script imports them where a measurement runs, not to parse flags."""
+    monkeypatch.setitem(sys.modules, "sglang", None)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setattr(sys, "argv", [f"python -m {name}", "--help"])
+    module = importlib.import_module(name)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code in (0, None)
+    assert "usage:" in out.getvalue() and "--help" in out.getvalue()
 
 
 def test_no_private_name_imported_across_packages():

@@ -30,7 +30,7 @@ def test_last_samples_are_the_latest_to_end_with_their_chunks_from_the_rollouts_
 def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now():
     """The tables quote each run's ``sim_check``: a change to the simulator must be rechecked into the
     files (``python -m benchmarks.sim_recheck``)."""
-    from benchmarks.sim_recheck import recheck
+    from benchmarks.harness.simulate import recheck
 
     run = json.loads((RESULTS / "emulated_h100_moonlight_sd_x30_t0.6_4k.json").read_text())
     check = recheck(run)

@@ -1,4 +1,4 @@
-"""The targets an emulated rollout is held to (``benchmarks.targets``): which are met, by how much one is
+"""The targets an emulated rollout is held to (``benchmarks.harness.targets``): which are met, by how much one is
 missed, and the evidence of why, on hand-built runs and on a stored one."""
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.targets import bound_modes, check, context_modes
+from benchmarks.harness.targets import bound_modes, check, context_modes
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -93,11 +93,10 @@ def test_a_stored_run_names_its_missed_targets():
 
 
 def test_a_stored_runs_targets_are_what_the_simulator_and_the_run_give_now():
-    """The bounds come from the simulator on the run's own workloads (``benchmarks.rollout.predict``), as
+    """The bounds come from the simulator on the run's own workloads (``benchmarks.harness.simulate.predict``), as
     ``python -m benchmarks.targets`` computes them: a change to either must be rechecked into the files."""
-    from benchmarks.rollout import predict
-    from benchmarks.sim_recheck import rebuilt
-    from benchmarks.targets import bounds
+    from benchmarks.harness.simulate import predict, rebuilt
+    from benchmarks.harness.targets import bounds
 
     run = json.loads((RESULTS / "emulated_h100_moonlight_workloads_ties.json").read_text())
     traces, model, rule, args = rebuilt(run)

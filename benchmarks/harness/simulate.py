@@ -1,0 +1,141 @@
+"""The simulator's view of a benchmark run: its modes simulated on the run's own workloads and step model,
+and a stored run's workloads rebuilt from its config. The benchmark predicts its run with these, and the
+rechecks and bound studies rebuild a stored run the same way, so an unchanged simulator gives a stored
+prediction back exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+
+from benchmarks.harness.emulation import emulation_settings
+from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
+from seer_sglang.config import EmulationConfig
+from seer_sglang.core.step_model import Admission, StepModel
+from seer_sglang.launch.emulation import admission
+from seer_sglang.sim.workload import TraceSample
+
+
+def mode_options(mode: str) -> tuple[str, set[str]]:
+    """``<policy>[+tail][+arrival][+pool][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
+    sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
+    serve equal length estimates in waiting order, not sibling by sibling across groups."""
+    policy, *options = mode.split("+")
+    return policy, set(options)
+
+
+def mode_drafter(mode: str) -> str | None:
+    """The ``+sd...`` option of a mode, if it speculates."""
+    return next((o for o in mode_options(mode)[1] if o.startswith("sd")), None)
+
+
+# Plain SGLang's client posts every request at once, and they reach the instances one after another
+# in the order it sends them, about this far apart (``--emulate-step-log`` records each arrival,
+# ``benchmarks.step_log`` prints them: the first 128 of 512 requests reached their queues within 0.10 s).
+CLIENT_SEND_INTERVAL_S = 0.0008
+
+
+def client_arrivals(trace: list[TraceSample]) -> dict[tuple[int, int], float]:
+    """When each of plain SGLang's requests reaches its instance, from the start of the rollout: in the
+    order ``run_baseline`` sends them, ``CLIENT_SEND_INTERVAL_S`` apart. Which requests share SGLang's
+    first prefills decides which it retracts first, and so which instance ends the rollout."""
+    return {(s.group_id, s.sample_index): i * CLIENT_SEND_INTERVAL_S for i, s in enumerate(trace)}
+
+
+# How the context policies order samples of equal estimates in the runs this version measures: a run's
+# config keeps it, and the simulator rechecks a run with the order the run had ("arrival" before).
+CONTEXT_TIES = "spread"
+
+
+def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
+    """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it,
+    its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a ``+sd`` mode,
+    drafts from the group unless the mode says ``+sd-suffix``."""
+    from seer_sglang.core.policy import make_policy
+    from seer_sglang.sim.simulator import simulate
+
+    name, options = mode_options(mode)
+    policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
+                         whole_tail="tail" in options,
+                         spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
+    if spec is not None:
+        spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
+    arrivals = client_arrivals(trace) if mode == "baseline" else None
+    return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
+                    plain=mode == "baseline", arrival_s=arrivals)
+
+
+def run_acceptance(args, seed: int):
+    """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``), per sample where the
+    run replayed the text that file was measured on (``SpecModel.from_replay``)."""
+    from seer_sglang.sim.spec_model import SpecModel
+
+    return SpecModel.from_replay(args.sim_acceptance, seed=seed, text=getattr(args, "replay", None))
+
+
+def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:
+    """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
+    step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
+    acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to."""
+    seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
+    measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
+    out = {}
+    for mode in modes:
+        drafter = mode_drafter(mode)
+        if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
+            continue
+        # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
+        sims = {}
+        for trace, seed in zip(traces, seeds):
+            if id(trace) not in sims:
+                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None)
+        out[mode] = [sims[id(t)] for t in traces]
+    return out
+
+
+def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
+    """The simulator against the mean of the real runs: ``error`` is signed and relative
+    (predicted / real - 1)."""
+    out = {}
+    for mode, runs in predict(traces, model, rule, args, results).items():
+        real = results[mode]
+        predicted = statistics.fmean(r.completion_s for r in runs)
+        out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
+                     "error": predicted / real["completion_s"] - 1.0,
+                     "predicted_tail_s": statistics.fmean(r.tail_s for r in runs), "real_tail_s": real["tail_s"],
+                     "predicted_retractions": statistics.fmean(r.retractions for r in runs),
+                     "real_retractions": real["retractions"],
+                     "predicted_per_repeat_s": [r.completion_s for r in runs]}
+    return out
+
+
+def rebuild(config: dict, seeds: list[int]):
+    """The traces of ``seeds``, the step model, the KV capacity and the admission rule of a
+    ``benchmarks.rollout --emulate`` run."""
+    args = argparse.Namespace(**config)
+    spec = workload_shape(args)
+    tokenizer = prompt_tokenizer(args)
+    traces = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec).trace for s in seeds]
+    emulated, length_scale = emulation_settings(args)
+    if emulated is None:
+        raise SystemExit("--from must be an emulated run (benchmarks.rollout --emulate)")
+    model = dataclasses.replace(emulated, capacity_tokens=args.kv_tokens,
+                                request_overhead_s=config["calibration"]["request_overhead_s"])
+    rule = admission(EmulationConfig(args.emulate, args.emulate_time_scale, length_scale))
+    return traces, model, rule
+
+
+def rebuilt(run: dict):
+    """(each repeat's trace, step model, admission rule, the run's arguments) of a stored run."""
+    config = run["config"]
+    args = argparse.Namespace(**config)
+    traces, model, rule = rebuild(config, workload_seeds(args))
+    return [traces[r % len(traces)] for r in range(config["repeats"])], model, rule, args
+
+
+def recheck(run: dict) -> dict:
+    """The run's ``sim_check`` from the current simulator."""
+    traces, model, rule, args = rebuilt(run)
+    return sim_check(traces, model, rule, args, run["modes"])

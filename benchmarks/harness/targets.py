@@ -1,0 +1,213 @@
+"""What an emulated rollout is held to, and by how much and why a run falls short.
+
+The targets are Seer's reported gains on its own rollouts, on 8 instances against plain SGLang fed as veRL
+feeds it: ``divided`` at least 1.3x the throughput, ``context`` at least 1.4x and above ``divided`` and
+``group``, ``context`` within 3% of ``oracle``, grouped speculation (``context+sd``) at least 1.8x, and a
+tail (the last 10% of samples) at most 0.2x plain SGLang's. A run is held to those of its modes that it ran,
+and a run's own validity to two more: every mode's steps within the profile (at most 5% overran) and the
+simulator within 5% of every valid mode.
+
+A target missed carries its shortfall and the evidence of why, from the run itself: the same run's
+``oracle`` (the most any dispatch order gets from these workloads), and the simulator's bound policies on
+the run's own workloads (``bounds``). ``late-oracle`` knows each group's longest sample once its first
+sample finishes, ``group-oracle`` from the start; together they split ``context``'s gap to ``oracle`` into
+its estimate, the first wave (dispatched before any length is known) and the spread of lengths within a
+group. ``benchmarks.rollout`` checks them with every run, ``benchmarks.targets`` for stored runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from benchmarks.harness.emulation import is_invalid, worst_overrun
+
+
+THROUGHPUT = {"divided": 1.3, "context": 1.4, "context+sd": 1.8}  # x plain SGLang's throughput
+ABOVE = (("context", "divided"), ("context", "group"))
+ORACLE_GAP = 0.03  # context's throughput at most 3% below oracle's
+TAIL = 0.2  # x plain SGLang's tail
+SIM_ERROR = 0.05
+
+
+def context_modes(modes) -> list[str]:
+    """The run's ``context`` modes held to ``oracle``: plain ``context`` and its grouped speculation."""
+    out = []
+    for mode in modes:
+        policy, *options = mode.split("+")
+        if policy == "context" and all(o.startswith("sd") for o in options):
+            out.append(mode)
+    return out
+
+
+def bound_modes(modes) -> list[str]:
+    """The simulator's bound policies for each ``context`` mode of a run, and its ``oracle`` where the
+    run did not measure it (a tail's bound)."""
+    out = []
+    for mode in context_modes(modes):
+        suffix = mode[len("context"):]
+        out += [f"late-oracle{suffix}", f"group-oracle{suffix}"]
+        if f"oracle{suffix}" not in modes:
+            out.append(f"oracle{suffix}")
+    return out
+
+
+def bounds(predicted: dict) -> dict:
+    """``benchmarks.rollout.predict``'s runs of the bound modes, as means over the run's repeats."""
+    return {mode: {"predicted_s": statistics.fmean(r.completion_s for r in runs),
+                   "predicted_tail_s": statistics.fmean(r.tail_s for r in runs)}
+            for mode, runs in predicted.items()}
+
+
+def mode_runs(run: dict, mode: str) -> list[dict]:
+    """The emulation's counters of each repeat of ``mode`` (none for a run not emulated)."""
+    return run.get("emulation", {}).get("per_mode", {}).get(mode, [])
+
+
+def overrun(run: dict, mode: str) -> float:
+    """The worst repeat's share of steps that overran the profile."""
+    return worst_overrun(mode_runs(run, mode))
+
+
+def row(kind: str, target: str, mode: str, measured, met, short_by=None, why: str | None = None) -> dict:
+    """One target: ``kind`` says what ``measured`` is (``retractions``; ``throughput`` and ``tail``, x plain
+    SGLang's; ``above``, relative throughput; ``oracle``, throughput behind it; ``overrun``, the share of
+    steps; ``sim``, the simulator's signed error); ``met`` is None where the run cannot judge it."""
+    return {"kind": kind, "target": target, "mode": mode, "measured": measured, "met": met, "short_by": short_by,
+            "why": why}
+
+
+def unreported(run: dict, mode: str) -> str:
+    return f"not reported: `{mode}` overran the profile on {overrun(run, mode):.1%} of its steps (worst repeat)"
+
+
+def check(run: dict, bound: dict | None = None) -> list[dict]:
+    """Every target the run's modes allow, in the order the module docstring gives them."""
+    modes = run["modes"]
+    valid = {m: not is_invalid(mode_runs(run, m)) for m in modes}
+    sim = run.get("sim_check", {})
+    rows = []
+    plain = "baseline" in modes and valid["baseline"]
+    if plain:
+        base = modes["baseline"]
+        seer = max((modes[m]["retractions"] for m in modes if m != "baseline"), default=0)
+        idle = [x for x in base.get("idle_share", []) if x is not None]
+        why = f"{base['retractions']:.0f} retractions per rollout (seer modes: at most {seer:.0f})"
+        if idle:
+            why += f"; its instances idle {statistics.fmean(idle):.0%} of the rollout on average"
+        rows.append(row("retractions", "plain SGLang retracts and idles in the tail", "baseline",
+                        base["retractions"], base["retractions"] > 0, why=why))
+        for mode, target in THROUGHPUT.items():
+            for m in [m for m in modes if m == mode or (mode == "context+sd" and m.startswith("context+sd"))]:
+                rows.append(throughput_row(run, m, target, valid))
+    for a, b in ABOVE:  # a run's ratios are all against one mode, so these need no plain SGLang
+        if a in modes and b in modes:
+            rows.append(above_row(run, a, b, valid))
+    for mode in context_modes(modes):
+        suffix = mode[len("context"):]
+        oracle = f"oracle{suffix}"
+        if oracle in modes:
+            rows.append(oracle_row(run, mode, oracle, valid, bound or {}))
+        if plain:
+            rows.append(tail_row(run, mode, valid, bound or {}))
+    for mode in modes:
+        rows.append(row("overrun", "steps within the profile (at most 5% overran)", mode, overrun(run, mode),
+                        valid[mode], why=None if valid[mode] else unreported(run, mode)))
+    for mode, s in sim.items():
+        if valid.get(mode):
+            ok = abs(s["error"]) <= SIM_ERROR
+            rows.append(row("sim", "the simulator within 5% of the completion time", mode, s["error"], ok,
+                            short_by=None if ok else abs(s["error"]) - SIM_ERROR,
+                            why=None if ok else sim_miss(run, mode, s)))
+    return rows
+
+
+def sim_miss(run: dict, mode: str, s: dict) -> str:
+    why = (f"the simulator predicts {s['predicted_s']:.1f} s against {s['real_s']:.1f} s measured; the host fell "
+           f"behind the profile on {overrun(run, mode):.1%} of `{mode}`'s steps")
+    if "sim_check_revision" not in run:
+        why += "; the simulator of the run's day (its configuration predates settings a recheck needs)"
+    return why
+
+
+def throughput_row(run: dict, mode: str, target: float, valid: dict) -> dict:
+    name = f"throughput >= {target}x plain SGLang's"
+    if not valid[mode]:
+        return row("throughput", name, mode, None, None, why=unreported(run, mode))
+    measured = run["ratios"][mode]["throughput"]
+    if measured >= target:
+        return row("throughput", name, mode, measured, True)
+    suffix = mode[len(mode.split("+")[0]):]
+    oracle = f"oracle{suffix}"
+    why = None
+    if oracle in run["modes"] and valid[oracle]:
+        o = run["ratios"][oracle]["throughput"]
+        why = (f"`{oracle}`, which knows every length, reaches {o:.2f}x in the same run"
+               + (": no dispatch order reaches the target on these workloads" if o < target else ""))
+    return row("throughput", name, mode, measured, False, short_by=target - measured, why=why)
+
+
+def above_row(run: dict, a: str, b: str, valid: dict) -> dict:
+    name = f"`{a}` above `{b}`"
+    if not (valid[a] and valid[b]):
+        return row("above", name, a, None, None, why=unreported(run, a if not valid[a] else b))
+    ra, rb = run["ratios"][a], run["ratios"][b]
+    per_a, per_b = ra.get("per_repeat") or [], rb.get("per_repeat") or []
+    wins = sum(x > y for x, y in zip(per_a, per_b))
+    met = ra["throughput"] > rb["throughput"]
+    return row("above", name, a, ra["throughput"] / rb["throughput"] - 1.0, met,
+               why=f"above on {wins} of {len(per_a)} {'workloads' if run['config'].get('vary_trace') else 'repeats'}"
+               if per_a else None)
+
+
+def oracle_row(run: dict, mode: str, oracle: str, valid: dict, bound: dict) -> dict:
+    name = f"within 3% of `{oracle}`"
+    if not (valid[mode] and valid[oracle]):
+        return row("oracle", name, mode, None, None, why=unreported(run, mode if not valid[mode] else oracle))
+    gap = 1.0 - run["modes"][oracle]["completion_s"] / run["modes"][mode]["completion_s"]
+    if gap <= ORACLE_GAP:
+        return row("oracle", name, mode, gap, True)
+    return row("oracle", name, mode, gap, False, short_by=gap - ORACLE_GAP, why=gap_parts(run, mode, oracle, bound))
+
+
+def gap_parts(run: dict, mode: str, oracle: str, bound: dict) -> str | None:
+    """The simulator's split of ``mode``'s gap to ``oracle`` on the run's own workloads: each part is the
+    throughput one policy loses against the next better informed one, and the parts multiply up to the gap."""
+    suffix = mode[len("context"):]
+    sim = run.get("sim_check", {})
+    late, group = bound.get(f"late-oracle{suffix}"), bound.get(f"group-oracle{suffix}")
+    if not (late and group and mode in sim and oracle in sim):
+        return None
+    c, o = sim[mode]["predicted_s"], sim[oracle]["predicted_s"]
+    l, g = late["predicted_s"], group["predicted_s"]
+    estimate, wave, within = 1.0 - l / c, 1.0 - g / l, 1.0 - o / g
+    largest = max((estimate, "the estimate"), (wave, "the first wave, dispatched before any length is known"),
+                  (within, "lengths varying within a group"))[1]
+    return (f"in the simulator on this run's workloads `{mode}` is {1.0 - o / c:.1%} behind "
+            f"`{oracle}`: its estimate costs {estimate:+.1%} (against `late-oracle{suffix}`, which knows each "
+            f"group's longest sample once its first sample finishes), the first wave {wave:+.1%} (against "
+            f"`group-oracle{suffix}`, which knows it from the start), lengths varying within a group "
+            f"{within:+.1%} (against `{oracle}`); the largest part is {largest}")
+
+
+def tail_row(run: dict, mode: str, valid: dict, bound: dict) -> dict:
+    name = f"tail <= {TAIL}x plain SGLang's"
+    if not valid[mode]:
+        return row("tail", name, mode, None, None, why=unreported(run, mode))
+    measured = run["ratios"][mode]["tail"]
+    if measured <= TAIL:
+        return row("tail", name, mode, measured, True)
+    suffix = mode[len("context"):]
+    oracle = f"oracle{suffix}"
+    why = []
+    if oracle in run["modes"] and valid[oracle]:
+        why.append(f"`{oracle}`'s tail is {run['ratios'][oracle]['tail']:.2f}x in the same run")
+    predicted = {**bound, **run.get("sim_check", {})}
+    base_tail = predicted.get("baseline", {}).get("predicted_tail_s")
+    simulated = [(m, predicted[m]["predicted_tail_s"])
+                 for m in (f"late-oracle{suffix}", f"group-oracle{suffix}", oracle) if m in predicted]
+    if base_tail and simulated:
+        why.append("in the simulator on this run's workloads: "
+                   + ", ".join(f"`{m}` {t / base_tail:.2f}x" for m, t in simulated)
+                   + (", so no policy simulated reaches the target" if min(t for _, t in simulated) / base_tail > TAIL
+                      else ""))
+    return row("tail", name, mode, measured, False, short_by=measured - TAIL, why="; ".join(why) or None)
