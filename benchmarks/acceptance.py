@@ -14,6 +14,8 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.harness.result import start as start_run
+
 
 def _median_ms(fn, repeats: int, device: str) -> float:
     import torch
@@ -60,6 +62,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, help="torch CPU threads (one is faster on a busy machine)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    run = start_run("acceptance", args.out) if args.out else None
     import torch
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -68,8 +71,8 @@ def main() -> None:
     rows = [measure(b, args.nodes, args.vocab, args.repeats, args.device) for b in args.batch]
     for row in rows:
         print(json.dumps(row))
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=2))
+    if run:
+        run.write({"config": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows})
 
 
 if __name__ == "__main__":

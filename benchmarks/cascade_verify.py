@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.harness.result import start as start_run
+
 if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
     import torch
 
@@ -106,6 +108,7 @@ def main() -> None:
     ap.add_argument("--heads", default="28,4,128", help="query heads, KV heads, head dim (Qwen2.5-7B)")
     ap.add_argument("--dry-run", action="store_true", help="build the layouts on CPU, run no kernel")
     args = ap.parse_args()
+    run = start_run("cascade_verify", args.out) if args.out else None
     import torch
 
     from seer_sglang.kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout
@@ -145,11 +148,10 @@ def main() -> None:
             row["speedup"] = row["single_ms"] / row["cascade_ms"]
         results.append(row)
         print(json.dumps(row))
-    if args.out:
-        meta = {"device": torch.cuda.get_device_name() if not args.dry_run else "cpu (dry run)",
-                "heads": [hq, hk, hd], "dtype": str(dtype), "torch": torch.__version__}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    if run:
+        setup = {"device": torch.cuda.get_device_name() if not args.dry_run else "cpu (dry run)",
+                 "heads": [hq, hk, hd], "dtype": str(dtype), "torch": torch.__version__}
+        run.write({"setup": setup, "results": results})
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.result import start as start_run
 from benchmarks.kv_pool import mode_bars, rollout, save, stats
 from benchmarks.rollout import seer_server
 from seer_sglang.launch.instances import has_cuda
@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--log-dir", default="/tmp/seer-bench-default-pool")
     ap.add_argument("--out", default="benchmarks/results/default_pool_cpu.json")
     args = ap.parse_args()
+    run = start_run("default_pool", args.out)
     args.instances, args.chunk_size = 2, 8192
     rng = random.Random(args.seed)
     lo, hi = (int(x) for x in args.prompt_tokens.split(","))
@@ -71,7 +72,7 @@ def main() -> None:
     engine = ["--dtype", args.dtype, "--scheduler", "context"]
     servers = {m: seer_server(model, args, engine + flags, Path(args.log_dir) / m) for m, flags in MODES.items()}
     runs: dict[str, list[dict]] = {m: [] for m in MODES}
-    report = {"device": "GPU" if has_cuda() else "CPU", "model": args.model, "host": platform.node(),
+    report = {"device": "GPU" if has_cuda() else "CPU", "model": args.model,
               "measured": True, "emulated": False, "args": vars(args), "modes": {}}
     try:
         for mode, (_, url) in servers.items():
@@ -94,10 +95,8 @@ def main() -> None:
     d, n = report["modes"]["default"], report["modes"]["none"]
     report["ratios"] = {"seconds_default_over_none": d["seconds"]["mean"] / n["seconds"]["mean"],
                         "recomputed_default_over_none": d["recomputed"]["mean"] / max(1, n["recomputed"]["mean"])}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    plot(report, out.with_suffix(".png"))
+    run.write(report)
+    plot(report, run.file("plot.png"))
     print(json.dumps({"ratios": report["ratios"], "default_pool": d["pool"]}, indent=1))
 
 

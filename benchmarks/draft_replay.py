@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.harness.manifest import resolve
+from benchmarks.harness.result import Run, start as start_run
 from seer_sglang.speculative.drafters import make_drafter
 from seer_sglang.speculative.drafters import ESCAPE, MIX_STATES
 from seer_sglang.speculative.draft import accepted_length
@@ -163,15 +165,16 @@ def main() -> None:
     ap.add_argument("--blend", default=None, metavar="STATES,ESCAPE",
                     help="suffix drafters' blend (mix_states,escape), e.g. 1,0 for the longest matched suffix alone; "
                          "default: the instances' own")
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--out", default=None, help="names the run that holds the results (benchmarks.harness.result)")
     args = ap.parse_args()
+    run = start_run("draft_replay", args.out) if args.out else None
     states, escape = (args.blend or f"{MIX_STATES},{ESCAPE}").split(",")
     args.blend = (int(states), float(escape))
-    data = json.loads(Path(args.outputs).read_text())
+    data = json.loads(resolve(args.outputs).read_text())
     # a benchmarks.record_text recording holds one workload per seed: their groups together
     groups = data["groups"] if "groups" in data else [g for w in data["workloads"] for g in w["groups"]]
     if args.references is not None:
-        reference_curves(groups, args, sample_keys(data))
+        reference_curves(groups, args, sample_keys(data), run)
         return
     results = {}
     for name in args.drafters.split(","):
@@ -188,8 +191,8 @@ def main() -> None:
             r["vs_suffix"] = r["acceptance_length"] / base
             tail = r["tail_acceptance_length"]
             r["tail_vs_suffix"] = tail / tail_base if tail and tail_base else None
-    if args.out:
-        Path(args.out).write_text(json.dumps({"config": vars(args), "drafters": results}, indent=2))
+    if run:
+        run.write({"config": vars(args), "drafters": results})
 
 
 def sample_keys(data: dict) -> list[str]:
@@ -200,9 +203,9 @@ def sample_keys(data: dict) -> list[str]:
     return [f"{w['seed']}:{g}" for w in data["workloads"] for g in range(len(w["groups"]))]
 
 
-def reference_curves(groups: list[dict], args, keys: list[str]) -> None:
+def reference_curves(groups: list[dict], args, keys: list[str], run: Run | None) -> None:
     """Acceptance length against the number of finished sibling references, per drafter; ``keys``
-    names each group's samples (``sample_keys``)."""
+    names each group's samples (``sample_keys``); with a ``run``, written to it with a plot."""
     counts = [int(n) for n in args.references.split(",")]
     curves: dict[str, dict[int, float]] = {}
     for name in args.drafters.split(","):
@@ -210,7 +213,7 @@ def reference_curves(groups: list[dict], args, keys: list[str]) -> None:
                                                   args.blend).acceptance_length
                         for n in counts}
         print(f"{name:>13}: " + "  ".join(f"n={n} {a:.3f}" for n, a in curves[name].items()), flush=True)
-    if not args.out:
+    if run is None:
         return
     # The same text decoded with every sibling running at once, as instances decode a group: a
     # running sibling's tokens are drafts too, so this is the acceptance by finished siblings that
@@ -230,8 +233,7 @@ def reference_curves(groups: list[dict], args, keys: list[str]) -> None:
               "acceptance_by_sample": {name: {f"{keys[g]}:{i}": tokens / steps
                                               for (g, i), (tokens, steps) in sorted(r.by_sample.items())}
                                        for name, r in together.items()}}
-    out = Path(args.out)
-    out.write_text(json.dumps(report, indent=2))
+    run.write(report)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -245,7 +247,7 @@ def reference_curves(groups: list[dict], args, keys: list[str]) -> None:
     ax.set_title(f"{Path(args.outputs).stem}: {args.draft_tokens} tokens, {args.draft_paths} paths", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=100)
+    fig.savefig(run.file("plot.png"), dpi=100)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from benchmarks.harness.result import start as start_run
 from seer_sglang.launch.instances import free_port
 from seer_sglang.speculative.drafters import make_drafter
 from seer_sglang.speculative import native as native_mod
@@ -257,6 +258,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--parts", default="drafters,server", help="comma-separated: drafters, server")
     args = ap.parse_args()
+    run = start_run("drafters", args.out)
     parts = set(args.parts.split(","))
     rng = random.Random(args.seed)
     length = 1024 if args.quick else 4096
@@ -281,9 +283,7 @@ def main() -> None:
         result["server"] = bench_server(seconds=4.0 if args.quick else 8.0, instances=4, groups=16, per_group=8)
         print("server:", json.dumps(result["server"], indent=1), flush=True)
     result["machine"]["loadavg_at_end"] = os.getloadavg()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print("wrote", args.out)
+    print("wrote", run.write(result))
 
 
 if __name__ == "__main__":

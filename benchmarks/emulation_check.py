@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.harness.result import load as load_result, start as start_run
+
 ROLLOUT_ARGS = ["--instances", "2", "--workload", "moonlight", "--prompts", "8", "--group-size", "4",
                 "--max-tokens", "256", "--chunk-size", "64", "--kv-tokens", "2048", "--dtype", "float32",
                 "--calib-batches", "1,2,3,4,8,16", "--calib-steps", "16"]
@@ -54,19 +56,21 @@ def main() -> None:
     ap.add_argument("--bar", type=float, default=0.10, help="largest relative error that passes")
     ap.add_argument("--out", default="benchmarks/results/emulation_check_cpu.json")
     args = ap.parse_args()
+    run = start_run("emulation_check", args.out)
     runs = {}
-    profile = Path(args.out).with_suffix(".step_model.json")
+    profile = run.file("step_model.json")
     with tempfile.TemporaryDirectory() as tmp:
         for name in RUNS:
-            out = Path(tmp) / f"{name}.json"
+            out = Path(tmp) / f"{name}.json"  # names the rollout's run: tmp/rollout/<date>-<name>/
             emulate = ["--emulate", str(profile)] if name == "emulated" else []
             cmd = [sys.executable, "-m", "benchmarks.rollout", *ROLLOUT_ARGS, *RUNS[name], *emulate,
                    "--modes", args.modes, "--repeats", str(args.repeats), "--seed", str(args.seed), "--out", str(out)]
             print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
             subprocess.run(cmd, check=True)
-            runs[name] = json.loads(out.read_text())
+            folder = max((Path(tmp) / "rollout").glob(f"*-{name}"))
+            runs[name] = load_result(folder)
             if name == "real":  # the fit of this run is the profile the emulated instances pad to
-                profile.write_text(out.with_suffix(".step_model.json").read_text())
+                profile.write_text((folder / "step_model.json").read_text())
     real, emulated = runs["real"], runs["emulated"]
     per_mode = {}
     for mode in args.modes.split(","):
@@ -82,8 +86,7 @@ def main() -> None:
               "per_mode": per_mode, "overrun_share": emulated["emulation"]["overrun_share"],
               **{name: {m: {k: r[k] for k in ("completion_s", "tail_s", "retractions", "spread")}
                         for m, r in run["modes"].items()} for name, run in runs.items()}}
-    Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
+    print(f"wrote {run.write(report)}")
 
 
 if __name__ == "__main__":

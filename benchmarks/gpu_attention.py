@@ -19,12 +19,12 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
     import torch
 
+from benchmarks.harness.result import start as start_run
 import benchmarks.gpu_step as gpu_step
 from benchmarks.gpu_step import ARCHS, SMOKE, Arch, decode_attention, lstsq, prefill_attention, timed
 
@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--fi-backend", default="auto", choices=["auto", "fa2", "fa3"])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    run = start_run("gpu_attention", args.out)
     import torch
 
     cuda = torch.cuda.is_available() and not args.smoke
@@ -115,8 +116,6 @@ def main() -> None:
         import flashinfer
 
         result["flashinfer"] = flashinfer.__version__
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     gpu_step.FI_BACKEND = args.fi_backend
     cases = ([("decode", b, n) for b, n in decode] if "decode" in args.cases else []) + \
         ([("prefill", n, c) for n, c in prefill] if "prefill" in args.cases else [])
@@ -133,7 +132,8 @@ def main() -> None:
         print(kind, a, b, {k: f"{v * 1e6:.1f} us" for k, v in point["s"].items()}, flush=True)
         result["fitted"] = {bk: fit(result["points"], bk, arch.layers) for bk in backends}
         result["wall_s"] = time.time() - t0
-        out.write_text(json.dumps(result, indent=2) + "\n")  # after every point: a run cut short keeps its points
+        run.write(result, partial=True)  # after every point: a run cut short keeps its points
+    run.write(result)
     print(json.dumps(result["fitted"], indent=2))
 
 

@@ -34,12 +34,12 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
     import torch
 
+from benchmarks.harness.result import load as load_result, start as start_run
 from seer_sglang.core.step_model import PROFILES_DIR, StepModel
 
 
@@ -392,14 +392,17 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="a tiny architecture on the CPU (checks the code only)")
     ap.add_argument("--attention", default="torch", choices=sorted(ATTENTION_NAMES),
                     help="prefill attention kernels (decode always runs torch's, in CUDA graphs)")
-    ap.add_argument("--from", dest="source", help="refit a stored result instead of measuring (no GPU needed)")
+    ap.add_argument("--from", dest="source", help="refit a stored result instead of measuring (no GPU needed); "
+                    "the refit is printed, and written as a new run only with --out: a result is never rewritten")
     ap.add_argument("--profile-out", help="also write the profile with the measured rank terms (a StepModel JSON)")
-    ap.add_argument("--out", help="result JSON (default with --from: that file)")
+    ap.add_argument("--out", help="names the run (benchmarks.harness.result); required unless --from is given")
     args = ap.parse_args()
     if not (args.out or args.source):
         ap.error("--out is required unless --from is given")
+    run = start_run("gpu_step", args.out) if args.out else None
     if args.source:
-        result = json.loads(Path(args.source).read_text())
+        result = load_result(args.source)
+        result.pop("meta", None)  # the new run's meta is its own
         args.profile = result["profile"]
     else:
         result = measure(SMOKE if args.smoke else ARCHS[args.profile], args.smoke, args.repeats,
@@ -407,9 +410,8 @@ def main() -> None:
         result["profile"] = args.profile
     model = StepModel.load(PROFILES_DIR / f"{args.profile}.json")
     summarize(result, model)
-    out = Path(args.out or args.source)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    if run:
+        run.write(result)
     print(json.dumps(result["fitted"], indent=2))
     if args.profile_out:
         measured_profile(result, model).save(args.profile_out)

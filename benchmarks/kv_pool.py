@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
 import threading
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.result import start as start_run
 from benchmarks.rollout import seer_server
 from seer_sglang.benchmarking.kill import chunk_tokens_done, kill_instance, moved_chunks
 from seer_sglang.launch.instances import has_cuda
@@ -150,6 +150,7 @@ def main() -> None:
     ap.add_argument("--log-dir", default="/tmp/seer-bench-kv-pool")
     ap.add_argument("--out", default="benchmarks/results/kv_pool_cpu.json")
     args = ap.parse_args()
+    run = start_run("kv_pool", args.out)
     args.instances = 2
     rng = random.Random(args.seed)
     model = str(resolve_model_path(args.model))
@@ -158,7 +159,7 @@ def main() -> None:
     modes = {"context+pool": ["--kv-pool", "file"], "context": ["--kv-pool", "none"]}
     contexts = [int(x) for x in args.contexts.split(",")]
     prompts = [[rng.randrange(5, 1500) for _ in range(128)] for _ in range(args.prompts)]
-    report = {"device": "GPU" if has_cuda() else "CPU", "model": args.model, "host": platform.node(),
+    report = {"device": "GPU" if has_cuda() else "CPU", "model": args.model,
               "measured": True, "emulated": False, "args": vars(args), "move_cost": {}, "rollout": {}}
 
     def start(mode: str, tag: str):
@@ -219,10 +220,8 @@ def main() -> None:
                                              / report["move_cost"]["context"][str(n)]["seconds"]["mean"]
                                              for n in contexts},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    plot(report, out.with_suffix(".png"))
+    run.write(report)
+    plot(report, run.file("plot.png"))
     print(json.dumps(report["ratios"], indent=1))
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import random
 import statistics
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from benchmarks.harness.result import start as start_run
 from benchmarks.rollout import launch_seer
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
@@ -459,6 +459,7 @@ def main() -> None:
     p.add_argument("--log-dir", default="/tmp/seer_load_logs")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "load_cpu.json"))
     args = p.parse_args()
+    run = start_run("load", args.out)
 
     rng = random.Random(args.seed)
     model = resolve_model_path(args.model)
@@ -488,14 +489,12 @@ def main() -> None:
         stop_instances([plain])
 
     result = {
-        "benchmark": "load", "hardware": "CPU (measured, not a GPU figure)", "machine": platform.node(),
+        "benchmark": "load", "hardware": "CPU (measured, not a GPU figure)",
         "cpus": psutil.cpu_count(), "config": {k: v for k, v in vars(args).items() if k not in ("out", "log_dir")},
         "mix": dict(MIX), "latency": latency, "soak": soak, "checks": checks(latency, soak),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    plot(result, out.with_suffix(".png"))
+    out = run.write(result)
+    plot(result, run.file("plot.png"))
     print(json.dumps(result["checks"], indent=1))
     print(f"wrote {out}")
 

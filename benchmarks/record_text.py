@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.result import start as start_run
 from benchmarks.harness.workload import KEYS, build_workload, prompts_digest, workload_shape
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, start_instance,
                                             stop_instances, wait_healthy)
@@ -72,8 +72,9 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="names the run (benchmarks.harness.result)")
     args = ap.parse_args()
+    run = start_run("record_text", args.out)
     preset = PRESETS[args.workload]
     args.group_size = args.group_size or preset.group_size
     args.warmup_prompts = 0
@@ -107,9 +108,9 @@ def main() -> None:
     config = {**{k: getattr(args, k) for k in KEYS}, "seeds": list(works), "model": args.model,
               "temperature": args.temperature, "dtype": args.dtype, "vocab_size": len(tokenizer.tok),
               "eos": next(iter(works.values())).eos}
-    Path(args.out).write_text(json.dumps({"config": config, "workloads": workloads}))
+    out = run.write({"config": config, "workloads": workloads}, indent=None)
     tokens = sum(len(o) for w in workloads for g in w["groups"] for o in g["outputs"])
-    print(f"recorded {len(workloads)} workloads, {tokens} tokens in {elapsed:.0f} s -> {args.out}")
+    print(f"recorded {len(workloads)} workloads, {tokens} tokens in {elapsed:.0f} s -> {out}")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ from pathlib import Path
 import httpx
 
 from benchmarks.harness import targets
+from benchmarks.harness.manifest import resolve
+from benchmarks.harness.result import start as start_run
 from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, predict, sim_check
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
@@ -470,7 +472,7 @@ def main() -> None:
 
     modes = args.modes.split(",")
     model_path = resolve_model_path(args.model)
-    recording = json.loads(Path(args.replay).read_text()) if args.replay else None
+    recording = json.loads(resolve(args.replay).read_text()) if args.replay else None
     tokenizer = prompt_tokenizer(args, recording)
     spec = workload_shape(args)
     seeds = workload_seeds(args)
@@ -495,9 +497,8 @@ def main() -> None:
     if emulated is not None:
         emulated = dataclasses.replace(emulated, capacity_tokens=args.kv_tokens)
         print(f"EMULATION: {emulated.name}, lengths x{length_scale:g}, time x{args.emulate_time_scale:g}", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_trace(trace, out.with_suffix(".trace.jsonl"))
+    run = start_run("rollout", args.out, emulated=args.emulate)
+    save_trace(trace, run.file("trace.jsonl"))
     log_root = Path(f"/tmp/seer-bench-{int(time.time())}")
     log_root.mkdir(parents=True)
     engine_args = ["--max-total-tokens", str(args.kv_tokens), "--dtype", args.dtype,
@@ -584,7 +585,7 @@ def main() -> None:
                                request_overhead_s=calib["request_overhead_s"],
                                decode_batch_s=calib["decode_batch_s"],
                                source=f"measured by benchmarks.rollout on {machine}")
-        step_model.save(out.with_suffix(".step_model.json"))
+        step_model.save(run.file("step_model.json"))
     else:  # the simulator runs the very model the instances were padded to
         step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
     report = {"config": {**vars(args), "context_ties": CONTEXT_TIES, "machine": machine, "samples": len(trace), "working_set_tokens": working,
@@ -610,9 +611,9 @@ def main() -> None:
         for r in report["targets"]["checks"]:
             if r["met"] is False:
                 print(f"TARGET missed: {r['mode']}: {r['target']} ({r['why'] or 'no bound to say why'})", flush=True)
-    out.write_text(json.dumps(report, indent=2))
-    plot(report, {m: runs[0] for m, runs in measured.runs.items()}, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    out = run.write(report)
+    plot(report, {m: runs[0] for m, runs in measured.runs.items()}, run.file("plot.png"))
+    print(f"wrote {out} and {run.file('plot.png')}")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ Half the groups have a finished sibling (so estimates differ), the rest wait on 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import statistics
 import time
-from pathlib import Path
 
+from benchmarks.harness.result import start as start_run
 from seer_sglang.core.buffer import RequestBuffer
 from seer_sglang.core.policy import InstanceView, make_policy
 from seer_sglang.core.request import Group, SamplingParams
@@ -63,6 +62,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    run = start_run("sched_cost", args.out) if args.out else None
     rows = [measure(name, args.active, args.instances, args.group_size, args.repeats, args.seed)
             for name in ("divided", "context", "oracle")]
     result = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
@@ -71,9 +71,8 @@ def main() -> None:
         print(f"{r['policy']:>8}: {r['median_us_per_call']:9.0f} us per schedule() call over {r['active_requests']} "
               f"active requests, {r['chunks_placed_per_call']:.0f} chunks placed "
               f"({r['median_us_per_placed_chunk']:.0f} us per chunk)")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2))
+    if run:
+        run.write(result)
 
 
 if __name__ == "__main__":

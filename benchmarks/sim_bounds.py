@@ -21,11 +21,12 @@ siblings (linear and 4-path drafts). Simulated, not measured.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 from typing import Callable
 
+from benchmarks.harness.manifest import load_run, resolve
+from benchmarks.harness.result import start as start_run
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_drafter, rebuild, run_acceptance, simulate_mode
 from benchmarks.harness.workload import workload_seeds
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
@@ -81,16 +82,18 @@ def plot(report: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--from", dest="source", required=True, help="a benchmarks.rollout --emulate result file")
+    ap.add_argument("--from", dest="source", required=True, help="a benchmarks.rollout --emulate run (its folder, "
+                    "result file, or the flat path it was stored under)")
     ap.add_argument("--seeds", default=None, help="workload seeds, e.g. 0-7 (default: the file's own)")
     ap.add_argument("--modes", default="divided,context,group-oracle,oracle",
                     help="policies, as benchmarks.rollout names them; plain SGLang (baseline) always runs")
     ap.add_argument("--acceptance", default="measured", help="for +sd modes: measured (the file's --sim-acceptance), seer-linear, "
                     "seer-4path, or a benchmarks.draft_replay --references result file")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="names the run (benchmarks.harness.result)")
     args = ap.parse_args()
+    run = start_run("sim_bounds", args.out)
 
-    source = json.loads(Path(args.source).read_text())
+    source = load_run(args.source)
     config = source["config"]
     run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES})  # the policies as they are now
     own = workload_seeds(run_args)
@@ -106,7 +109,7 @@ def main() -> None:
         elif name in SEER_ACCEPTANCE:
             specs[name] = lambda seed, name=name: seer_spec(name)
         else:  # a benchmarks.draft_replay --references result
-            specs[Path(name).stem] = lambda seed, name=name: SpecModel.from_replay(name)
+            specs[Path(name).stem] = lambda seed, name=name: SpecModel.from_replay(resolve(name))
 
     runs: dict[str, list] = {}
     for mode in ["baseline", *modes]:
@@ -138,10 +141,8 @@ def main() -> None:
                          "acceptance": {k: s(seeds[0]).source for k, s in specs.items()}},
               "label": "SIMULATED, not measured: the simulator over the step model and workload of the source file",
               "modes": summary}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    plot(report, out.with_suffix(".png"))
+    run.write(report)
+    plot(report, run.file("plot.png"))
     for key, m in summary.items():
         print(f"{key:>28}: {m['throughput']:.3f}x ({m['min']:.2f}-{m['max']:.2f}) tail {m['tail']:.2f}x "
               f"efficiency {m['efficiency']:.2f}" + (f" acceptance {m['mean_acceptance_length']:.2f}"

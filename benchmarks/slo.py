@@ -37,6 +37,8 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.manifest import load_run
+from benchmarks.harness.result import start as start_run
 from benchmarks.harness.emulation import emulation_counters, emulation_delta
 from benchmarks.rollout import launch_seer
 from seer_sglang.config import SCHEDULER, SLO_CONFIG, EmulationConfig, PluginConfig
@@ -331,18 +333,15 @@ def sim_check_of(args, rollout: Rollout, classes: dict[str, SLO], calib: dict) -
             "load_frontier": load_frontier(args, rollout.trace, classes, emulation, at_run_load)}
 
 
-def resimulate(path: Path, args) -> None:
-    """Redo an emulated result's simulator account (``sim_check``) with this code, from the run's own
-    configuration and calibration (``--sim-load-scales`` where the run had none); the measured part is
-    left as it is."""
-    result = json.loads(path.read_text())
+def resimulate(name: str, args) -> None:
+    """Redo an emulated run's simulator account (``sim_check``) with this code, from the run's own
+    configuration and calibration (``--sim-load-scales`` where the run had none), and print it: a view of
+    the run, not part of it, so its result is not rewritten."""
+    result = load_run(name)
     saved = argparse.Namespace(**{"sim_load_scales": args.sim_load_scales, **result["config"]})
     classes = {n: SLO(ttft_s=c["ttft_ms"] / 1e3, tpot_s=c["tpot_ms"] / 1e3) for n, c in result["slo_classes"].items()}
-    result["sim_check"] = sim_check_of(saved, rollout_of(saved, resolve_model_path(saved.model)), classes,
-                                    result["calibration"])
-    result["config"] = vars(saved)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"rewrote the simulator account of {path}")
+    check = sim_check_of(saved, rollout_of(saved, resolve_model_path(saved.model)), classes, result["calibration"])
+    print(json.dumps({"run": str(name), "config": vars(saved), "sim_check": check}, indent=1))
 
 
 def plot(result: dict, path: Path) -> None:
@@ -399,12 +398,14 @@ def main() -> None:
     p.add_argument("--sim-load-scales", type=float, nargs="+", default=[0.0, 0.25, 0.5, 1.0],
                    help="with --emulate: interactive loads (x --rates) the simulator sweeps; 0: the rollout alone")
     p.add_argument("--resimulate", default=None, metavar="RESULT.json",
-                   help="only redo the simulator account of an emulated result, from its config and calibration")
+                   help="only redo the simulator account of an emulated run, from its config and calibration, "
+                        "and print it (the run's result is left as it was written)")
     p.add_argument("--log-dir", default="/tmp/seer_slo_logs")
     args = p.parse_args()
     if args.resimulate:
-        resimulate(Path(args.resimulate), args)
+        resimulate(args.resimulate, args)
         return
+    run = start_run("slo", args.out, emulated=args.emulate)
 
     model = resolve_model_path(args.model)
     log_dir = Path(args.log_dir)
@@ -498,7 +499,7 @@ def main() -> None:
         sim_check = sim_check_of(args, rollout, classes, calib)
     hardware = (f"EMULATED {args.emulate} (not a GPU measurement)" if args.emulate else
                 f"CPU, measured (not a GPU figure), {platform.machine()}")
-    result = {"benchmark": "slo", "hardware": hardware, "machine": platform.node(),
+    result = {"benchmark": "slo", "hardware": hardware,
               "config": {**{k: v for k, v in vars(args).items() if k not in ("out", "log_dir")},
                          "paired_schedules": True},
               "calibration": calib,
@@ -508,10 +509,8 @@ def main() -> None:
               "goal": {"seer_attainment_ge_95": (modes["seer"]["slo_attainment"] or 0) >= 0.95,
                        "plain_attainment_lt_50": (modes["plain"]["slo_attainment"] or 0) < 0.5,
                        "rollout_loss_le_10": ratio is not None and ratio >= 0.9}}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    plot(result, out.with_suffix(".png"))
+    out = run.write(result)
+    plot(result, run.file("plot.png"))
     print(json.dumps({"modes": {m: {k: v for k, v in d.items() if k != "per_class"} for m, d in modes.items()},
                       "ratios": result["ratios"], "goal": result["goal"]}, indent=1))
     print(f"wrote {out}")

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from benchmarks.harness.result import start as start_run
 from benchmarks.rollout import launch_seer
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
@@ -141,6 +142,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/soak_cpu.json"))
     args = ap.parse_args()
+    run = start_run("soak", args.out)
     rng = random.Random(args.seed)
     greedy = {**rollout_body(args, rng), "temperature": 0.0}
     seeded = {**rollout_body(args, rng), "temperature": 1.0, "seed": 1234}
@@ -195,9 +197,8 @@ def main() -> None:
                          "samples_moved": totals["moved_chunks"] > 0,
                          # under 0.5 MiB a round: 200 rounds would not add 100 MiB to the frontend
                          "frontend_memory_flat": slopes["frontend_mb_per_round"] < 0.5}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    plot(result, args.out.with_suffix(".png"))
+    run.write(result)
+    plot(result, run.file("plot.png"))
     print(json.dumps({k: result[k] for k in ("totals", "rss_slope", "pause_ms", "checks")}, indent=1))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.result import start as start_run
 from benchmarks.draft_replay import replay
 from benchmarks.harness.workload import make_prompts
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
@@ -97,6 +98,7 @@ def main() -> None:
     ap.add_argument("--draft-cost", default=None, help="profile for --budget adaptive (else each instance fits its own)")
     ap.add_argument("--out", default="benchmarks/results/spec_acceptance.json")
     args = ap.parse_args()
+    run = start_run("spec_acceptance", args.out)
 
     from seer_sglang.frontend.tokenizer import PromptTokenizer
 
@@ -120,7 +122,7 @@ def main() -> None:
             stop_instances([inst])
         if drafter == "none":
             reference = [o["output_ids"] for o in outs]
-            groups = save_outputs(prompts, reference, args.group_size, Path(args.out).with_suffix(".outputs.json"))
+            groups = save_outputs(prompts, reference, args.group_size, run.file("outputs.json"))
         by_sibling = [acceptance(outs[i::args.group_size]) for i in range(args.group_size)]
         tokens = sum(len(o["output_ids"]) for o in outs)
         replayed = replay(drafter, groups, RunningDrafts.draft_tokens, RunningDrafts.draft_paths,  # instance defaults
@@ -141,10 +143,8 @@ def main() -> None:
                                                   f"{__import__('os').cpu_count()} cores",
                          "prompt_tokens": statistics.mean(len(p) for p in prompts)},
               "drafters": results, "acceptance_vs_suffix": ratios, "speed_vs_no_speculation": speed}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    plot(report, out.with_suffix(".png"))
+    out = run.write(report)
+    plot(report, run.file("plot.png"))
     print(f"wrote {out}")
 
 

@@ -23,6 +23,7 @@ import re
 import statistics
 from collections import defaultdict
 
+from benchmarks.harness.manifest import load_run
 from seer_sglang.wire import parse_chunk_rid
 
 BASELINE_RID = re.compile(r"^b(?P<group>\d+)-(?P<index>\d+)$")  # benchmarks.rollout's plain SGLang requests
@@ -236,11 +237,10 @@ def report(run: dict, logs: dict[str, list[dict]], arrivals: dict[str, list[dict
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run", help="the benchmarks.rollout --emulate result file")
+    ap.add_argument("run", help="the benchmarks.rollout --emulate run (its folder or result file)")
     ap.add_argument("prefix", help="the run's --emulate-step-log PREFIX")
     args = ap.parse_args()
-    with open(args.run) as f:
-        run = json.load(f)
+    run = load_run(args.run)
     report(run, *load(args.prefix))
 
 

@@ -1,21 +1,12 @@
-"""What an emulated rollout is held to, and by how much and why a run falls short.
+"""What an emulated rollout is held to, and by how much and why a run falls short, for stored runs.
 
-    python -m benchmarks.targets benchmarks/results/emulated_h100_*.json   # (re)writes each file's "targets"
+    python -m benchmarks.targets benchmarks/results/rollout/*-emulated_h100_*   # prints each run's targets
+    python -m benchmarks.targets RUN... --out targets.json                      # and writes them
 
-The targets are Seer's reported gains on its own rollouts, on 8 instances against plain SGLang fed as veRL
-feeds it: ``divided`` at least 1.3x the throughput, ``context`` at least 1.4x and above ``divided`` and
-``group``, ``context`` within 3% of ``oracle``, grouped speculation (``context+sd``) at least 1.8x, and a
-tail (the last 10% of samples) at most 0.2x plain SGLang's. A run is held to those of its modes that it ran,
-and a run's own validity to two more: every mode's steps within the profile (at most 5% overran) and the
-simulator within 5% of every valid mode.
-
-A target missed carries its shortfall and the evidence of why, from the run itself: the same run's
-``oracle`` (the most any dispatch order gets from these workloads), and the simulator's bound policies on
-the run's own workloads (``bounds``). ``late-oracle`` knows each group's longest sample once its first
-sample finishes, ``group-oracle`` from the start; together they split ``context``'s gap to ``oracle`` into
-its estimate, the first wave (dispatched before any length is known) and the spread of lengths within a
-group. ``benchmarks.rollout`` writes the targets with every run; this command recomputes them for stored
-runs, their workloads rebuilt from the config as ``benchmarks.sim_recheck`` rebuilds them.
+The targets and their evidence are ``benchmarks.harness.targets``'s; ``benchmarks.rollout`` checks them
+with every run and stores them in its result. This command computes them again for stored runs, their
+workloads rebuilt from the config as ``benchmarks.sim_recheck`` rebuilds them, and prints them (with
+``--out``, writes them to a file of its own): a run's result stays as its run wrote it.
 """
 
 from __future__ import annotations
@@ -24,17 +15,19 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.harness.manifest import load_run
 from benchmarks.harness.simulate import predict, rebuilt
 from benchmarks.harness.targets import bound_modes, bounds, check
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+", help="benchmarks.rollout --emulate result files")
+    ap.add_argument("runs", nargs="+", help="benchmarks.rollout --emulate runs (folders or result files)")
+    ap.add_argument("--out", type=Path, help="also write the targets here, by run (never into the runs)")
     args = ap.parse_args()
-    for name in args.files:
-        path = Path(name)
-        run = json.loads(path.read_text())
+    found_all = {}
+    for name in args.runs:
+        run = load_run(name)
         if "ratios" not in run or not run["config"].get("emulate"):
             continue
         extra = bound_modes(run["modes"])
@@ -43,13 +36,16 @@ def main() -> None:
             try:
                 traces, model, rule, run_args = rebuilt(run)
             except AttributeError as e:  # a config from before a setting existed
-                print(f"{path.name}: no bounds ({e})")
+                print(f"{name}: no bounds ({e})")
             else:
                 found = bounds(predict(traces, model, rule, run_args, extra))
-        run["targets"] = {"bounds": found, "checks": check(run, found)}
-        missed = [f"{r['mode']}: {r['target']}" for r in run["targets"]["checks"] if r["met"] is False]
-        print(f"{path.name}: {len(run['targets']['checks'])} targets, missed: {'; '.join(missed) or 'none'}")
-        path.write_text(json.dumps(run, indent=2))
+        targets = {"bounds": found, "checks": check(run, found)}
+        missed = [f"{r['mode']}: {r['target']}" for r in targets["checks"] if r["met"] is False]
+        print(f"{name}: {len(targets['checks'])} targets, missed: {'; '.join(missed) or 'none'}")
+        found_all[str(name)] = targets
+    if args.out:
+        args.out.write_text(json.dumps(found_all, indent=1))
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

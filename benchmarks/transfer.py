@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.harness.result import start as start_run
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.config import PluginConfig
@@ -87,6 +88,7 @@ def main() -> None:
     ap.add_argument("--starvation-steps", type=int, default=4)
     ap.add_argument("--out", default="benchmarks/results/cpu_transfer.json")
     args = ap.parse_args()
+    run = start_run("transfer", args.out)
     model = resolve_model_path(args.model)
     logs = Path(tempfile.mkdtemp(prefix="seer-transfer-"))
     pool = PoolSetup(kind="file", directory=logs / "pool", cpu=not has_cuda())
@@ -117,8 +119,7 @@ def main() -> None:
               "trials": results,
               "ratio_itl_p99_on_vs_off": (results["on"]["itl_during_ms_p99"] / results["off"]["itl_during_ms_p99"]
                                           if results["off"]["itl_during_ms_p99"] else None)}
-    Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
+    print(f"wrote {run.write(report)}")
 
 
 if __name__ == "__main__":

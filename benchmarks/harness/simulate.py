@@ -11,6 +11,7 @@ import dataclasses
 import statistics
 
 from benchmarks.harness.emulation import emulation_settings
+from benchmarks.harness.manifest import moved, resolve
 from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
 from seer_sglang.config import EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
@@ -72,7 +73,7 @@ def run_acceptance(args, seed: int):
     run replayed the text that file was measured on (``SpecModel.from_replay``)."""
     from seer_sglang.sim.spec_model import SpecModel
 
-    return SpecModel.from_replay(args.sim_acceptance, seed=seed, text=getattr(args, "replay", None))
+    return SpecModel.from_replay(resolve(args.sim_acceptance), seed=seed, text=moved(getattr(args, "replay", None)))
 
 
 def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:

@@ -9,8 +9,8 @@ import dataclasses
 import hashlib
 import json
 import random
-from pathlib import Path
 
+from benchmarks.harness.manifest import resolve
 from seer_sglang.models import resolve_model_path
 from seer_sglang.sim.workload import PRESETS, TraceSample, generate
 
@@ -65,7 +65,7 @@ def prompt_tokenizer(args, recording: dict | None = None):
     from seer_sglang.frontend.tokenizer import PromptTokenizer
 
     if recording is None and getattr(args, "replay", None):
-        recording = json.loads(Path(args.replay).read_text())
+        recording = json.loads(resolve(args.replay).read_text())
     return PromptTokenizer(resolve_model_path(recording["config"]["model"] if recording else args.model))
 
 

@@ -1,0 +1,111 @@
+"""Which stored runs there are, which of them the docs quote, and which a later run replaced.
+
+``benchmarks/results/manifest.json`` lists every run folder: its benchmark and label, ``kind`` (a
+``result``, or a ``recording`` that later runs read as input), ``status`` (``current``, or ``superseded``
+with ``superseded_by`` and ``why``), ``regime`` (emulated, CPU-measured, GPU-measured or simulated), the
+doc sections that quote it, and ``former``: the flat file the run was stored as before runs had folders.
+A result file records the paths of its inputs as they were when it ran (``--replay``, ``--sim-acceptance``,
+``--from``); ``resolve`` finds such a path in its run folder now, so no stored result is rewritten.
+The tables and the docs read runs through here, by label.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from benchmarks.harness.result import RESULT, RESULTS, ROOT
+
+MANIFEST = RESULTS / "manifest.json"
+STATUSES = ("current", "superseded")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run of the manifest: its folder (relative to the repository) and what the docs make of it."""
+
+    path: str
+    benchmark: str
+    label: str
+    kind: str
+    status: str
+    regime: str
+    former: dict
+    quoted_in: tuple[str, ...] = ()
+    superseded_by: str | None = None
+    why: str | None = None
+
+    @property
+    def folder(self) -> Path:
+        return ROOT / self.path
+
+    @property
+    def result(self) -> Path:
+        return self.folder / RESULT
+
+    def load(self) -> dict:
+        return json.loads(self.result.read_text())
+
+
+def read(path: Path = MANIFEST) -> list[Entry]:
+    data = json.loads(Path(path).read_text())
+    return [Entry(**{**run, "quoted_in": tuple(run.get("quoted_in", ()))}) for run in data["runs"]]
+
+
+@lru_cache(maxsize=4)
+def _index(path: Path) -> dict[str, Path]:
+    """Every file a run folder holds, by the repository path it had before the run had a folder."""
+    out = {}
+    for entry in read(path):
+        for new, old in entry.former.items():
+            out[old] = entry.folder / new
+    return out
+
+
+def resolve(name: str | Path, manifest: Path = MANIFEST) -> Path:
+    """A stored input as a result names it: the path itself where it exists, else the file of a run folder
+    that was stored under that path (``former``)."""
+    path = Path(name)
+    if path.exists():
+        return path
+    rel = (path if not path.is_absolute() else path.relative_to(ROOT)).as_posix()
+    found = _index(Path(manifest)).get(rel)
+    if found is None:
+        raise FileNotFoundError(f"{name}: neither a file nor a former path in {manifest}")
+    return found
+
+
+class Moved(str):
+    """A stored input where it is now, equal to the path a stored result recorded for it: code that opens
+    it reads the file in its run folder, and code that matches it against a result's recorded path
+    (a replay's text against the text an acceptance file was measured on) still finds the match."""
+
+    former: str
+
+    def __new__(cls, now: str | Path, former: str):
+        self = super().__new__(cls, str(now))
+        self.former = former
+        return self
+
+    def __eq__(self, other) -> bool:
+        return str(self) == other or other == self.former
+
+    __hash__ = str.__hash__
+
+
+def moved(name: str | None) -> str | None:
+    """``resolve`` for an input path a stored result recorded, as a ``Moved`` that still equals it."""
+    return None if name is None else Moved(resolve(name), str(name))
+
+
+def by_label(status: str | None = None, kind: str = "result", path: Path = MANIFEST) -> dict[str, Entry]:
+    """The manifest's runs of ``kind`` by label, only those of ``status`` when given."""
+    return {e.label: e for e in read(path) if e.kind == kind and (status is None or e.status == status)}
+
+
+def load_run(name: str | Path) -> dict:
+    """A stored run's result from its folder, its ``result.json``, or the flat path it had before."""
+    path = resolve(name)
+    return json.loads((path / RESULT if path.is_dir() else path).read_text())
