@@ -1,9 +1,11 @@
-"""The rollout engine (mechanism): buffer → policy → instance clients, and back.
+"""The rollout engine (mechanism): the sans-IO ``Router`` driven with HTTP calls to SGLang instances.
 
-A group is split into G samples in the buffer. Whenever something changes (a new group, a chunk
-back, an instance up or down) the policy is asked for dispatches; each dispatched chunk runs as one
+A group is split into G samples in the router's buffer. Whenever something changes (a new group, a
+chunk back, an instance up or down) the router is asked for decisions; each launched chunk runs as one
 ``/generate`` call that continues from prompt + tokens so far. A chunk that returns unfinished goes
-back to the buffer. A chunk whose instance dies is re-dispatched from the tokens already received.
+back to the buffer. A chunk whose instance dies is re-dispatched from the tokens already received. The
+bookkeeping of all of it (claims, chunk records, finish, requeue, group done) is the router's; the
+simulator drives the same router.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any, Callable
 
 from ..config import ROLLOUT, SLO_CONFIG
 from ..core.buffer import RequestBuffer
-from ..core.policy import InstanceView, SchedulingPolicy, route_slo
+from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import ChunkRecord, Group, Sample, SampleState
+from ..core.router import Launch, Load, Router
 from ..core.slo import fitted_step_time, step_time
 from ..core.step_model import StepModel
 from ..wire import SLO_PARAM, SLO_REJECTED, chunk_rid, group_of_sample, slo_param
@@ -74,9 +77,7 @@ class RolloutEngine:
                  mixed_weight_versions: bool = ROLLOUT.mixed_weight_versions,
                  instance_down_s: float = ROLLOUT.instance_down_s, slo_headroom: float = SLO_CONFIG.headroom):
         self.clients = clients
-        self.policy = policy
-        self.buffer = RequestBuffer()
-        self.views = [InstanceView(index=i) for i in range(len(clients))]
+        self.router = Router(policy, [InstanceView(index=i) for i in range(len(clients))], slo_headroom)
         self.poll_interval_s = poll_interval_s
         self.unavailable_timeout_s = unavailable_timeout_s
         self.instance_down_s = instance_down_s
@@ -99,12 +100,32 @@ class RolloutEngine:
         self._loops: list[asyncio.Task] = []
         self._no_instance_since: float | None = None
         self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
-        self.retractions = [0] * len(clients)
-        self.removed: set[int] = set()  # instances taken out (POST /remove_worker): never dispatched to
-        self.slo_headroom = slo_headroom
         self._slo_seen = False  # an SLO request came: the instances' step-time fits are read with their loads
         self._slo_fits_at = 0.0
         self.slo_reports: dict[int, dict[str, Any]] = {}  # instance -> its plugin's seer_slo report
+
+    # ---- the router's state, read by the routes ------------------------------------------------
+    @property
+    def policy(self) -> SchedulingPolicy:
+        return self.router.policy
+
+    @property
+    def buffer(self) -> RequestBuffer:
+        return self.router.buffer
+
+    @property
+    def views(self) -> list[InstanceView]:
+        return self.router.views
+
+    @property
+    def removed(self) -> set[int]:
+        """Instances taken out (POST /remove_worker): never dispatched to."""
+        return self.router.removed
+
+    @property
+    def retractions(self) -> list[int]:
+        """SGLang's retractions of our chunks, per instance (as the chunks reported them)."""
+        return [v.retractions for v in self.views]
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -133,32 +154,30 @@ class RolloutEngine:
         is the next index, or a removed instance's own (the same URL comes back)."""
         if client.index == len(self.clients):
             self.clients.append(client)
-            self.views.append(InstanceView(index=client.index))
-            self.retractions.append(0)
+            self.router.add_instance()
         else:
             old = self.clients[client.index]
             self.clients[client.index] = client
             await old.close()
-        self.removed.discard(client.index)
+        self.router.readmit(client.index)
         await self.poll_loads()
         self._wake.set()
 
     def remove_instance(self, index: int) -> None:
         """An instance leaves: nothing more is dispatched to it; its chunks in flight finish there. Its
         view stays down, since load polls skip removed instances (``poll_loads``)."""
-        self.removed.add(index)
-        self.views[index].healthy = False
+        self.router.remove_instance(index)
         self._wake.set()
 
     async def readmit(self, index: int) -> None:
         """An instance taken out (``remove_instance``) gets chunks again, its client as it was."""
-        self.removed.discard(index)
+        self.router.readmit(index)
         await self.poll_loads()
         self._wake.set()
 
     # ---- read API for the routes -------------------------------------------------------------
     def healthy_count(self) -> int:
-        return sum(v.healthy for v in self.views)
+        return self.router.healthy_count()
 
     def idle(self) -> bool:
         """No rollout in flight."""
@@ -200,7 +219,7 @@ class RolloutEngine:
     def submit(self, group: Group) -> None:
         if self.healthy_count() == 0:
             raise NoHealthyInstance("no healthy SGLang instance")
-        self.buffer.add_group(group)
+        self.router.submit(group)
         self._group_done[group.group_id] = asyncio.Event()
         if any(s.params.slo is not None for s in group.samples):
             self._slo_seen = True
@@ -212,7 +231,7 @@ class RolloutEngine:
             return False
         if self.healthy_count() == 0:
             raise NoHealthyInstance("no healthy SGLang instance")
-        self.buffer.add_samples(group, samples)
+        self.router.add_samples(group, samples)
         self._wake.set()
         return True
 
@@ -275,9 +294,7 @@ class RolloutEngine:
 
     def set_policy(self, policy: SchedulingPolicy) -> None:
         """Swap the scheduling policy; only between rollouts, since policies keep per-group state."""
-        if not self.idle():
-            raise RuntimeError("cannot change the scheduler while a rollout is in flight")
-        self.policy = policy
+        self.router.set_policy(policy)
 
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
@@ -303,24 +320,16 @@ class RolloutEngine:
             if client.index in self.removed:
                 continue  # removed while the poll was out: it stays out of dispatch
             view = self.views[client.index]
-            was_healthy = view.healthy
-            if isinstance(result, BaseException):
-                view.healthy = False
-            else:
-                view.healthy = True
-                view.capacity_tokens = result.max_total_tokens
-                view.used_tokens = result.used_tokens
-                view.running = result.running
-                view.waiting = result.waiting
-            if was_healthy != view.healthy:
+            load = None if isinstance(result, BaseException) else Load(
+                result.max_total_tokens, result.used_tokens, result.running, result.waiting)
+            if self.router.instance_seen(client.index, load):
                 logger.warning("instance %d (%s) is %s", view.index, self.clients[view.index].url,
                                "back up" if view.healthy else "DOWN")
                 self._wake.set()
             self._watch_stall(view)
-            view.retractions = self.retractions[view.index]
             self.timeline.append(LoadPoint(time.time(), view.index, view.healthy, view.used_tokens,
                                            view.capacity_tokens, view.running, view.waiting, view.inflight,
-                                           self.retractions[view.index]))
+                                           view.retractions))
             if self.hooks.on_load:
                 self.hooks.on_load(view.index, view)
         if self._slo_seen and time.monotonic() - self._slo_fits_at >= SLO_CONFIG.report_interval_s:
@@ -379,28 +388,11 @@ class RolloutEngine:
             if self.paused or self.memory_released or not self.buffer.has_pending():
                 continue
             self._fail_if_no_instance()
-            snapshot = [v.snapshot() for v in self.views]
-            self._dispatch_slo(snapshot)
-            for decision in self.policy.schedule(self.buffer, snapshot):
-                priorities = decision.priorities or [0] * len(decision.samples)
-                for sample, max_new, priority in zip(decision.samples, decision.max_new_tokens, priorities):
-                    sample.priority = priority
-                    self._launch(sample, decision.instance, max_new)
-
-    def _dispatch_slo(self, snapshot: list[InstanceView]) -> None:
-        """Samples with an SLO first, each whole (never chunked) to an instance where its VBS admission
-        holds; one that no instance can serve within its TPOT SLO is refused with 429."""
-        for sample in self.buffer.pending():
-            if sample.params.slo is None:
-                continue
-            target, verdict = route_slo([v for v in snapshot if v.index not in self.removed], sample,
-                                        self.slo_headroom)
-            if target is not None:
-                target.claim(sample, sample.remaining)
-                self._launch(sample, target.index, sample.remaining)
-            elif verdict is not None:
-                self._refuse_slo(sample, f"TPOT SLO of {sample.params.slo.tpot_s * 1e3:g} ms cannot be met "
-                                         f"on any instance: {verdict.reason}")
+            decisions = self.router.schedule(time.time())
+            for refusal in decisions.refused:  # no instance can serve it within its TPOT SLO
+                self._refuse_slo(refusal.sample, refusal.reason)
+            for launch in decisions.launches:
+                self._start(launch)
 
     def _refuse_slo(self, sample: Sample, why: str) -> None:
         sample.error, sample.error_status, sample.finish_reason = why, 429, "error"
@@ -418,30 +410,25 @@ class RolloutEngine:
             sample.error, sample.error_status, sample.finish_reason = "no healthy SGLang instance", 503, "error"
             self._complete(sample, SampleState.FAILED)
 
-    def _launch(self, sample: Sample, instance: int, max_new: int) -> None:
-        view = self.views[instance]
-        reserve = view.claim(sample, max_new)
-        self.buffer.mark_running(sample, instance)
-        sample.chunks.append(ChunkRecord(instance=instance, start=time.time(), max_new_tokens=max_new,
-                                         context_tokens=sample.context_len))
-        task = asyncio.create_task(self._run_chunk(sample, instance, max_new, reserve))
-        self._chunk_tasks[sample.rid] = task
-        task.add_done_callback(lambda t: self._cancelled_before_start(t, sample, instance, reserve))
+    def _start(self, launch: Launch) -> None:
+        task = asyncio.create_task(self._run_chunk(launch))
+        self._chunk_tasks[launch.sample.rid] = task
+        task.add_done_callback(lambda t: self._cancelled_before_start(t, launch))
 
-    def _cancelled_before_start(self, task: asyncio.Task, sample: Sample, instance: int, reserve: int) -> None:
+    def _cancelled_before_start(self, task: asyncio.Task, launch: Launch) -> None:
         """A chunk task cancelled before its first step (an abort or a stall give-up in the same loop
         turn as the dispatch) never runs ``_run_chunk``, whose handlers settle every other ending: settle
         it here, or its instance keeps the claim for ever and a given-up sample is never sent again."""
-        if self._chunk_tasks.get(sample.rid) is task:  # else the chunk settled itself
-            self._settle_cancelled(sample, instance, reserve, sample.chunks[-1])
+        if self._chunk_tasks.get(launch.sample.rid) is task:  # else the chunk settled itself
+            self._settle_cancelled(launch)
 
-    def _settle_cancelled(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> bool:
+    def _settle_cancelled(self, launch: Launch) -> bool:
         """Settle a cancelled chunk. One given up on a stalled instance (``_watch_stall``) goes back to
         the buffer and returns True; any other cancellation was an abort or a shutdown."""
-        given_up = sample.rid in self._given_up
-        self._settle(sample, instance, reserve, chunk)
+        given_up = launch.sample.rid in self._given_up
+        self._settle(launch)
         if given_up:
-            self._redispatch(sample, instance, f"no answer for {self.instance_down_s:.0f} s")
+            self._redispatch(launch.sample, launch.instance, f"no answer for {self.instance_down_s:.0f} s")
         return given_up
 
     def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
@@ -471,9 +458,9 @@ class RolloutEngine:
                                        SLO_PARAM: slo_param(slo.tpot_s, slo.ttft_s, deadline)}
         return payload
 
-    async def _run_chunk(self, sample: Sample, instance: int, max_new: int, reserve: int) -> None:
+    async def _run_chunk(self, launch: Launch) -> None:
+        sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
         client = self.clients[instance]
-        chunk = sample.chunks[-1]
         base = sample.generated
         finish: dict[str, Any] | None = None
         last_meta: dict[str, Any] = {}
@@ -495,8 +482,8 @@ class RolloutEngine:
                 finish = last_meta.get("finish_reason")
                 self._chunk_meta(chunk, instance, last_meta)
         except InstanceUnavailable as e:
-            self.views[instance].healthy = False
-            self._settle(sample, instance, reserve, chunk)
+            self.router.instance_down(instance)
+            self._settle(launch)
             if e.crashed:
                 sample.crashed_on.append(instance)
             if len(set(sample.crashed_on)) >= self.max_crashes_per_sample:
@@ -505,21 +492,21 @@ class RolloutEngine:
             self._redispatch(sample, instance, str(e))
             return
         except InstanceRejected as e:
-            self._settle(sample, instance, reserve, chunk)
+            self._settle(launch)
             sample.error, sample.error_status, sample.finish_reason = str(e), e.status_code, "error"
             self._complete(sample, SampleState.FAILED)
             return
         except asyncio.CancelledError:
-            if not self._settle_cancelled(sample, instance, reserve, chunk):
+            if not self._settle_cancelled(launch):
                 raise
             return
         except Exception as e:  # never lose a sample silently
             logger.exception("chunk of %s failed", sample.rid)
-            self._settle(sample, instance, reserve, chunk)
+            self._settle(launch)
             sample.error, sample.error_status, sample.finish_reason = f"{type(e).__name__}: {e}", 500, "error"
             self._complete(sample, SampleState.FAILED)
             return
-        self._settle(sample, instance, reserve, chunk)
+        self._settle(launch)
         sample.crashed_on.clear()
         if not self._versions_agree(sample, base, chunk, last_meta):
             return
@@ -562,7 +549,7 @@ class RolloutEngine:
         logger.info("weights changed under %s (%s): generating it again from its prompt", sample.rid,
                     " -> ".join(v for v, _, _ in sample.token_versions))
         sample.restart()
-        self.buffer.requeue(sample)
+        self.router.requeue(sample)
         return False
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
@@ -578,7 +565,7 @@ class RolloutEngine:
         chunk.draft_steps = int(meta.get("spec_verify_ct") or 0)
         chunk.accepted_tokens = int(meta.get("spec_num_correct_drafts") or 0)
         retractions = int(meta.get("num_retractions") or 0)
-        self.retractions[instance] += retractions - chunk.retractions  # stream events are cumulative
+        self.router.retracted(instance, retractions - chunk.retractions)  # stream events are cumulative
         chunk.retractions = retractions
 
     def _redispatch(self, sample: Sample, instance: int, why: str) -> None:
@@ -591,15 +578,14 @@ class RolloutEngine:
             return
         logger.warning("chunk of %s lost on instance %d (%s); re-dispatching from %d tokens",
                        sample.rid, instance, why, sample.generated)
-        self.buffer.requeue(sample)
+        self.router.requeue(sample)
 
-    def _settle(self, sample: Sample, instance: int, reserve: int, chunk: ChunkRecord) -> None:
-        self.views[instance].release(sample, reserve)
-        chunk.end = time.time()
-        self._chunk_tasks.pop(sample.rid, None)
-        self._given_up.discard(sample.rid)
+    def _settle(self, launch: Launch) -> None:
+        self.router.chunk_ended(launch, time.time())
+        self._chunk_tasks.pop(launch.sample.rid, None)
+        self._given_up.discard(launch.sample.rid)
         if self.hooks.on_chunk_done:
-            self.hooks.on_chunk_done(chunk)
+            self.hooks.on_chunk_done(launch.chunk)
         self._wake.set()
 
     def _absorb(self, sample: Sample, base: int, event: dict[str, Any]) -> None:
@@ -648,7 +634,7 @@ class RolloutEngine:
             sample.finish_reason, sample.matched_stop = "stop", finish.get("matched")
         elif kind == "abort":
             if self.paused:  # a pause (mode "abort") cut the chunk short: resume it later, lose nothing
-                self.buffer.requeue(sample)
+                self.router.requeue(sample)
                 return
             message = str(finish.get("message", "aborted by SGLang"))
             if message.startswith(SLO_REJECTED):  # the instance refused it: its SLO cannot be met
@@ -662,7 +648,7 @@ class RolloutEngine:
         if sample.finish_reason is not None:
             self._complete(sample, SampleState.FINISHED)
         else:
-            self.buffer.requeue(sample)
+            self.router.requeue(sample)
             if self.hooks.pool_probe is not None:
                 asyncio.create_task(self._probe_pool(sample))
 
@@ -682,15 +668,12 @@ class RolloutEngine:
     def _complete(self, sample: Sample, state: SampleState) -> None:
         if sample.done:
             return
-        sample.finished_at = time.time()
-        done_group = self.buffer.finish(sample, state)
-        self.policy.on_sample_finished(sample)
+        done_group = self.router.finish(sample, state, time.time())
         if self.hooks.on_sample_done:
             self.hooks.on_sample_done(sample)
         if sample.on_done is not None:
             sample.on_done(sample)
         if done_group is not None:
-            self.policy.on_group_done(done_group.group_id)
             event = self._group_done.pop(done_group.group_id, None)
             if event:
                 event.set()

@@ -1,8 +1,8 @@
 """Discrete-event simulation of a rollout on N instances.
 
-The router side is the real thing: ``RequestBuffer`` and the policy objects of
-``seer_sglang.core.policy``, asked for ``Dispatch`` decisions whenever a chunk comes back.
-Only the engines are modelled: continuous batching with a step-time model, a KV capacity,
+The router side is the real thing: the frontend's sans-IO ``Router`` (``core.router``) with its
+buffer, instance views and policy object, asked for decisions whenever a chunk comes back and told of
+every chunk's end and every sample's finish. Only the engines are modelled: continuous batching with a step-time model, a KV capacity,
 SGLang-like admission (a decaying new-token reservation ratio) and retraction when KV runs out,
 and a radix cache (a continuation that stays on its instance, and siblings sharing a prompt there,
 skip their cached prefill). With a ``SpecModel``, every step runs the engine's draft budget and each
@@ -12,7 +12,7 @@ adaptive budget, one step at a time (``text_drafts.TextDrafts``).
 
 Interactive requests with an SLO (``SLOArrival``) may arrive beside the rollout. With the SLO
 mechanism on they take seer's path, through the same objects as the router and the instance plugin:
-``route_slo`` places each one whole, ``core.slo.screen`` applies the TTFT guard and VBS admission in
+the router places each one whole (``Router.place_slo``), ``core.slo.screen`` applies the TTFT guard and VBS admission in
 the instance's queue, ``plan_step`` (credit batching) picks each step's decode batch, and
 ``prefill_fits`` paces best-effort prefills. With it off they are plain SGLang's priority requests:
 first in the queue, in every decode step.
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..config import DRAFT, MIN_SHARED_PREFILL, SLO_CONFIG
-from ..core.buffer import RequestBuffer
 from ..core.migration import MigrationCost
-from ..core.policy import InstanceView, SchedulingPolicy, route_slo
-from ..core.request import ChunkRecord, Group, Sample, SampleState, SamplingParams
+from ..core.policy import InstanceView, SchedulingPolicy
+from ..core.request import Group, Sample, SampleState, SamplingParams
+from ..core.router import Launch, Router
 from ..core.slo import SLO, CreditBatcher, Pace, Waiting, attainment, plan_step, prefill_fits, screen, step_time
 from ..speculative.budget import BudgetRequest, high_priority, make_budget
 from .spec_model import SpecModel
@@ -59,7 +59,7 @@ class Slot:
 
     sample: Sample
     budget: int
-    reserve: int
+    launch: Launch  # the router's decision, given back to it when the chunk ends
     produced: int = 0
     priority: int | None = None
     slo: SLO | None = None  # an interactive request's, None for a rollout chunk
@@ -213,7 +213,6 @@ class Simulation:
                  admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (),
                  slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
                  arrival_s: Mapping[tuple[int, int], float] | None = None):
-        self.policy = policy
         # A sample's first request reaches its instance this long after it is sent, by (group, sample
         # index) of the trace: a client that posts many requests at once delivers them over a while.
         self.arrival_s = dict(arrival_s or {})
@@ -228,10 +227,10 @@ class Simulation:
             if self.text is not None else []
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
-        self.buffer = RequestBuffer()
         self.step_s = step_time(model)  # the instances' step-time model, as the emulation's plugin has it
-        self.views = [InstanceView(i, capacity_tokens=model.capacity_tokens,
-                                   step_s=self.step_s if slo_mechanism else None) for i in range(instances)]
+        self.router = Router(policy, [InstanceView(i, capacity_tokens=model.capacity_tokens,
+                                                   step_s=self.step_s if slo_mechanism else None)
+                                      for i in range(instances)], slo_headroom)
         self.slo_traffic = list(slo_traffic)
         self.slo_mechanism = slo_mechanism
         self.slo_headroom = slo_headroom
@@ -271,51 +270,40 @@ class Simulation:
     def dispatch(self) -> None:
         if not self.changed:
             return
-        snapshot = [v.snapshot() for v in self.views]
-        decisions = self.policy.schedule(self.buffer, snapshot)
-        self.changed = bool(decisions)  # a placement changes the views: the policy may place more
-        for decision in decisions:
-            inst = self.instances[decision.instance]
-            priorities = decision.priorities or [None] * len(decision.samples)
-            for sample, budget, priority in zip(decision.samples, decision.max_new_tokens, priorities):
-                reserve = self.views[decision.instance].claim(sample, budget)
-                self.buffer.mark_running(sample, decision.instance)
-                came = "first" if not sample.chunks else (
-                    "stayed" if sample.chunks[-1].instance == decision.instance else "moved")
-                delay = self.arrival_s.get(self.trace_key.get(sample.rid), 0.0) if came == "first" else 0.0
-                arrives = self.now + delay
-                sample.chunks.append(ChunkRecord(instance=decision.instance, start=self.now, max_new_tokens=budget))
-                inst.waiting.append(Slot(sample, budget, reserve, priority=priority, came=came, arrives=arrives))
-                if arrives > self.now:
-                    self._push(arrives, inst.index)
-            if inst.busy_until is None:
+        launches = self.router.schedule(self.now, slo=False).launches  # SLO requests are placed on arrival
+        self.changed = bool(launches)  # a placement changes the views: the policy may place more
+        for at, launch in enumerate(launches):
+            inst = self.instances[launch.instance]
+            sample = launch.sample
+            delay = self.arrival_s.get(self.trace_key.get(sample.rid), 0.0) if launch.came == "first" else 0.0
+            arrives = self.now + delay
+            inst.waiting.append(Slot(sample, launch.max_new_tokens, launch, priority=launch.priority,
+                                     came=launch.came, arrives=arrives))
+            if arrives > self.now:
+                self._push(arrives, inst.index)
+            last_here = at + 1 == len(launches) or launches[at + 1].instance != inst.index
+            if last_here and inst.busy_until is None:  # an idle instance starts a step now
                 self._push(self.now, inst.index)
 
     def _return_chunk(self, inst: SimInstance, slot: Slot) -> None:
         sample = slot.sample
-        view = self.views[inst.index]
-        view.release(sample, slot.reserve)
+        self.router.chunk_ended(slot.launch, self.now)
         self.changed = True
         if slot.slo is not None:
             self._record_slo(slot.arrival, "admitted", slot.first_s, self.now, slot.produced)
             return
-        sample.chunks[-1].end = self.now
-        sample.chunks[-1].new_tokens = slot.produced
+        slot.launch.chunk.new_tokens = slot.produced
         inst.remember(f"s:{sample.rid}", slot.context, sample.group_id, len(sample.prompt_ids))
         if self.pool is not None:
             sample.pool_tokens = self.pool.pooled(slot.context)
         target = sample.oracle_length or sample.params.max_new_tokens
         if sample.generated >= target:
             sample.finish_reason = "stop" if sample.generated < sample.params.max_new_tokens else "length"
-            sample.finished_at = self.now
             self.finished_in[sample.group_id] += 1
-            done_group = self.buffer.finish(sample, SampleState.FINISHED)
-            self.policy.on_sample_finished(sample)
+            self.router.finish(sample, SampleState.FINISHED, self.now)
             self.finish_times.append(self.now)
-            if done_group is not None:
-                self.policy.on_group_done(done_group.group_id)
         else:
-            self.buffer.requeue(sample)
+            self.router.requeue(sample)
 
     # ---- interactive requests with an SLO ----------------------------------------------------
     def _arrive(self, arrival: SLOArrival) -> None:
@@ -329,18 +317,16 @@ class Simulation:
                         oracle_length=arrival.output_len)
         sample.output_ids = TokenCount()  # type: ignore[assignment]
         if self.slo_mechanism:
-            view, _ = route_slo(self.views, sample, self.slo_headroom)
-            if view is None:
+            launch = self.router.place_slo(sample, self.now)
+            if not isinstance(launch, Launch):
                 self._record_slo(arrival, "rejected_tpot")
                 return
-            index = view.index
         else:
-            index = self.slo_arrived % len(self.instances)
-        inst = self.instances[index]
-        reserve = self.views[index].claim(sample, arrival.output_len)
-        inst.waiting.appendleft(Slot(sample, arrival.output_len, reserve, slo=arrival.slo, arrival=arrival))
+            launch = self.router.launch(sample, self.slo_arrived % len(self.instances), arrival.output_len, self.now)
+        inst = self.instances[launch.instance]
+        inst.waiting.appendleft(Slot(sample, arrival.output_len, launch, slo=arrival.slo, arrival=arrival))
         if inst.busy_until is None:
-            self._push(self.now, index)
+            self._push(self.now, inst.index)
 
     def _record_slo(self, arrival: SLOArrival, outcome: str, first_s: float | None = None,
                     finished_s: float | None = None, tokens: int = 0) -> None:
@@ -370,7 +356,7 @@ class Simulation:
                          self.slo_headroom)
         for rid, (_, which) in verdict.refused.items():
             slot = fresh[rid]
-            self.views[inst.index].release(slot.sample, slot.reserve)
+            self.router.chunk_ended(slot.launch, self.now)
             self._record_slo(slot.arrival, f"rejected_{which}")
         for rid in verdict.order:
             fresh[rid].admitted = True
@@ -459,7 +445,7 @@ class Simulation:
             inst.forget(f"s:{victim.sample.rid}")  # its KV is freed: re-prefill later
             inst.waiting.append(victim)
             inst.retractions += 1
-            self.views[inst.index].retractions += 1
+            self.router.retracted(inst.index)
             self.changed = True
             retracted = True
         if retracted:
@@ -631,7 +617,7 @@ class Simulation:
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
         for group in self.groups:
-            self.buffer.add_group(group)
+            self.router.submit(group)
         for arrival in self.slo_traffic:
             self._push(arrival.arrival_s, -2)
             self.arriving[self._seq] = arrival
@@ -670,7 +656,7 @@ class Simulation:
         peak = self._peak_throughput()
         longest = max(s.generated for s in samples)
         bound = max(total / peak, longest * self.model.decode_step(1, 0))
-        return SimResult(policy=self.policy.name, instances=n, completion_s=completion, total_tokens=total,
+        return SimResult(policy=self.router.policy.name, instances=n, completion_s=completion, total_tokens=total,
                          throughput_tok_s=total / completion, tail_s=completion - p90,
                          idle_s_per_instance=sum(completion - i.busy_time for i in self.instances) / n,
                          retractions=sum(i.retractions for i in self.instances),
