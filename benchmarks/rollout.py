@@ -374,19 +374,15 @@ def launch_seer(model_path: str, flags: list[str], log_dir: Path) -> tuple[subpr
            "--log-dir", str(log_dir), *flags]
     proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
+    from seer_sglang.launch.waiting import ProcessExited, wait_healthy
+
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 1800
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError(f"seer server did not start; see {log_dir}")
+    try:
+        wait_healthy(url, 1800, process=proc, interval=0.5)
+    except (TimeoutError, ProcessExited) as e:
+        proc.terminate()
+        raise RuntimeError(f"seer server did not start ({e}); see {log_dir}") from None
+    return proc, url
 
 
 class Measured:

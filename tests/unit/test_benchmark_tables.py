@@ -1,4 +1,4 @@
-"""docs/benchmarks.md holds the tables benchmarks/results/*.json give (``python -m benchmarks.tables``)."""
+"""docs/benchmarks.md holds the tables the stored runs (benchmarks/results/manifest.json) give (``python -m benchmarks.tables``)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,45 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
-from benchmarks.tables import DOC, TABLES, check, marked, render, rollout_table  # noqa: E402
+from benchmarks import tables  # noqa: E402
+from benchmarks.harness import manifest  # noqa: E402
+from benchmarks.tables import DOCS, TABLES, marked, render, rollout_table  # noqa: E402
 
 
-def test_benchmarks_doc_is_up_to_date():
-    stale = check()
-    assert not stale, f"docs/benchmarks.md is out of date ({', '.join(stale)}): run python -m benchmarks.tables"
+def test_the_docs_and_the_manifest_are_up_to_date():
+    """``python -m benchmarks.tables --check``: every table as the runs give it, each doc holding the runs
+    of its status, and the manifest's ``quoted_in`` as the docs quote the runs."""
+    assert tables.main(["--check"]) == 0, "run: python -m benchmarks.tables"
 
 
 def test_every_table_is_placed_once():
-    names = marked(DOC.read_text())
+    names = [n for doc in DOCS for n in marked(doc.read_text())]
     assert sorted(names) == sorted(TABLES)
+
+
+def test_the_manifest_lists_every_run_folder_once():
+    runs = manifest.read()
+    folders = {p.parent for p in manifest.RESULTS.glob("*/*/result.json")}
+    assert sorted(e.folder for e in runs) == sorted(folders)
+    labels = [e.label for e in runs]
+    assert len(labels) == len(set(labels))
+    by = {e.label: e for e in runs}
+    for e in runs:
+        assert e.status in manifest.STATUSES and e.kind in ("result", "recording")
+        assert e.folder.name.endswith(f"-{e.label}") and e.folder.parent.name == e.benchmark
+        assert all((e.folder / name).is_file() for name in e.former), e.label
+        if e.status == "superseded":
+            assert by[e.superseded_by].status == "current" and e.why, e.label
+            assert any(q.startswith("docs/benchmarks-archive.md") for q in e.quoted_in), e.label
+        else:
+            assert e.superseded_by is None
+    assert len(list(manifest.RESULTS.glob("*.json"))) == 1  # the manifest: nothing stored flat any more
+
+
+def test_a_table_notes_the_runs_it_reads():
+    results = tables.Read({"a": {"x": 1}, "b": {"x": 2}})
+    assert results["a"]["x"] == 1 and results.get("c") is None
+    assert results.read == {"a"}
 
 
 def _mode(completion_s: float, tokens: int, tail_s: float, retractions: int) -> dict:
@@ -42,7 +70,7 @@ def test_rollout_table_renders_ratios_against_plain_sglang():
     assert lines[0].startswith("| mode | completion | output tok/s | throughput vs plain SGLang |")
     assert lines[2] == "| plain SGLang | 10.0 s | 100.0 | 1.00x | 4.0 s | 1.00x | 1.0 s | 3 | 1,000 |"
     assert lines[3] == "| `context` | 8.0 s | 125.0 | 1.25x | 1.0 s | 0.25x | 1.0 s | 0 | 1,000 |"
-    assert "CPU-measured" in lines[-1] and "one run" in lines[-1] and "`benchmarks/results/a.json`" in lines[-1]
+    assert "CPU-measured" in lines[-1] and "one run" in lines[-1] and "`benchmarks/results/a/`" in lines[-1]
 
 
 def test_rollout_table_repeats_give_mean_and_spread():

@@ -1,12 +1,9 @@
 """What an emulated rollout's result file records beside the figures: the samples that ended the rollout,
 chunk by chunk, and a simulator check that the current simulator gives back."""
 
-import json
-from pathlib import Path
-
 import pytest
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+from benchmarks.harness.manifest import by_label
 
 
 def test_last_samples_are_the_latest_to_end_with_their_chunks_from_the_rollouts_start():
@@ -32,7 +29,7 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     files (``python -m benchmarks.sim_recheck``)."""
     from benchmarks.harness.simulate import recheck
 
-    run = json.loads((RESULTS / "emulated_h100_moonlight_sd_x30_t0.6_4k.json").read_text())
+    run = by_label()["emulated_h100_moonlight_sd_x30_t0.6_4k"].load()
     check = recheck(run)
     assert set(check) == set(run["sim_check"]) == {"baseline", "context+sd"}
     for mode, stored in run["sim_check"].items():

@@ -1,14 +1,11 @@
 """The targets an emulated rollout is held to (``benchmarks.harness.targets``): which are met, by how much one is
 missed, and the evidence of why, on hand-built runs and on a stored one."""
 
-import json
-from pathlib import Path
-
 import pytest
 
-from benchmarks.harness.targets import bound_modes, check, context_modes
+from benchmarks.harness.manifest import by_label
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+from benchmarks.harness.targets import bound_modes, check, context_modes
 
 
 def run_of(completion: dict[str, float], overruns: dict[str, float] | None = None, tails=None) -> dict:
@@ -84,7 +81,7 @@ def test_the_gap_to_oracle_is_split_by_the_bound_policies():
 
 def test_a_stored_run_names_its_missed_targets():
     """The Moonlight-shaped run with speculation: grouped speculation above 1.8x, its tail above 0.2x."""
-    run = json.loads((RESULTS / "emulated_h100_moonlight_sd_x30_t0.6_4k_warm.json").read_text())
+    run = by_label()["emulated_h100_moonlight_sd_x30_t0.6_4k_warm"].load()
     rows = check(run)
     sd = by(rows, "throughput >= 1.8x", "context+sd")
     assert sd["met"] is True and sd["measured"] == pytest.approx(run["ratios"]["context+sd"]["throughput"])
@@ -98,7 +95,7 @@ def test_a_stored_runs_targets_are_what_the_simulator_and_the_run_give_now():
     from benchmarks.harness.simulate import predict, rebuilt
     from benchmarks.harness.targets import bounds
 
-    run = json.loads((RESULTS / "emulated_h100_moonlight_workloads_ties.json").read_text())
+    run = by_label()["emulated_h100_moonlight_workloads_ties"].load()
     traces, model, rule, args = rebuilt(run)
     found = bounds(predict(traces, model, rule, args, bound_modes(run["modes"])))
     assert set(found) == {"late-oracle", "group-oracle"}
