@@ -1,7 +1,8 @@
-"""Generate the results tables of docs/benchmarks.md from benchmarks/results/*.json.
+"""Generate the results tables of docs/benchmarks.md and docs/benchmarks-archive.md from the stored runs.
 
-    python -m benchmarks.tables            # rewrite every marked table in docs/benchmarks.md
-    python -m benchmarks.tables --check    # exit 1 if a table there is out of date
+    python -m benchmarks.tables            # rewrite every marked table, and the manifest's quoted_in
+    python -m benchmarks.tables --check    # exit 1 if a table or quoted_in is out of date, or a doc
+                                           # holds a run of the other status
 
 A table lives between two marker lines in the document::
 
@@ -9,9 +10,11 @@ A table lives between two marker lines in the document::
     ...generated, do not edit...
     <!-- /table:NAME -->
 
-``TABLES`` maps each NAME to the function that renders it from the loaded results (a dict of file
-stem -> parsed JSON). Every figure comes from the JSON files; the caption under each table says where
-from and whether it was measured on a CPU or simulated. Standard library only.
+``TABLES`` maps each NAME to the function that renders it from the loaded results (label -> the run's
+``result.json``, every run of ``benchmarks/results/manifest.json``). Every figure comes from the runs;
+the caption under each table says where from and whether it was measured on a CPU, emulated or
+simulated. docs/benchmarks.md holds the current runs' tables and the archive the superseded runs'
+(``STATUS``), except tables of a check across runs (``ACROSS_RUNS``). Standard library only.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from benchmarks.harness import manifest
-from benchmarks.harness.emulation import is_invalid, worst_overrun
+from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,6 +272,56 @@ def simulator_speculation(results: Results, cfg: dict) -> str:
     if cfg.get("replay") and measured_on == cfg["replay"]:
         return f"The simulator drafts the replayed text as the instances do (acceptance file: {acceptance}). "
     return f"The simulator's acceptance: {acceptance}. "
+
+
+REGIMES = ("emulated", "CPU-measured", "GPU-measured", "simulated")
+WHAT = {"emulated": "real SGLang instances of a small model on this 2-core CPU, every forward step padded to a GPU "
+                    "step-time profile: the scheduling, queueing and retraction are real, the timings the profile's",
+        "CPU-measured": "real SGLang instances on a 2-core x86_64 CPU without a GPU: mechanisms and overheads, not "
+                        "GPU speed-ups",
+        "GPU-measured": "kernels and one model rank timed on a GPU (H100, H200)",
+        "simulated": "the real policy objects over a step-time model; no engine runs"}
+
+
+def methodology_table(results: Results) -> str:
+    """What each regime is, how many current runs it has, and the checks that say how far its figures
+    hold: the emulation's overrun share and its check against real instances, the simulator against
+    the emulated runs it did not see. Current runs only: the manifest's status decides."""
+    current = {label: e for label, e in manifest.by_label("current").items() if label in results}
+    rows = []
+    for regime in REGIMES:
+        labels = sorted(label for label, e in current.items() if e.regime == regime)
+        rows.append([regime, WHAT[regime], str(len(labels)), ", ".join(sorted({current[s].benchmark for s in labels}))])
+    emulated = [s for s, e in current.items() if e.regime == "emulated" and e.benchmark == "rollout"]
+    valid = invalid = within = 0
+    worst = 0.0
+    for stem in emulated:
+        run = results[stem]
+        per_mode = run["emulation"].get("per_mode", {})
+        for mode, runs in per_mode.items():
+            if is_invalid(runs):
+                invalid += 1
+                continue
+            worst = max(worst, worst_overrun(runs))
+        if not run.get("sim_check_revision"):
+            continue  # the simulator of the run's day (its configuration predates the rebuild)
+        for mode, c in run.get("sim_check", {}).items():
+            if not is_invalid(per_mode.get(mode, [])):
+                valid += 1
+                within += abs(c["error"]) <= 0.05
+    check = results["emulation_check_cpu"]
+    errors = ", ".join(f"{mode_name(m)} {c['error']:+.1%}" for m, c in check["per_mode"].items())
+    caption = (f"Validity of the emulated runs: a mode whose worst repeat overran the profile on more than "
+               f"{MAX_OVERRUN_SHARE:.0%} of its steps measured the host, not the profile, and is reported as INVALID "
+               f"({invalid} mode-runs across the {len(emulated)} current emulated rollout runs; the worst valid "
+               f"mode overran {worst:.1%}). The emulation against real instances: `tiny-smollm2` padded to the step model "
+               f"fitted on real SmolLM2 instances completes within {check['config']['bar']:.0%} of them ({errors}; "
+               f"{source(['emulation_check_cpu'])}). The simulator held out from the runs: each emulated run's "
+               f"`sim_check` predicts it from the profile its instances were padded to, its workload, KV cap and "
+               f"admission rule (and the request overhead timed at its start), not from its measured times; "
+               f"{within} of {valid} valid mode-runs of the current runs within 5%. Every run's regime is "
+               f"in `benchmarks/results/manifest.json`.")
+    return "\n".join(table(["regime", "what it is", "current runs", "benchmarks"], rows) + ["", caption])
 
 
 SIM_ERROR_MODES = ("baseline", "group", "divided", "context", "context+arrival", "oracle", "context+sd", "oracle+sd")
@@ -1029,6 +1082,7 @@ TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_qwen2vl_wor
                "emulated_h100_moonlight_sd_x30_t0.6_4k_oracle")
 
 TABLES: dict[str, Callable[[Results], str]] = {
+    "methodology": methodology_table,
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
     "sim_errors": sim_errors_table,
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),

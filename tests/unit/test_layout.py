@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import importlib
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -356,3 +357,24 @@ def test_readme_flags_table_shows_the_config_defaults():
             if isinstance(f.default, (int, float, str)) and not isinstance(f.default, bool):
                 shown = f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
                 assert shown in rows[f.metadata["flag"]], (f.metadata["flag"], shown, rows[f.metadata["flag"]])
+
+
+def headline_rows(readme: str) -> list[dict[str, str]]:
+    """The README's headline table, row by row, by column name."""
+    section = readme.split("## Headline results", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def test_readme_is_a_front_door_with_a_short_headline():
+    """At most 180 lines; the headline holds 4 to 6 rows, each one number and what it is against."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 180
+    rows = headline_rows(readme)
+    assert 4 <= len(rows) <= 6
+    for row in rows:
+        assert set(row) == {"what", "result", "against", "how"}, row
+        numbers = re.findall(r"\d+(?:[.,]\d+)*", re.sub(r"`[^`]*`", "", row["result"]))
+        assert len(numbers) == 1, row["result"]
+        assert row["against"], row
