@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -17,8 +16,12 @@ import httpx
 import psutil
 import pytest
 
+from seer_sglang.launch import waiting
 from seer_sglang.launch.instances import (InstanceProcess, InstanceSpec, cpu_threads_per_instance, free_port,
                                             has_cuda, start_instance, stop_instances, wait_healthy)
+# One polling loop for the suite: tests that act on a server while it works wait for the work's progress,
+# not for a time (the tiny model's speed differs from one machine, and one load, to another).
+from seer_sglang.launch.waiting import wait_until  # noqa: F401 (the tests import it from here)
 from seer_sglang.models import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,17 +72,7 @@ def start_seer(model: str | None, log_dir: Path, *extra: str) -> SeerServer:
 
 def wait_health(server: SeerServer, status: int = 200, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
     """Wait until the frontend's /health answers ``status`` (200 = ready, 503 = up without instances)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"launch_server exited {server.proc.returncode}:\n{server.log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == status:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"{server.url} /health not {status} after {timeout_s}s:\n{server.log_path.read_text()[-3000:]}")
+    waiting.wait_healthy(server.url, timeout_s, process=server.proc, status=status, log_path=server.log_path)
 
 
 def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
@@ -116,15 +109,6 @@ class BackgroundRollout:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"the rollout did not end within {timeout_s} s"
         return self.response
-
-
-def wait_until(check, what: str, timeout_s: float = 120, poll_s: float = 0.05) -> None:
-    """Poll ``check()`` until it holds. Tests that act on a server while it works wait for the work's
-    progress, not for a time: the tiny model's speed differs from one machine, and one load, to another."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(poll_s)
 
 
 def stop_seer(server: SeerServer, sig: int = signal.SIGTERM, timeout_s: float = 60) -> list[psutil.Process]:
@@ -186,9 +170,9 @@ def plain_url(servers: Servers) -> str:
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: the rest keep their order
-    if has_cuda():
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]  # the marker, not the folder
+    if not gpu or has_cuda():  # has_cuda runs nvidia-smi: only asked when a GPU test was collected
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:  # the marker, not the tests/gpu folder name
-            item.add_marker(skip_gpu)
+    for item in gpu:
+        item.add_marker(skip_gpu)

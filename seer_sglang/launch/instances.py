@@ -21,6 +21,7 @@ from ..config import INSTANCES, LOOPBACK
 from ..wire import SEEDED_SAMPLER
 from .processes import die_with_parent, free_port, stop_processes
 from .sglang_args import flag_value, has_flag
+from .waiting import wait_until
 
 log = logging.getLogger("seer_sglang.instances")
 
@@ -209,7 +210,8 @@ def restart_on_new_port(inst: InstanceProcess) -> None:
 
 
 def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, progress: bool = True) -> float:
-    """Block until every instance answers ``/health`` with 200; returns seconds waited."""
+    """Block until every instance answers ``/health`` with 200; returns seconds waited. An instance that
+    exits first raises at once (or, when it lost a port race, is started again on a new port)."""
     from tqdm import tqdm
 
     start = time.monotonic()
@@ -217,30 +219,31 @@ def wait_healthy(instances: list[InstanceProcess], timeout_s: float = 600.0, pro
     restarts: dict[str, int] = {}
     bar = tqdm(total=len(instances), desc="starting SGLang instances", unit="inst", disable=not progress,
                file=sys.stderr)
+
+    def all_healthy(client: httpx.Client) -> bool:
+        for url, inst in list(pending.items()):
+            if not inst.alive():
+                if restarts.get(url, 0) < PORT_RETRIES and _port_taken(inst):
+                    restart_on_new_port(inst)
+                    restarts[inst.url] = restarts.pop(url, 0) + 1
+                    del pending[url]
+                    pending[inst.url] = inst
+                    continue
+                raise InstanceStartError(
+                    f"instance {url} exited with code {inst.popen.returncode}; last log lines:\n{inst.log_tail()}")
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    del pending[url]
+                    bar.update(1)
+            except httpx.HTTPError:
+                pass
+        return not pending
+
     try:
         with httpx.Client(timeout=2.0) as client:
-            while pending:
-                for url, inst in list(pending.items()):
-                    if not inst.alive():
-                        if restarts.get(url, 0) < PORT_RETRIES and _port_taken(inst):
-                            restart_on_new_port(inst)
-                            restarts[inst.url] = restarts.pop(url, 0) + 1
-                            del pending[url]
-                            pending[inst.url] = inst
-                            continue
-                        raise InstanceStartError(
-                            f"instance {url} exited with code {inst.popen.returncode}; last log lines:\n"
-                            f"{inst.log_tail()}")
-                    try:
-                        if client.get(f"{url}/health").status_code == 200:
-                            del pending[url]
-                            bar.update(1)
-                    except httpx.HTTPError:
-                        pass
-                if time.monotonic() - start > timeout_s:
-                    raise InstanceStartError(f"instances not healthy after {timeout_s:.0f}s: {sorted(pending)}")
-                if pending:
-                    time.sleep(0.25)
+            wait_until(lambda: all_healthy(client), timeout_s, 0.25, what="SGLang instances healthy")
+    except TimeoutError:
+        raise InstanceStartError(f"instances not healthy after {timeout_s:.0f}s: {sorted(pending)}") from None
     finally:
         bar.close()
     return time.monotonic() - start

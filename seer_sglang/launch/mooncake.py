@@ -14,13 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import psutil
 
 from ..config import LOOPBACK
+from .waiting import wait_until
 
 
 class MooncakeUnavailable(ValueError):
@@ -112,13 +112,16 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
 
 
 def _wait_port(host: str, port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise MooncakeUnavailable(f"a Mooncake process exited with code {proc.returncode}")
         try:
             httpx.get(f"http://{host}:{port}/", timeout=1.0)
-            return
+            return True
         except httpx.HTTPError:
-            time.sleep(0.2)
-    raise MooncakeUnavailable(f"Mooncake did not open {host}:{port} within {timeout_s:.0f}s")
+            return False
+
+    try:
+        wait_until(answers, timeout_s, 0.2, what=f"Mooncake on {host}:{port}")
+    except TimeoutError:
+        raise MooncakeUnavailable(f"Mooncake did not open {host}:{port} within {timeout_s:.0f}s") from None

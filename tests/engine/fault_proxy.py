@@ -4,7 +4,6 @@ sees of an instance whose generation fails while its load polls still answer."""
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import uvicorn
@@ -14,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from seer_sglang.launch.instances import free_port
+from seer_sglang.launch.waiting import wait_until
 
 
 class FaultProxy:
@@ -33,10 +33,7 @@ class FaultProxy:
 
     def __enter__(self) -> "FaultProxy":
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            assert time.monotonic() < deadline, "the proxy did not start"
-            time.sleep(0.05)
+        wait_until(lambda: self._server.started, 30, 0.05, "the proxy started")
         return self
 
     def __exit__(self, *exc) -> None:

@@ -4,12 +4,12 @@ the Mooncake one (``mooncake_migration.py``, run in its own network namespace)."
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 import httpx
 
 from seer_sglang.benchmarking.kill import chunk_tokens_done, kill_instance, moved_chunks
+from seer_sglang.launch.waiting import wait_until
 
 PAGE = 16
 # Distinct prompts of 40 tokens: no sample can find another's KV on the survivor's device, so a
@@ -36,12 +36,9 @@ def kill_mid_rollout(server, min_tokens: int = 60, timeout_s: float = 300) -> Ki
     worker.start()
     # Kill once both instances hold chunks and returned chunks brought ``min_tokens`` per sample, so
     # each sample that moves has generated context (written to the pool by finished chunks).
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        inst = httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]
-        if all(i["inflight_chunks"] for i in inst) and chunk_tokens_done(server.url) >= min_tokens * len(PROMPTS):
-            break
-        time.sleep(0.05)
+    wait_until(lambda: all(i["inflight_chunks"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"])
+               and chunk_tokens_done(server.url) >= min_tokens * len(PROMPTS), timeout_s, 0.05,
+               f"both instances busy and {min_tokens} tokens per sample returned")
     victim_index = kill_instance(server.url, server.proc.pid)
     worker.join(600)
     r = box["r"]

@@ -23,6 +23,7 @@ from conftest import start_seer, stop_seer, wait_server  # noqa: E402
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout  # noqa: E402
 
 from seer_sglang.models import prepare  # noqa: E402
+from seer_sglang.launch.waiting import wait_until
 
 
 def generate(url: str, ids: list[int], n: int) -> dict:
@@ -55,15 +56,16 @@ def flush(url: str, timeout_s: float = 90.0) -> int:
     """Empty the instance's device and host cache; SGLang refuses while pool writes are in flight (with
     the master gone they fail only after Mooncake's own timeouts), so try again until it does.
     Returns the number of attempts."""
-    deadline = time.monotonic() + timeout_s
-    attempts = 0
-    while True:
-        attempts += 1
+    attempts = []
+
+    def flushed() -> bool:
         r = httpx.get(f"{url}/flush_cache", timeout=60)
-        if r.status_code == 200:
-            return attempts
-        assert r.status_code == 400 and time.monotonic() < deadline, (r.status_code, r.text)
-        time.sleep(1.0)
+        attempts.append(r.status_code)
+        assert r.status_code in (200, 400), (r.status_code, r.text)
+        return r.status_code == 200
+
+    wait_until(flushed, timeout_s, 1.0, f"{url}/flush_cache accepted")
+    return len(attempts)
 
 
 def master_killed(server, url: str, ref: list[list[int]]) -> dict:

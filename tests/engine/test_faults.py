@@ -12,6 +12,7 @@ import pytest
 
 from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
+from seer_sglang.launch.waiting import wait_until
 
 
 def _reference(plain_url: str, prompts: list[list[int]] = PROMPTS, max_tokens: int = MAX_TOKENS) -> list[list[int]]:
@@ -39,13 +40,11 @@ def _assert_greedy(plain_url: str, prompt: list[int], got: list[int], ref: list[
 
 
 def _wait_instances(url: str, ready, timeout_s: float = 300) -> list[dict]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def answer():
         inst = httpx.get(f"{url}/instances", timeout=10).json()["instances"]
-        if ready(inst):
-            return inst
-        time.sleep(0.05)
-    raise AssertionError(f"instances never got there: {inst}")
+        return inst if ready(inst) else None
+
+    return wait_until(answer, timeout_s, 0.05, "the instances' state")
 
 
 def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp_path):
@@ -81,10 +80,8 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
         assert len(sizes) == 1, sizes
         # The launcher starts the killed instance again on its port; it takes work again once it has
         # loaded the trainer's weights again.
-        deadline = time.monotonic() + 300
-        while httpx.get(f"{server.url}/health", timeout=10).json()["healthy_instances"] < 2:
-            assert time.monotonic() < deadline, httpx.get(f"{server.url}/health", timeout=10).text
-            time.sleep(0.5)
+        wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).json()["healthy_instances"] >= 2, 300, 0.5,
+                   "both instances healthy again")
         health = httpx.get(f"{server.url}/health").json()
         assert health["supervisor"]["restarts"] == {str(result.victim): 1} and not health["supervisor"]["held"], health
         versions = httpx.get(f"{server.url}/get_weight_version", timeout=30).json()
@@ -109,12 +106,8 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
         body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS,
                 "temperature": 0, "ignore_eos": True}
         run = BackgroundRollout(server.url, body)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            inst = httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]
-            if all(i["inflight_chunks"] for i in inst) and chunk_tokens_done(server.url) >= 40 * len(PROMPTS):
-                break
-            time.sleep(0.05)
+        _wait_instances(server.url, lambda inst: all(i["inflight_chunks"] for i in inst)
+                        and chunk_tokens_done(server.url) >= 40 * len(PROMPTS))
         victim, index = first_instance(server.url, server.proc.pid)
         stopped = [victim] + victim.children(recursive=True)
         for p in stopped:  # hung, not dead: its connections stay open and never answer
@@ -180,9 +173,7 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
                 run = BackgroundRollout(server.url, body)
                 _wait_instances(server.url, lambda inst: all(i["inflight_chunks"] for i in inst))
                 proxy.failing = True  # A: every chunk sent to it fails, while its polls answer
-                deadline = time.monotonic() + 60
-                while proxy.refused < 6 and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_until(lambda: proxy.refused >= 6, 60, 0.05, "six chunks refused")
                 time.sleep(1.0)
                 proxy.failing = False
                 assert proxy.refused >= 6, proxy.refused
@@ -255,10 +246,5 @@ def test_draft_server_killed_and_restarted_mid_rollout(servers, plain_url, reque
     same_as_plain(httpx.post(f"{server.url}/v1/rollout", json=body, timeout=600))
     # The rollout can end (about a second here) before an instance's sync thread, backing off from the
     # dead server, calls again; the instances still hold the groups and push them with all their tokens.
-    deadline = time.monotonic() + 30
-    while True:
-        stats = call(address, "stats")
-        if stats["groups"] >= len(prompts) and stats["tokens_in"] >= len(prompts) * 2 * 100:
-            break
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.2)
+    wait_until(lambda: (lambda stats: stats["groups"] >= len(prompts) and stats["tokens_in"] >= len(prompts) * 2 * 100)(
+        call(address, "stats")), 30, 0.2, "every group's tokens pushed to the restarted draft server")

@@ -113,10 +113,10 @@ def test_a_client_that_goes_away_frees_its_work(seer_url, route, body):
 
     gone = threading.Thread(target=give_up)
     gone.start()
-    wait_until(lambda: not _idle(seer_url), "the request to start", timeout_s=60)
+    wait_until(lambda: not _idle(seer_url), 60, 0.05, "the request to start")
     gone.join()
     left = time.monotonic()
-    wait_until(lambda: _idle(seer_url), "the abandoned request to be freed", timeout_s=20)
+    wait_until(lambda: _idle(seer_url), 20, 0.05, "the abandoned request to be freed")
     print(f"{route}: freed {time.monotonic() - left:.1f} s after the client left")
     _still_serving(seer_url)
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from seer_sglang.frontend.kv_pool import FilePool
+from seer_sglang.launch.waiting import wait_until
 
 PAGE = 16
 
@@ -45,12 +46,11 @@ def _wait_pooled(pool: FilePool, ids: list[int], want: int, url: str, timeout_s:
     """The instance's write-through reaches the pool a few ms after it answers: wait for the pages
     (keyed by the weight version of the instance at ``url``)."""
     version = _weight_version(url)
-    deadline = time.monotonic() + timeout_s
-    have = pool.pooled_tokens(ids, version)
-    while have < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        have = pool.pooled_tokens(ids, version)
-    return have
+    try:
+        wait_until(lambda: pool.pooled_tokens(ids, version) >= want, timeout_s, 0.05, f"{want} pooled tokens")
+    except TimeoutError:
+        pass  # the caller asserts on the count, which names what is missing
+    return pool.pooled_tokens(ids, version)
 
 
 def test_request_moved_between_instances_loads_its_kv_from_the_pool(seer_url, plain_url, instance_urls, pool_info,

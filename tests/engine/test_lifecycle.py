@@ -9,6 +9,7 @@ import openai
 
 from conftest import BackgroundRollout, start_seer, stop_seer, wait_health, wait_server
 from seer_sglang.launch.instances import free_port
+from seer_sglang.launch.waiting import wait_until
 
 
 def test_sigterm_mid_rollout_answers_503_and_leaves_no_process(tiny_model, tmp_path):
@@ -35,10 +36,8 @@ def test_sigterm_mid_rollout_answers_503_and_leaves_no_process(tiny_model, tmp_p
 
         chatting = threading.Thread(target=chat)
         chatting.start()
-        deadline = time.monotonic() + 120
-        while not httpx.get(f"{server.url}/instances", timeout=10).json()["instances"][0]["inflight_chunks"] >= 3:
-            assert time.monotonic() < deadline, "the requests never ran"
-            time.sleep(0.05)
+        wait_until(lambda: httpx.get(f"{server.url}/instances", timeout=10).json()["instances"][0]["inflight_chunks"] >= 3,
+                   120, 0.05, "three requests running")
         time.sleep(0.5)
     finally:
         leftovers = stop_seer(server, signal.SIGTERM)

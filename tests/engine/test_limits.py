@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from conftest import running_seer
+from seer_sglang.launch.waiting import wait_until
 
 PER_REQUEST, IN_FLIGHT = 8, 12
 
@@ -53,10 +54,8 @@ def test_a_full_server_answers_429_and_takes_the_request_once_samples_finish(bou
     worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{bounded.url}/v1/rollout", json=long,
                                                                      timeout=600)))
     worker.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(
-            i["inflight_chunks"] for i in httpx.get(f"{bounded.url}/instances", timeout=10).json()["instances"]):
-        time.sleep(0.05)
+    wait_until(lambda: any(i["inflight_chunks"] for i in httpx.get(f"{bounded.url}/instances", timeout=10).json()["instances"]),
+               60, 0.05, "a chunk in flight")
     more = {"prompts": ["again"], "n": 5, "max_tokens": 2}  # 8 held + 5 > 12
     err = _error(httpx.post(f"{bounded.url}/v1/rollout", json=more, timeout=60), 429, "server_full")
     assert "--max-samples-in-flight" in err["message"]

@@ -5,7 +5,7 @@ import threading
 import time
 
 import httpx
-import pytest
+from seer_sglang.launch.waiting import wait_until
 
 
 def _post(url, path, body=None, timeout=300):
@@ -29,14 +29,12 @@ class Background:
         return self.result
 
 
+def _instances(url):
+    return httpx.get(f"{url}/instances", timeout=10).json()["instances"]
+
+
 def _wait_running(url, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        inst = httpx.get(f"{url}/instances", timeout=10).json()["instances"]
-        if any(i["inflight_chunks"] for i in inst):
-            return
-        time.sleep(0.1)
-    raise TimeoutError("nothing in flight")
+    wait_until(lambda: any(i["inflight_chunks"] for i in _instances(url)), timeout, 0.1, "a chunk in flight")
 
 
 def _long(prompt, **kw):
@@ -73,14 +71,8 @@ def test_abort_all_fans_out_and_instances_drain(seer_url):
     assert r.status_code == 200 and len(r.json()["instances"]) == 2
     assert all(i["status"] == 200 for i in r.json()["instances"])
     assert all(s["finish_reason"] == "abort" for s in bg.join().json()["samples"])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        inst = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]
-        if all(i["running"] == 0 and i["inflight_chunks"] == 0 for i in inst):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"instances still busy after abort: {inst}")
+    wait_until(lambda: all(i["running"] == 0 and i["inflight_chunks"] == 0 for i in _instances(seer_url)), 30, 0.5,
+               "the instances idle after the abort")
 
 
 def test_pause_and_continue_lose_nothing(seer_url):

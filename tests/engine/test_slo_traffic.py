@@ -177,7 +177,7 @@ def test_rows_parked_under_speculation_keep_every_token(seer_url, plain_url):
 
     background = rollout(seer_url, ids, PARKED_ROLLOUT_TOKENS)
     wait_until(lambda: sum(i["running"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]) > 8,
-               "the rollout running on the instances")
+               120, 0.05, "the rollout running on the instances")
     # The instance re-checks admission by its own fit, which moves with every step (verify steps vary
     # in width): a 429 is an answer, and the next probe asks for a looser SLO, until two are admitted.
     results, sent = [], []

@@ -71,7 +71,8 @@ def test_update_mid_rollout_gives_one_version_per_sample_with_that_versions_toke
         start = chunk_tokens_done(seer_url)
         run = BackgroundRollout(seer_url, body, timeout_s=900)
         # a fifth of the tokens back: the update lands while samples are part done
-        wait_until(lambda: chunk_tokens_done(seer_url) - start >= 0.2 * 12 * MAX_TOKENS, "a fifth of the rollout")
+        wait_until(lambda: chunk_tokens_done(seer_url) - start >= 0.2 * 12 * MAX_TOKENS, 120, 0.05,
+                   "a fifth of the rollout")
         if via == "frontend":  # it names the version
             update = _update(seer_url, other_weights)
             assert all(i["status"] == 200 for i in update.json()["instances"])
@@ -118,7 +119,8 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
                 "ignore_eos": True}
         start = chunk_tokens_done(server.url)
         run = BackgroundRollout(server.url, body, timeout_s=900)
-        wait_until(lambda: chunk_tokens_done(server.url) - start >= 0.1 * 8 * max_tokens, "a tenth of the rollout")
+        wait_until(lambda: chunk_tokens_done(server.url) - start >= 0.1 * 8 * max_tokens, 120, 0.05,
+                   "a tenth of the rollout")
         new_version = _update(server.url, other_weights).headers["x-seer-weight-version"]
         r = run.wait(900)
     finally:

@@ -10,6 +10,7 @@ import time
 import httpx
 
 from conftest import BackgroundRollout
+from seer_sglang.launch.waiting import wait_until
 
 CHUNK = 16
 
@@ -28,9 +29,7 @@ def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
     body = {"prompts": [{"input_ids": [11 + p, 12, 13, 14]} for p in range(6)], "n": 4, "max_tokens": 4000,
             "temperature": 0, "ignore_eos": True}
     run = BackgroundRollout(seer_url, body)
-    deadline = time.monotonic() + 120
-    while sum(i["inflight_chunks"] for i in _instances(seer_url)) == 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: sum(i["inflight_chunks"] for i in _instances(seer_url)), 120, 0.1, "a chunk in flight")
     time.sleep(1.0)
     # slime's abort, verbatim in shape: every worker the router lists gets abort_all
     urls = [w["url"] for w in httpx.get(f"{seer_url}/workers", timeout=10).json()["workers"]]
@@ -40,10 +39,8 @@ def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
     assert len(data["samples"]) == 24
     assert all(s["finish_reason"] == "abort" for s in data["samples"]), [s["finish_reason"] for s in data["samples"]]
     assert all(len(s["output_ids"]) < 4000 for s in data["samples"])
-    deadline = time.monotonic() + 30
-    while sum(i["inflight_chunks"] for i in _instances(seer_url)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert sum(i["inflight_chunks"] for i in _instances(seer_url)) == 0
+    wait_until(lambda: sum(i["inflight_chunks"] for i in _instances(seer_url)) == 0, 30, 0.1,
+               "no chunk in flight after the abort")
 
 
 def test_add_worker_joins_an_instance_and_remove_worker_takes_it_out(seer_url, plain_url):

@@ -225,6 +225,7 @@ def test_cascade_over_the_kv_pool_on_gpu_matches_reference():
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_seer_cascade_keeps_the_tokens_of_flashinfers_verify_on_gpu(tmp_path):
     """Real engine (SmolLM2, fp16, CUDA graphs off so every verify step is eager): SEER verifying through

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 import torch
+from seer_sglang.launch.waiting import ProcessExited, wait_healthy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -34,17 +34,11 @@ def gpu_server(tiny_model, tmp_path_factory):
                              "--kv-pool", "none", "--log-dir", str(logs), "--mem-fraction-static", "0.3"],
                             stdout=open(logs / "launch.log", "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 900
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    else:
+    try:
+        wait_healthy(url, 900, process=proc, interval=1.0)
+    except (TimeoutError, ProcessExited) as e:
         proc.terminate()
-        pytest.fail(f"seer did not start on the GPU; see {logs}")
+        pytest.fail(f"seer did not start on the GPU ({e}); see {logs}")
     yield url, gpus
     proc.terminate()
     proc.wait(120)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
@@ -146,47 +145,6 @@ def test_transfer_gate_holds_a_piece_until_enough_decode_steps():
     gate.decode_finished()
 
 
-def test_file_pool_finds_the_longest_stored_prefix_and_bounds_its_size(tmp_path):
-    pool = FilePool(tmp_path, "org/model", page_size=4, size_gb=1.0)
-    tokens = list(range(100, 130))  # 7 full pages + 2 tokens
-    hashes = pool.page_hashes(tokens, "v1")
-    assert len(hashes) == 7 and len(set(hashes)) == 7
-    assert pool.pooled_tokens(tokens, "v1") == 0
-    for h in hashes[:5]:
-        (tmp_path / f"{h}_org-model_0_1.bin").write_bytes(b"x" * 1000)
-    assert pool.pooled_tokens(tokens, "v1") == 20
-    assert pool.pooled_tokens(tokens[:10], "v1") == 8
-    assert pool.pooled_tokens([1, 2] + tokens, "v1") == 0  # another context: other hashes
-    assert pool.pooled_tokens(tokens, "v2") == 0  # pages of other weights are other pages
-    assert not set(pool.page_hashes(tokens, "v2")) & set(hashes)
-    pool.max_bytes = 3500
-    for i, h in enumerate(hashes[:5]):
-        os.utime(tmp_path / f"{h}_org-model_0_1.bin", (1000 + i, 1000 + i))
-    assert pool.enforce_bound() == 2  # oldest first, down to 90% of the bound
-    assert pool.usage_bytes() == 3000
-    assert pool.clear() == 3 and pool.usage_bytes() == 0
-
-
-def test_file_pool_counts_a_page_once_every_tp_rank_wrote_its_shard(tmp_path):
-    """TP 2: SGLang's HiCacheFile writes one file per rank and page (``_{model}_{rank}_{tp}``); an
-    instance loads a page only when every rank finds its shard. An MLA model's latent is one file."""
-    tokens = list(range(200, 216))  # 4 pages of 4
-    pool = FilePool(tmp_path / "tp", "org/model", page_size=4, size_gb=1.0, tp_size=2)
-    (tmp_path / "tp").mkdir()
-    hashes = pool.page_hashes(tokens, "v1")
-    for h in hashes[:3]:
-        (tmp_path / "tp" / f"{h}_org-model_0_2.bin").write_bytes(b"x")
-    assert pool.pooled_tokens(tokens, "v1") == 0  # rank 1's shards are missing
-    for h in hashes[:2]:
-        (tmp_path / "tp" / f"{h}_org-model_1_2.bin").write_bytes(b"x")
-    assert pool.pooled_tokens(tokens, "v1") == 8
-    mla = FilePool(tmp_path / "mla", "org/model", page_size=4, size_gb=1.0, tp_size=2, mla=True)
-    (tmp_path / "mla").mkdir()
-    for h in hashes:
-        (tmp_path / "mla" / f"{h}_org-model.bin").write_bytes(b"x")
-    assert mla.pooled_tokens(tokens, "v1") == 16
-
-
 def test_mla_is_read_from_the_model_folder(tmp_path, tiny_model):
     import json
 
@@ -195,20 +153,6 @@ def test_mla_is_read_from_the_model_folder(tmp_path, tiny_model):
     assert not is_mla(tiny_model)
     (tmp_path / "config.json").write_text(json.dumps({"kv_lora_rank": 512, "num_hidden_layers": 2}))
     assert is_mla(str(tmp_path)) and not is_mla(str(tmp_path / "absent"))
-
-
-def test_a_tp_2_file_pool_is_probed_for_both_ranks(tmp_path, tiny_model):
-    from seer_sglang.config import KVPoolConfig, SeerConfig
-    from seer_sglang.launch.deployment import Deployment
-    from seer_sglang.launch.kv_pool import start_kv_pool
-
-    pool = start_kv_pool(KVPoolConfig(kind="file"), ["--tp-size", "2"], tmp_path, tiny_model, cpu=True, instances=2)
-    try:
-        assert (pool.setup.tp_size, pool.setup.mla) == (2, False)
-        access = Deployment(SeerConfig(), tiny_model, [], pool=pool).pool_access()  # what the frontend gets
-        assert [s[-8:] for s in access.file_pool.suffixes] == ["_0_2.bin", "_1_2.bin"]
-    finally:
-        pool.stop()
 
 
 def test_router_probe_per_pool_kind(tmp_path):
@@ -281,26 +225,6 @@ def test_an_instance_is_restarted_with_a_doubling_backoff_up_to_its_limit():
     assert policy.next_restart(0, 40.0) is None  # three in ten minutes: it stays down
     assert policy.next_restart(1, 40.0) == 2.0  # counted per instance
     assert policy.next_restart(0, 620.0) == 4.0  # the window slid past the first two
-
-
-def test_the_pool_directory_goes_with_a_launcher_killed_outright(tmp_path):
-    """The launcher's reaper removes the pool's directory when the launcher dies by SIGKILL."""
-    import signal
-    import subprocess
-    import sys
-
-    code = ("import sys, time; from pathlib import Path; from seer_sglang.launch.kv_pool import start_reaper; "
-            "d = Path(sys.argv[1]); d.mkdir(); (d / 'page.bin').write_bytes(b'x'); "
-            "start_reaper(d); print('ready', flush=True); time.sleep(60)")
-    pool_dir = tmp_path / "kv-pool-x"
-    launcher = subprocess.Popen([sys.executable, "-c", code, str(pool_dir)], stdout=subprocess.PIPE, text=True)
-    assert launcher.stdout.readline().strip() == "ready" and (pool_dir / "page.bin").exists()
-    launcher.send_signal(signal.SIGKILL)
-    launcher.wait()
-    deadline = time.monotonic() + 20
-    while pool_dir.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pool_dir.exists()
 
 
 def test_the_supervisor_holds_an_exited_instance_and_hands_back_the_restarted_one(monkeypatch):

@@ -333,30 +333,6 @@ def test_slo_arrivals_rise_phase_by_phase_and_take_turns():
     assert slo_arrivals(classes, [2.0, 8.0], 50.0, 10.0, 32, seed=1) == arrivals  # seeded
 
 
-def test_sim_cli_scales_a_workload_like_the_emulated_testbed(tmp_path):
-    """``--max-tokens`` and ``--time-scale`` give the simulator the model an emulated instance pads to
-    (the same ``StepModel.scaled``) and SGLang's admission scaled alike."""
-    import json
-    import subprocess
-    import sys
-
-    from seer_sglang.core.step_model import Admission, emulated_model
-
-    out = tmp_path / "sim.json"
-    subprocess.run([sys.executable, "-m", "seer_sglang.sim", "--workload", "qwen2vl", "--instances", "2",
-                    "--prompts", "8", "--max-tokens", "256", "--time-scale", "10", "--prompt-len", "40,90",
-                    "--chunk-size", "32", "--policies", "round-robin,context", "--quick", "--out", str(out)],
-                   check=True, capture_output=True)
-    report = json.loads(out.read_text())
-    model = report["config"]["step_model"]
-    want = emulated_model("h100-70b", 256 / 40_960, 10)
-    assert model["decode_per_kv_token_s"] == want.decode_per_kv_token_s and model["decode_base_s"] == want.decode_base_s
-    assert report["config"]["workload_spec"]["max_tokens"] == 256
-    assert report["config"]["workload_spec"]["prompt_len"] == [40, 90]
-    assert list(report["ablation"]) == ["round-robin", "context"]
-    assert report["config"]["admission"] == dataclasses.asdict(Admission().scaled(256 / 40_960))
-
-
 def test_slo_arrivals_skip_a_quiet_phase_and_keep_the_others():
     """A phase of rate 0 sends nothing, and the phase after it starts on time."""
     from seer_sglang.core.slo import SLO

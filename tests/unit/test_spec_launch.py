@@ -53,18 +53,6 @@ def test_user_flags_win_and_gpu_keeps_its_backend():
     assert "--attention-backend" not in RunningDrafts("sam", cpu=False).instance_args([])
 
 
-def test_launcher_accepts_the_plugins_own_sglang_flags(tiny_model):
-    """The launcher checks SGLang flags before starting anything; the plugin's backends and algorithm
-    pass that check, a name SGLang does not know still fails there."""
-    from seer_sglang.launch.deployment import validate_sglang_args
-
-    for flags in (["--attention-backend", "seer_cascade"], ["--attention-backend", "seer_verify"],
-                  ["--speculative-algorithm", "SEER"]):
-        validate_sglang_args(tiny_model, flags)
-    with pytest.raises(SystemExit):
-        validate_sglang_args(tiny_model, ["--attention-backend", "seer_nonexistent"])
-
-
 def test_none_attached_or_plain_start_nothing(tmp_path):
     for drafts in (drafting("none", 8, 4, tmp_path, cpu=True),
                    drafting("group-suffix", 8, 4, None, cpu=True),  # attached: --instance-urls
@@ -75,18 +63,6 @@ def test_none_attached_or_plain_start_nothing(tmp_path):
         drafting("eagle", 8, 4, tmp_path, cpu=True)
     with pytest.raises(ValueError, match="at least 1"):
         drafting("suffix", 0, 4, tmp_path, cpu=True)
-
-
-def test_draft_server_starts_and_stops(tmp_path):
-    from seer_sglang.draft_server.client import wait_ready
-
-    drafts = drafting("group-suffix", 8, 4, tmp_path, cpu=True)
-    try:
-        assert drafts.enabled and drafts.address.startswith("tcp://127.0.0.1:")
-        wait_ready(drafts.address, timeout_s=5)
-    finally:
-        drafts.stop()
-    assert all(p.poll() is not None for p in drafts.processes)
 
 
 def test_acceptance_length_counts_the_bonus_token():

@@ -33,18 +33,6 @@ def test_sample_schema_round_trips():
     assert SampleJSON.from_json(body) == sample
 
 
-def test_openai_requests_refuse_sampling_fields_they_would_drop():
-    from seer_sglang.frontend.protocol import ChatCompletionRequest, CompletionRequest
-
-    msgs = [{"role": "user", "content": "x"}]
-    assert CompletionRequest(prompt="x", min_p=0.2).refused_field()[0] == "min_p"
-    assert CompletionRequest(prompt="x", regex="a+").refused_field()[0] == "regex"
-    # honoured fields, neutral values and extras that do not touch sampling pass
-    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.5, repetition_penalty=1.2, min_tokens=3,
-                                 logit_bias={"3": 1.0}, min_p=0, user="u", metadata={"a": 1}).refused_field() is None
-    assert CompletionRequest(prompt="x", skip_special_tokens=False).skip_special_tokens is False
-
-
 def test_the_plugin_rekeys_a_request_to_one_weight_version():
     from seer_sglang.plugin.weight_namespace import rekey
 
@@ -52,14 +40,6 @@ def test_the_plugin_rekeys_a_request_to_one_weight_version():
     assert rekey("lora-7", "v1") == "lora-7|weight_version=v1"
     assert rekey("lora-7|weight_version=v1", "v2") == "lora-7|weight_version=v2"
     assert rekey(rekey("weight_version=v1", "v2"), "v2") == "weight_version=v2"
-
-
-def test_the_instance_client_drops_idle_connections_before_sglang_closes_them():
-    from sglang.srt.environ import envs
-
-    from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
-
-    assert KEEPALIVE_EXPIRY_S < envs.SGLANG_TIMEOUT_KEEP_ALIVE.get() / 2
 
 
 def test_penalties_and_min_tokens_span_the_whole_sample():
@@ -76,17 +56,6 @@ def test_penalties_and_min_tokens_span_the_whole_sample():
     assert all(p["frequency_penalty"] == 0.5 and p["repetition_penalty"] == 1.3 for p in (first, second, third))
     plain = SamplingParams(max_new_tokens=40).to_sglang(16, 7, 16)
     assert not {"custom_params", "frequency_penalty", "min_new_tokens", "logit_bias"} & set(plain)
-
-
-def test_earlier_output_follows_the_schedulers_count():
-    """Without overlap SGLang has counted every earlier output token when a step samples; under overlap
-    the count trails a step and covers the prompt's last token, so the seed does the same."""
-    from seer_sglang.plugin.penalties import earlier_output
-
-    prompt, output = [11, 12, 13], [21, 22, 23, 24]
-    assert earlier_output(prompt + output, 4, trailing=False) == output
-    assert earlier_output(prompt + output, 4, trailing=True) == [13, 21, 22, 23]
-    assert earlier_output(prompt, 0, trailing=False) == []
 
 
 def test_sampling_fields_check_bounds_before_any_work():

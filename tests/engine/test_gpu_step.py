@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.harness.manifest import resolve
 from benchmarks.gpu_step import SMOKE, Arch, Rank, fit, measured_profile, summarize
 from seer_sglang.core.step_model import PROFILES_DIR, StepModel
 
@@ -68,12 +69,12 @@ def test_fit_recovers_known_terms():
 def test_stored_h100_result_and_its_profile(stem):
     """A stored H100 measurement refits to the terms its profile file holds, and that profile keeps
     what one GPU cannot measure (all-reduces, capacity) from the public one."""
-    stored = json.loads((RESULTS / f"{stem}.json").read_text())
+    stored = json.loads(resolve(RESULTS / f"{stem}.json").read_text())
     base = StepModel.load(PROFILES_DIR / "h100-70b.json")
     result = summarize(json.loads(json.dumps(stored)), base)
     assert result["fitted"] == pytest.approx(stored["fitted"], rel=1e-9)  # least squares: last bits may differ
     measured = measured_profile(result, base)
-    saved = StepModel.load(RESULTS / f"{stem}.profile.json")
+    saved = StepModel.load(resolve(RESULTS / f"{stem}.profile.json"))
     numbers = {k: v for k, v in asdict(saved).items() if isinstance(v, float)}
     assert {k: asdict(measured)[k] for k in numbers} == pytest.approx(numbers, rel=1e-9)
     assert replace(measured, **numbers) == saved
@@ -84,8 +85,8 @@ def test_stored_h100_result_and_its_profile(stem):
 def test_flashinfer_prefill_is_cheaper_and_graphs_cut_the_fixed_cost():
     """The two H100 runs' prefill attention and fixed cost: FlashInfer's kernel against torch's, and
     each prefill as a CUDA graph (no host launches) against eager."""
-    fi = json.loads((RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3_flashinfer.json").read_text())
-    rerun = json.loads((RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3_rerun.json").read_text())
+    fi = json.loads(resolve(RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3_flashinfer.json").read_text())
+    rerun = json.loads(resolve(RESULTS / "gpu_step_NVIDIA_H100_80GB_HBM3_rerun.json").read_text())
     assert fi["attention"].endswith("FlashInfer single_prefill_with_kv_cache")
     assert fi["fitted"]["attention_per_pair_s"] < 0.6 * rerun["fitted"]["attention_per_pair_s"]
     for run in (fi, rerun):
@@ -108,7 +109,7 @@ def test_attention_fit_recovers_known_terms_and_the_stored_run_refits():
     got = attention_fit(points, "x", layers)
     assert got["decode_per_kv_token_s"] == pytest.approx(per_token * layers, rel=1e-6)
     assert got["attention_per_pair_s"] == pytest.approx(per_pair * layers, rel=1e-6)
-    stored = json.loads((RESULTS / "gpu_attention_NVIDIA_H200.json").read_text())
+    stored = json.loads(resolve(RESULTS / "gpu_attention_NVIDIA_H200.json").read_text())
     for backend in stored["backends"]:
         assert attention_fit(stored["points"], backend, stored["layers"]) == pytest.approx(stored["fitted"][backend],
                                                                                            rel=1e-9)

@@ -1,0 +1,33 @@
+"""Where seer's wire format meets SGLang's: the OpenAI fields SGLang would drop, its idle-connection
+timeout and its scheduler's output count."""
+
+
+def test_openai_requests_refuse_sampling_fields_they_would_drop():
+    from seer_sglang.frontend.protocol import ChatCompletionRequest, CompletionRequest
+
+    msgs = [{"role": "user", "content": "x"}]
+    assert CompletionRequest(prompt="x", min_p=0.2).refused_field()[0] == "min_p"
+    assert CompletionRequest(prompt="x", regex="a+").refused_field()[0] == "regex"
+    # honoured fields, neutral values and extras that do not touch sampling pass
+    assert ChatCompletionRequest(messages=msgs, frequency_penalty=0.5, repetition_penalty=1.2, min_tokens=3,
+                                 logit_bias={"3": 1.0}, min_p=0, user="u", metadata={"a": 1}).refused_field() is None
+    assert CompletionRequest(prompt="x", skip_special_tokens=False).skip_special_tokens is False
+
+
+def test_the_instance_client_drops_idle_connections_before_sglang_closes_them():
+    from sglang.srt.environ import envs
+
+    from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S
+
+    assert KEEPALIVE_EXPIRY_S < envs.SGLANG_TIMEOUT_KEEP_ALIVE.get() / 2
+
+
+def test_earlier_output_follows_the_schedulers_count():
+    """Without overlap SGLang has counted every earlier output token when a step samples; under overlap
+    the count trails a step and covers the prompt's last token, so the seed does the same."""
+    from seer_sglang.plugin.penalties import earlier_output
+
+    prompt, output = [11, 12, 13], [21, 22, 23, 24]
+    assert earlier_output(prompt + output, 4, trailing=False) == output
+    assert earlier_output(prompt + output, 4, trailing=True) == [13, 21, 22, 23]
+    assert earlier_output(prompt, 0, trailing=False) == []
