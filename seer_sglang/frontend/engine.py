@@ -21,11 +21,10 @@ from ..config import ROLLOUT, SLO_CONFIG
 from ..core.buffer import RequestBuffer
 from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import ChunkRecord, Group, Sample, SampleState
-from ..core.router import Launch, Load, Router
-from ..core.slo import fitted_step_time, step_time
-from ..core.step_model import StepModel
+from ..core.router import Launch, Router
 from ..wire import SLO_PARAM, SLO_REJECTED, chunk_rid, group_of_sample, slo_param
 from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
+from .instances import Instances
 
 logger = logging.getLogger("seer_sglang.frontend")
 
@@ -55,54 +54,33 @@ class EngineHooks:
     pool_probe_delay_s: float = 0.02
 
 
-@dataclasses.dataclass
-class LoadPoint:
-    """One telemetry sample of one instance, for timelines (KV usage, running, retractions)."""
-
-    t: float
-    instance: int
-    healthy: bool
-    kv_used: int
-    kv_capacity: int
-    running: int
-    waiting: int
-    inflight: int
-    retractions: int  # retractions reported by finished chunks on this instance so far
-
-
 class RolloutEngine:
     def __init__(self, clients: list[InstanceClient], policy: SchedulingPolicy, *,
                  poll_interval_s: float = 0.5, unavailable_timeout_s: float = 30.0,
                  hooks: EngineHooks | None = None, timeline_len: int = 200_000, max_chunk_failures: int = 8,
                  mixed_weight_versions: bool = ROLLOUT.mixed_weight_versions,
                  instance_down_s: float = ROLLOUT.instance_down_s, slo_headroom: float = SLO_CONFIG.headroom):
-        self.clients = clients
         self.router = Router(policy, [InstanceView(index=i) for i in range(len(clients))], slo_headroom)
+        self.hooks = hooks or EngineHooks()
+        self._wake = asyncio.Event()
+        self.instances = Instances(clients, self.router, changed=self._wake.set, instance_down_s=instance_down_s,
+                                   timeline_len=timeline_len, on_load=self.hooks.on_load,
+                                   on_slo_report=self.hooks.on_slo_report)
         self.poll_interval_s = poll_interval_s
         self.unavailable_timeout_s = unavailable_timeout_s
         self.instance_down_s = instance_down_s
-        self._down_since: dict[int, float] = {}  # instance -> when its polls began to fail
         self._given_up: set[str] = set()  # samples whose chunk on a stalled instance was given up
-        self.hooks = hooks or EngineHooks()
         self.max_chunk_failures = max_chunk_failures
         self.max_crashes_per_sample = 2  # instances a sample may see die under it in a row
-        self.last_answer_at: dict[int, float] = {}  # instance -> when a chunk last got an answer from it
         # False: a sample whose weights change under it restarts from its prompt (one version per sample).
         self.mixed_weight_versions = mixed_weight_versions
         # the latest versions chunks reported (bounded: a long job updates its weights thousands of times)
         self.weight_versions_seen: collections.deque[str] = collections.deque(maxlen=64)
         self.paused = False
-        # SGLang memory tags each instance gave back (sleep mode); while any KV cache is, nothing is dispatched
-        self.released_memory: dict[int, set[str]] = collections.defaultdict(set)
-        self._wake = asyncio.Event()
         self._group_done: dict[str, asyncio.Event] = {}
         self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
         self._loops: list[asyncio.Task] = []
         self._no_instance_since: float | None = None
-        self.timeline: collections.deque[LoadPoint] = collections.deque(maxlen=timeline_len)
-        self._slo_seen = False  # an SLO request came: the instances' step-time fits are read with their loads
-        self._slo_fits_at = 0.0
-        self.slo_reports: dict[int, dict[str, Any]] = {}  # instance -> its plugin's seer_slo report
 
     # ---- the router's state, read by the routes ------------------------------------------------
     @property
@@ -122,14 +100,9 @@ class RolloutEngine:
         """Instances taken out (POST /remove_worker): never dispatched to."""
         return self.router.removed
 
-    @property
-    def retractions(self) -> list[int]:
-        """SGLang's retractions of our chunks, per instance (as the chunks reported them)."""
-        return [v.retractions for v in self.views]
-
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.poll_loads()
+        await self.instances.poll()
         self._loops = [asyncio.create_task(self._dispatch_loop(), name="seer-dispatch"),
                        asyncio.create_task(self._poll_loop(), name="seer-poll")]
 
@@ -137,48 +110,9 @@ class RolloutEngine:
         for task in self._loops + list(self._chunk_tasks.values()):
             task.cancel()
         await asyncio.gather(*self._loops, *self._chunk_tasks.values(), return_exceptions=True)
-        for client in self.clients:
-            await client.close()
-
-    # ---- membership (the router's worker routes) ---------------------------------------------
-    def active_clients(self) -> list[InstanceClient]:
-        """The instances in the deployment: calls fanned out to "every instance" go to these."""
-        return [c for c in self.clients if c.index not in self.removed]
-
-    def find_client(self, url: str) -> InstanceClient | None:
-        url = url.rstrip("/")
-        return next((c for c in self.clients if c.url == url), None)
-
-    async def add_instance(self, client: InstanceClient) -> None:
-        """A running SGLang instance joins: it gets chunks from the next dispatch on. ``client.index``
-        is the next index, or a removed instance's own (the same URL comes back)."""
-        if client.index == len(self.clients):
-            self.clients.append(client)
-            self.router.add_instance()
-        else:
-            old = self.clients[client.index]
-            self.clients[client.index] = client
-            await old.close()
-        self.router.readmit(client.index)
-        await self.poll_loads()
-        self._wake.set()
-
-    def remove_instance(self, index: int) -> None:
-        """An instance leaves: nothing more is dispatched to it; its chunks in flight finish there. Its
-        view stays down, since load polls skip removed instances (``poll_loads``)."""
-        self.router.remove_instance(index)
-        self._wake.set()
-
-    async def readmit(self, index: int) -> None:
-        """An instance taken out (``remove_instance``) gets chunks again, its client as it was."""
-        self.router.readmit(index)
-        await self.poll_loads()
-        self._wake.set()
+        await self.instances.close()
 
     # ---- read API for the routes -------------------------------------------------------------
-    def healthy_count(self) -> int:
-        return self.router.healthy_count()
-
     def idle(self) -> bool:
         """No rollout in flight."""
         return not self.buffer.groups
@@ -186,50 +120,21 @@ class RolloutEngine:
     def running_group(self, group_id: str) -> bool:
         return group_id in self.buffer.groups
 
-    def instance_status(self) -> list[dict[str, Any]]:
-        return [{"index": v.index, "url": self.clients[v.index].url, "healthy": v.healthy, "running": v.running,
-                 "waiting": v.waiting, "used_tokens": v.used_tokens, "capacity_tokens": v.capacity_tokens,
-                 "inflight_chunks": v.inflight} for v in self.views if v.index not in self.removed]
-
-    def timeline_since(self, t: float) -> list[LoadPoint]:
-        return [p for p in self.timeline if p.t >= t]
-
-    async def broadcast(self, path: str, body: dict[str, Any] | list[dict[str, Any]] | None, *,
-                        method: str = "POST", params: dict[str, Any] | None = None,
-                        control: bool = False) -> list[dict[str, Any]]:
-        """One call on every instance (POST: an admin call, with one body for all or one per instance;
-        GET: a read); each instance's status and answer. An instance marked down is not called: its
-        entry says so (status 503, ``skipped``), and a hung one cannot hold up the others' answers.
-        ``control``: a call with the short timeout (``InstanceClient.post_admin``)."""
-        clients = self.active_clients()
-        bodies = body if isinstance(body, list) else [body] * len(clients)
-
-        async def call(client: InstanceClient, b: Any) -> dict[str, Any]:
-            entry = {"instance": client.index, "url": client.url}
-            if not self.views[client.index].healthy:
-                return {**entry, "status": 503, "skipped": True,
-                        "body": {"error": f"instance {client.index} is marked down; not called"}}
-            status, content = await (client.post_admin(path, b, control=control) if method == "POST"
-                                     else client.get(path, params))
-            return {**entry, "status": status, "body": content}
-
-        return list(await asyncio.gather(*(call(c, b) for c, b in zip(clients, bodies))))
-
     # ---- submission ------------------------------------------------------------------------
     def submit(self, group: Group) -> None:
-        if self.healthy_count() == 0:
+        if self.router.healthy_count() == 0:
             raise NoHealthyInstance("no healthy SGLang instance")
         self.router.submit(group)
         self._group_done[group.group_id] = asyncio.Event()
         if any(s.params.slo is not None for s in group.samples):
-            self._slo_seen = True
+            self.instances.slo_seen = True
         self._wake.set()
 
     def add_samples(self, group: Group, samples: list[Sample]) -> bool:
         """Late siblings join ``group`` if it is still in the buffer; False if it has left (done)."""
         if self.buffer.groups.get(group.group_id) is not group:
             return False
-        if self.healthy_count() == 0:
+        if self.router.healthy_count() == 0:
             raise NoHealthyInstance("no healthy SGLang instance")
         self.router.add_samples(group, samples)
         self._wake.set()
@@ -300,83 +205,21 @@ class RolloutEngine:
         self.paused = paused
         self._wake.set()
 
-    @property
-    def memory_released(self) -> bool:
-        return any("kv_cache" in self.released_memory[c.index] for c in self.active_clients())
-
-    def mark_memory(self, index: int, tags: set[str], released: bool) -> None:
-        """Record that instance ``index`` gave ``tags`` back (or took them again)."""
-        if released:
-            self.released_memory[index] |= tags
-        else:
-            self.released_memory[index] -= tags
-        self._wake.set()
-
-    # ---- telemetry -------------------------------------------------------------------------
-    async def poll_loads(self) -> None:
-        clients = self.active_clients()
-        results = await asyncio.gather(*(c.load() for c in clients), return_exceptions=True)
-        for client, result in zip(clients, results):
-            if client.index in self.removed:
-                continue  # removed while the poll was out: it stays out of dispatch
-            view = self.views[client.index]
-            load = None if isinstance(result, BaseException) else Load(
-                result.max_total_tokens, result.used_tokens, result.running, result.waiting)
-            if self.router.instance_seen(client.index, load):
-                logger.warning("instance %d (%s) is %s", view.index, self.clients[view.index].url,
-                               "back up" if view.healthy else "DOWN")
-                self._wake.set()
-            self._watch_stall(view)
-            self.timeline.append(LoadPoint(time.time(), view.index, view.healthy, view.used_tokens,
-                                           view.capacity_tokens, view.running, view.waiting, view.inflight,
-                                           view.retractions))
-            if self.hooks.on_load:
-                self.hooks.on_load(view.index, view)
-        if self._slo_seen and time.monotonic() - self._slo_fits_at >= SLO_CONFIG.report_interval_s:
-            self._slo_fits_at = time.monotonic()
-            await self.read_slo_fits(clients)
-
-    def slo_counters(self) -> dict[str, int]:
-        """The instances' best-effort decode slots in steps with SLO requests, summed (last reports)."""
-        return {key: sum(int(r.get(key, 0)) for r in self.slo_reports.values())
-                for key in ("best_effort_decoded", "best_effort_deferred")}
-
-    async def read_slo_fits(self, clients: list[InstanceClient]) -> None:
-        """Each instance's own decode step-time fit (the plugin's ``seer_slo`` report), for routing."""
-        infos = await asyncio.gather(*(c.server_info() for c in clients), return_exceptions=True)
-        for client, info in zip(clients, infos):
-            if isinstance(info, BaseException):
-                continue
-            report = ((info.get("internal_states") or [{}])[0] or {}).get("seer_slo") or {}
-            self.slo_reports[client.index] = report
-            if self.hooks.on_slo_report:
-                self.hooks.on_slo_report(client.index, report)
-            fit, model = report.get("fit"), report.get("model")
-            if model:  # an emulated instance decides by its profile
-                self.views[client.index].step_s = step_time(StepModel.from_dict(model, strict=False))
-            else:
-                self.views[client.index].step_s = fitted_step_time(fit["base_s"], fit["per_seq_s"]) if fit else None
-
-    def _watch_stall(self, view: InstanceView) -> None:
+    def _give_up_on(self, index: int) -> None:
         """A request to an instance that stopped answering (SIGSTOP, a hung scheduler) never returns, and
         its sample would wait for ever: once the instance has failed its polls for ``instance_down_s``,
         its running chunks are given up and their samples re-dispatched from the tokens they have."""
-        if view.healthy:
-            self._down_since.pop(view.index, None)
-            return
-        since = self._down_since.setdefault(view.index, time.monotonic())
-        if time.monotonic() - since < self.instance_down_s:
-            return
         for sample in self.buffer.running():
             task = self._chunk_tasks.get(sample.rid)
-            if sample.instance == view.index and task is not None and sample.rid not in self._given_up:
+            if sample.instance == index and task is not None and sample.rid not in self._given_up:
                 self._given_up.add(sample.rid)
                 task.cancel()
 
     async def _poll_loop(self) -> None:
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            await self.poll_loads()
+            for index in await self.instances.poll():
+                self._give_up_on(index)
             if self.buffer.has_pending():
                 self._wake.set()
 
@@ -385,7 +228,7 @@ class RolloutEngine:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.paused or self.memory_released or not self.buffer.has_pending():
+            if self.paused or self.instances.memory_released or not self.buffer.has_pending():
                 continue
             self._fail_if_no_instance()
             decisions = self.router.schedule(time.time())
@@ -399,7 +242,7 @@ class RolloutEngine:
         self._complete(sample, SampleState.FAILED)
 
     def _fail_if_no_instance(self) -> None:
-        if self.healthy_count() > 0:
+        if self.router.healthy_count() > 0:
             self._no_instance_since = None
             return
         now = time.monotonic()
@@ -423,7 +266,7 @@ class RolloutEngine:
             self._settle_cancelled(launch)
 
     def _settle_cancelled(self, launch: Launch) -> bool:
-        """Settle a cancelled chunk. One given up on a stalled instance (``_watch_stall``) goes back to
+        """Settle a cancelled chunk. One given up on a stalled instance (``_give_up_on``) goes back to
         the buffer and returns True; any other cancellation was an abort or a shutdown."""
         given_up = launch.sample.rid in self._given_up
         self._settle(launch)
@@ -460,7 +303,7 @@ class RolloutEngine:
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
-        client = self.clients[instance]
+        client = self.instances.clients[instance]
         base = sample.generated
         finish: dict[str, Any] | None = None
         last_meta: dict[str, Any] = {}
@@ -554,7 +397,7 @@ class RolloutEngine:
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
         chunk.reported = True
-        self.last_answer_at[instance] = time.monotonic()
+        self.instances.last_answer_at[instance] = time.monotonic()
         chunk.cached_tokens = meta.get("cached_tokens", 0)
         details = meta.get("cached_tokens_details") or {}
         chunk.device_tokens = int(details.get("device") or 0)

@@ -68,14 +68,14 @@ class Frontend:
     def hold(self, index: int) -> None:
         """An instance process exited: no chunk goes to it until ``readmit_restarted`` says so."""
         self.held[index] = "restarting"
-        self.engine.remove_instance(index)
+        self.engine.instances.remove(index)
 
     async def readmit_restarted(self, index: int, timeout_s: float = 900.0) -> None:
         """A restarted instance runs its launch weights. Once it answers, it gets the trainer's last
         update again if that came from disk; one that cannot (tensor or NCCL updates, which cannot be
         replayed) stays out of dispatch, and ``/health`` says why: a sample drawn on other weights than
         its siblings would be off-policy."""
-        client = self.engine.clients[index]
+        client = self.engine.instances.clients[index]
         deadline = time.monotonic() + timeout_s
         while not await client.healthy():
             if time.monotonic() > deadline:
@@ -96,7 +96,7 @@ class Frontend:
                 return
             logger.info("instance %d reloaded weights %s after its restart", index, body.get("weight_version"))
         del self.held[index]
-        await self.engine.readmit(index)
+        await self.engine.instances.readmit(index)
         logger.info("instance %d takes work again after its restart", index)
 
     def begin_shutdown(self) -> None:
@@ -122,7 +122,7 @@ class Frontend:
 
     def check_available(self) -> None:
         self.check_open()
-        if self.engine.healthy_count() == 0:
+        if self.engine.router.healthy_count() == 0:
             raise APIError("no healthy SGLang instance is available", 503, type_="server_error",
                            code="no_healthy_instance")
 

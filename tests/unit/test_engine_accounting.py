@@ -45,7 +45,7 @@ def _engine(instances: int = 1) -> RolloutEngine:
 def test_an_abort_in_the_dispatch_turn_releases_the_instance():
     async def run():
         engine = _engine()
-        await engine.poll_loads()
+        await engine.instances.poll()
         group = _group("g1")
         engine.router.submit(group)
         sample = group.samples[0]
@@ -56,7 +56,7 @@ def test_an_abort_in_the_dispatch_turn_releases_the_instance():
         await asyncio.sleep(0)
         assert sample.state == SampleState.ABORTED
         assert engine.views[0].inflight == 0 and not engine._chunk_tasks
-        assert engine.clients[0].chunks == 0  # it never reached the instance
+        assert engine.instances.clients[0].chunks == 0  # it never reached the instance
         await engine.stop()
 
     asyncio.run(run())
@@ -65,7 +65,7 @@ def test_an_abort_in_the_dispatch_turn_releases_the_instance():
 def test_a_chunk_given_up_before_it_ran_is_sent_again():
     async def run():
         engine = _engine(2)
-        await engine.poll_loads()
+        await engine.instances.poll()
         group = _group("g2", n=1)
         engine.router.submit(group)
         sample = group.samples[0]
@@ -99,7 +99,7 @@ def test_the_router_prices_slo_requests_by_the_model_each_instance_decides_by():
 
     async def run():
         engine = RolloutEngine([Reporting(i) for i in range(2)], WholeGroupPolicy(), poll_interval_s=3600)
-        await engine.read_slo_fits(engine.clients)
+        await engine.instances.read_slo_fits(engine.instances.clients)
         assert engine.views[0].step_s(1, 20) == profile.decode_step(1, 20)  # ~115 ms at batch 1
         assert engine.views[1].step_s(1, 20) == 0.150 + 0.0005
         await engine.stop()
@@ -121,7 +121,7 @@ def test_a_sample_that_two_instances_died_under_is_not_sent_to_a_third():
     async def run():
         clients = [CrashingInstance(i) for i in range(3)]
         engine = RolloutEngine(clients, WholeGroupPolicy(), poll_interval_s=3600)
-        await engine.poll_loads()
+        await engine.instances.poll()
         for view in engine.views:  # crashed instances come back up at once here: only the rule stops it
             view.healthy = True
         group = _group("poison", n=1)
@@ -155,10 +155,10 @@ def test_a_chunk_that_comes_back_clears_the_crash_count():
         async def generate(self, payload):
             return {"output_ids": [7, 7], "meta_info": {"finish_reason": None}}
 
-    engine.clients[1] = Answering(1)
+    engine.instances.clients[1] = Answering(1)
 
     async def run():
-        await engine.poll_loads()
+        await engine.instances.poll()
         engine._start(engine.router.launch(sample, 1, 2, 0.0))
         for _ in range(5):
             await asyncio.sleep(0)

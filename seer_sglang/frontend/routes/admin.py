@@ -27,7 +27,7 @@ async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str,
     ``control`` (abort, pause, continue, flush): the short timeout, and an instance marked down, which
     holds nothing to abort, pause or flush, does not fail the call. Any other call (a weight update)
     fails while an instance is down: it would come back on other weights."""
-    return answer(await fe.engine.broadcast(path, body, control=control), down_ok=control)
+    return answer(await fe.engine.instances.broadcast(path, body, control=control), down_ok=control)
 
 
 def answer(per_instance: list[dict[str, Any]], down_ok: bool = False) -> JSONResponse:

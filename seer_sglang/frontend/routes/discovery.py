@@ -21,7 +21,7 @@ router = APIRouter()
 async def _first_answer(request: Request, path: str) -> dict[str, Any]:
     """The answer of the first instance that gives one (every instance runs the same model and flags)."""
     fe = frontend(request)
-    for client in fe.engine.active_clients():
+    for client in fe.engine.instances.active():
         if fe.engine.views[client.index].healthy:
             status, body = await client.get(path)
             if status == 200 and isinstance(body, dict):
@@ -62,16 +62,16 @@ async def server_info(request: Request):
     fe = frontend(request)
     secrets = {k for k in (fe.instance_args.get("api_key"), fe.instance_args.get("admin_api_key")) if k}
     info = redact(await _first_answer(request, "/server_info"), secrets)
-    info["seer"] = {"num_instances": len(fe.engine.active_clients()),
+    info["seer"] = {"num_instances": len(fe.engine.instances.active()),
                     # ranks a weight update addresses (routes/weights.py): K instances x TP each
-                    "weight_update_ranks": len(fe.engine.active_clients()) * fe.model.tp_size,
-                    "memory_released": fe.engine.memory_released,
-                    "instances": fe.engine.instance_status(),
+                    "weight_update_ranks": len(fe.engine.instances.active()) * fe.model.tp_size,
+                    "memory_released": fe.engine.instances.memory_released,
+                    "instances": fe.engine.instances.status(),
                     "scheduler": policy_json(fe.engine.policy),
                     "group_window_ms": fe.grouper.window_s * 1000,
                     "mixed_weight_versions": fe.engine.mixed_weight_versions,
                     # each instance's SLO report (step-time fit, credit-batching counters), once SLO traffic came
-                    "slo": {str(i): r for i, r in sorted(fe.engine.slo_reports.items())},
+                    "slo": {str(i): r for i, r in sorted(fe.engine.instances.slo_reports.items())},
                     "sampling": sampling_guarantee(info.get("sampling_backend"))}
     return info
 
@@ -97,7 +97,7 @@ async def model_info(request: Request):
 async def weight_version(request: Request):
     """The weight version every instance runs (``null`` while they differ), and each one's."""
     fe = frontend(request)
-    answers = await fe.engine.broadcast("/model_info", None, method="GET")
+    answers = await fe.engine.instances.broadcast("/model_info", None, method="GET")
     versions = [a["body"].get("weight_version") if a["status"] == 200 and isinstance(a["body"], dict) else None
                 for a in answers]
     agreed = versions[0] if versions and all(v == versions[0] for v in versions) else None
@@ -116,9 +116,9 @@ async def health_generate(request: Request):
     once, and only the others are asked (SGLang's own check, on each). A 503 says why, per instance."""
     engine = frontend(request).engine
     now = time.monotonic()
-    if any(now - t < GENERATING_WITHIN_S and engine.views[i].healthy for i, t in engine.last_answer_at.items()):
+    if any(now - t < GENERATING_WITHIN_S and engine.views[i].healthy for i, t in engine.instances.last_answer_at.items()):
         return Response(status_code=200)
-    answers = await engine.broadcast("/health_generate", None, method="GET")
+    answers = await engine.instances.broadcast("/health_generate", None, method="GET")
     if any(a["status"] == 200 for a in answers):
         return Response(status_code=200)
     return JSONResponse({"error": {"message": "no SGLang instance generated a token", "type": "server_error",
@@ -132,7 +132,7 @@ async def loads(request: Request):
     """Every instance's ``/v1/loads`` entries, each with its instance, and the frontend's own queue: a
     trainer that waits for an idle server after an abort waits for both."""
     fe = frontend(request)
-    answers = await fe.engine.broadcast("/v1/loads", None, method="GET", params=dict(request.query_params))
+    answers = await fe.engine.instances.broadcast("/v1/loads", None, method="GET", params=dict(request.query_params))
     entries = []
     for a in answers:
         if a["status"] != 200 or not isinstance(a["body"], dict):

@@ -18,9 +18,9 @@ router = APIRouter()
 @router.get("/health")
 async def health(request: Request):
     fe = frontend(request)
-    healthy = fe.engine.healthy_count()
+    healthy = fe.engine.router.healthy_count()
     body = {"status": "ok" if healthy else "unavailable", "healthy_instances": healthy,
-            "instances": len(fe.engine.active_clients())}
+            "instances": len(fe.engine.instances.active())}
     supervisor = getattr(request.app.state, "supervisor", None)
     if supervisor is not None:  # restarts of the instances this server started; those that stay down
         body["supervisor"] = {**supervisor.status(), "held": {str(i): why for i, why in sorted(fe.held.items())}}
@@ -31,7 +31,7 @@ async def health(request: Request):
 async def prometheus_metrics(request: Request):
     """seer's own ``seer_*`` metrics, then every instance's ``sglang:*`` ones with an ``instance`` label."""
     fe = frontend(request)
-    clients = fe.engine.active_clients()
+    clients = fe.engine.instances.active()
     texts = await asyncio.gather(*(c.metrics() for c in clients))
     merged = instance_metrics.merge([(c.index, t) for c, t in zip(clients, texts) if t])
     return Response(fe.metrics.render() + merged.encode(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -39,7 +39,7 @@ async def prometheus_metrics(request: Request):
 
 @router.get("/instances")
 async def instances(request: Request):
-    return {"instances": frontend(request).engine.instance_status()}
+    return {"instances": frontend(request).engine.instances.status()}
 
 
 @router.get("/kv_pool")
@@ -57,5 +57,5 @@ async def get_scheduler(request: Request):
 async def timeline(request: Request, since: float = 0.0):
     """Per-instance telemetry over time: KV usage, running/waiting, in-flight chunks, retractions."""
     engine = frontend(request).engine
-    return {"points": [dataclasses.asdict(p) for p in engine.timeline_since(since)],
-            "retractions": list(engine.retractions)}
+    return {"points": [dataclasses.asdict(p) for p in engine.instances.timeline_since(since)],
+            "retractions": list(engine.instances.retractions)}

@@ -60,7 +60,7 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
 def _slo_summary(fe: Frontend, samples: list[Sample], at_start: dict[str, int]) -> dict:
     """SLO requests beside this rollout: how its own SLO samples did, and the best-effort decode slots
     the instances deferred for SLO requests while it ran (the rollout's throughput given up)."""
-    now = fe.engine.slo_counters()
+    now = fe.engine.instances.slo_counters()
     decoded, deferred = (now[k] - at_start.get(k, 0) for k in ("best_effort_decoded", "best_effort_deferred"))
     own = [attainment(s.params.slo, s.submitted_at, s.first_token_at, s.finished_at or 0.0, s.generated)
            for s in samples if s.params.slo is not None and s.finish_reason in ("stop", "length")]
@@ -87,7 +87,7 @@ def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: fl
             "kv": rollout_sources(samples, fe.engine.policy.migration),
             "spec": spec_totals(samples),
             "slo": _slo_summary(fe, samples, slo_at_start),
-            **({"timeline": [dataclasses.asdict(p) for p in fe.engine.timeline_since(started)]}
+            **({"timeline": [dataclasses.asdict(p) for p in fe.engine.instances.timeline_since(started)]}
                if req.return_timeline else {})}
 
 
@@ -98,7 +98,7 @@ async def rollout(req: RolloutRequest, request: Request):
     fe.check_available()
     groups, prompt_index = _build_groups(fe, req)
     rollout_id, started = f"rollout-{uuid.uuid4().hex[:12]}", time.time()
-    slo_at_start = fe.engine.slo_counters()
+    slo_at_start = fe.engine.instances.slo_counters()
 
     if req.stream:
         queue: asyncio.Queue[Sample] = asyncio.Queue()

@@ -38,7 +38,7 @@ async def _object_body(request: Request) -> dict[str, Any]:
 
 async def _custom_loaders(fe: Frontend) -> list[str]:
     """The instances' ``--custom-weight-loader`` functions (a tensor update's ``load_format`` may name one)."""
-    answers = await fe.engine.broadcast("/server_info", None, method="GET")
+    answers = await fe.engine.instances.broadcast("/server_info", None, method="GET")
     info = next((a["body"] for a in answers if a["status"] == 200 and isinstance(a["body"], dict)), {})
     return list(info.get("custom_weight_loader") or [])
 
@@ -114,7 +114,7 @@ async def update_weights_from_tensor(request: Request):
     if not isinstance(entries, list) or not entries:
         raise APIError("serialized_named_tensors must be a list with one entry per receiving rank",
                        param="serialized_named_tensors")
-    k, tp = len(fe.engine.active_clients()), fe.model.tp_size
+    k, tp = len(fe.engine.instances.active()), fe.model.tp_size
     if len(entries) == k * tp:
         bodies = [{**body, "serialized_named_tensors": entries[i * tp:(i + 1) * tp]} for i in range(k)]
     elif len(entries) == tp:
@@ -124,7 +124,7 @@ async def update_weights_from_tensor(request: Request):
                        f"ranks ({k} instance(s) x TP {tp}), or send {tp} for every instance alike",
                        param="serialized_named_tensors")
     # instances on this host see its shared memory: a handle to a file that is gone can be refused here
-    local = all(urlsplit(c.url).hostname in ("127.0.0.1", "localhost", "::1") for c in fe.engine.active_clients())
+    local = all(urlsplit(c.url).hostname in ("127.0.0.1", "localhost", "::1") for c in fe.engine.instances.active())
     for entry in entries:
         problem = tensor_payload_problem(entry, local)
         if problem is not None:
@@ -141,7 +141,7 @@ async def init_weights_update_group(request: Request):
                if f not in body]
     if missing:
         raise APIError(f"{missing[0]} is required", param=missing[0])
-    k, tp = len(fe.engine.active_clients()), fe.model.tp_size
+    k, tp = len(fe.engine.instances.active()), fe.model.tp_size
     offset, world = int(body["rank_offset"]), int(body["world_size"])
     if offset < 1 or offset + k * tp > world:
         raise APIError(f"ranks {offset}..{offset + k * tp - 1} of this server's {k * tp} receivers do not fit in "
@@ -189,8 +189,8 @@ async def release_memory_occupation(request: Request):
     fe = frontend(request)
     body = await _object_body(request)
     tags = _memory_tags(body)
-    clients = fe.engine.active_clients()
-    again = sorted(set().union(*(tags & fe.engine.released_memory[c.index] for c in clients)))
+    clients = fe.engine.instances.active()
+    again = sorted(set().union(*(tags & fe.engine.instances.released_memory[c.index] for c in clients)))
     if again:
         raise APIError(f"memory {again} is already released; resume it first", 409, param="tags",
                        code="already_released")
@@ -198,11 +198,11 @@ async def release_memory_occupation(request: Request):
         raise APIError("chunks are running; pause generation (POST /pause_generation) or let the rollout "
                        "finish before releasing memory", 409, code="not_idle")
     for c in clients:  # before the call: nothing may be dispatched while the instances release
-        fe.engine.mark_memory(c.index, tags, released=True)
-    per_instance = await fe.engine.broadcast("/release_memory_occupation", {**body, "tags": sorted(tags)})
+        fe.engine.instances.mark_memory(c.index, tags, released=True)
+    per_instance = await fe.engine.instances.broadcast("/release_memory_occupation", {**body, "tags": sorted(tags)})
     for r in per_instance:
         if r["status"] != 200:
-            fe.engine.mark_memory(r["instance"], tags, released=False)
+            fe.engine.instances.mark_memory(r["instance"], tags, released=False)
     return answer(per_instance)
 
 
@@ -212,16 +212,16 @@ async def resume_memory_occupation(request: Request):
     """Without ``tags``, each instance resumes what it released."""
     fe = frontend(request)
     body = await _object_body(request)
-    clients = fe.engine.active_clients()
+    clients = fe.engine.instances.active()
     asked = _memory_tags(body) if body.get("tags") else None
-    per_tags = [asked if asked is not None else set(fe.engine.released_memory[c.index]) for c in clients]
-    missing = sorted(set().union(*(t - fe.engine.released_memory[c.index] for c, t in zip(clients, per_tags))))
+    per_tags = [asked if asked is not None else set(fe.engine.instances.released_memory[c.index]) for c in clients]
+    missing = sorted(set().union(*(t - fe.engine.instances.released_memory[c.index] for c, t in zip(clients, per_tags))))
     if missing or not any(per_tags):
         raise APIError(f"memory {missing or 'of no kind'} is not released; nothing to resume", 409, param="tags",
                        code="not_released")
-    per_instance = await fe.engine.broadcast("/resume_memory_occupation",
+    per_instance = await fe.engine.instances.broadcast("/resume_memory_occupation",
                                              [{**body, "tags": sorted(t)} for t in per_tags])
     for r, t in zip(per_instance, per_tags):
         if r["status"] == 200:
-            fe.engine.mark_memory(r["instance"], t, released=False)
+            fe.engine.instances.mark_memory(r["instance"], t, released=False)
     return answer(per_instance)

@@ -55,8 +55,8 @@ async def list_workers(request: Request):
 async def workers(request: Request):
     fe = frontend(request)
     worker = {"id": "seer_sglang", "url": _own_url(request), "model_id": fe.model.served_name,
-              "worker_type": "regular", "is_healthy": fe.engine.healthy_count() > 0,
-              "load": fe.engine.buffer.live_samples(), "instances": fe.engine.instance_status()}
+              "worker_type": "regular", "is_healthy": fe.engine.router.healthy_count() > 0,
+              "load": fe.engine.buffer.live_samples(), "instances": fe.engine.instances.status()}
     return {"workers": [worker], "total": 1, "stats": {"prefill_count": 0, "decode_count": 0, "regular_count": 1}}
 
 
@@ -84,16 +84,16 @@ async def add_worker(request: Request, url: str = WORKER_URL):
     Refused if it does not answer as SGLang or serves another model."""
     fe = frontend(request)
     url = _worker_url(url)
-    known = fe.engine.find_client(url)
+    known = fe.engine.instances.find(url)
     if known is not None and known.index not in fe.engine.removed:
         return {"status": "already a worker", "url": url, "instance": known.index}
-    index = known.index if known is not None else len(fe.engine.clients)
+    index = known.index if known is not None else len(fe.engine.instances.clients)
     client = InstanceClient(url, index, **fe.instance_args)
     refusal = await _not_an_instance_of(fe, client)
     if refusal is not None:
         await client.close()
         raise refusal
-    await fe.engine.add_instance(client)
+    await fe.engine.instances.add(client)
     logger.info("worker added: instance %d is %s", index, url)
     return {"status": "added", "url": url, "instance": index}
 
@@ -104,9 +104,9 @@ async def remove_worker(request: Request, url: str = WORKER_URL):
     """Nothing more is sent to the instance; chunks it is running finish there. It keeps running."""
     fe = frontend(request)
     url = _worker_url(url)
-    known = fe.engine.find_client(url)
+    known = fe.engine.instances.find(url)
     if known is None or known.index in fe.engine.removed:
         raise APIError(f"{url} is not a worker of this server", 404, param="url", code="worker_not_found")
-    fe.engine.remove_instance(known.index)
+    fe.engine.instances.remove(known.index)
     logger.info("worker removed: instance %d (%s)", known.index, url)
     return {"status": "removed", "url": url, "instance": known.index}
