@@ -328,8 +328,8 @@ SIM_ERROR_MODES = ("baseline", "group", "divided", "context", "context+arrival",
 
 
 def sim_errors_table(results: Results) -> str:
-    """The simulator against every stored emulated run (``sim_check``, as ``benchmarks.sim_recheck``
-    last redid it): the signed error of each mode's predicted completion time. A mode whose worst
+    """The simulator against every stored emulated run (``sim_check``, as the last recheck stored it,
+    before results were written once): the signed error of each mode's predicted completion time. A mode whose worst
     repeat overran the profile on more than 5% of its steps measured the host, not the profile: it is
     shown, marked, and left out of the count."""
     checked = [s for s in pick(results, r"emulated_h100_.*") if results[s].get("sim_check")]
@@ -395,7 +395,7 @@ def targets_table(results: Results, stems: list[str]) -> str:
                          else fmt(r["measured"]), met, r["why"] or "-"])
     caption = ("EMULATED runs (not GPU measurements), held to Seer's reported gains; the reasons quote the same "
                "run's `oracle` and the simulator's bound policies on the run's own workloads (SIMULATED). "
-               "`python -m benchmarks.targets FILE` recomputes a stored run's `targets`. Source: "
+               "`python -m benchmarks.targets RUN` prints a stored run's targets as the code gives them now. Source: "
                + source(stems) + ".")
     return "\n".join(table(["run", "mode", "target", "measured", "met", "why"], rows) + ["", caption])
 

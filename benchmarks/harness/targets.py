@@ -52,7 +52,7 @@ def bound_modes(modes) -> list[str]:
 
 
 def bounds(predicted: dict) -> dict:
-    """``benchmarks.rollout.predict``'s runs of the bound modes, as means over the run's repeats."""
+    """``benchmarks.harness.simulate.predict``'s runs of the bound modes, as means over the run's repeats."""
     return {mode: {"predicted_s": statistics.fmean(r.completion_s for r in runs),
                    "predicted_tail_s": statistics.fmean(r.tail_s for r in runs)}
             for mode, runs in predicted.items()}
