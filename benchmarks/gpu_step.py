@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported where a measurement runs, so --help needs none
     import torch
 
-from benchmarks.harness.result import load as load_result, start as start_run
+from benchmarks.harness.manifest import load_run as load_result
+from benchmarks.harness.result import start as start_run
 from seer_sglang.core.step_model import PROFILES_DIR, StepModel
 
 
@@ -413,6 +414,8 @@ def main() -> None:
     if run:
         run.write(result)
     print(json.dumps(result["fitted"], indent=2))
+    if run:  # the measured profile belongs to the run, beside its result
+        measured_profile(result, model).save(run.file("profile.json"))
     if args.profile_out:
         measured_profile(result, model).save(args.profile_out)
 

@@ -555,19 +555,25 @@ def sched_cost_table(results: Results, stems: list[str]) -> str:
                             "chunks placed per call", "median per placed chunk"], rows) + ["", caption])
 
 
+def setup(d: dict) -> dict:
+    """A cascade_verify run's device, heads and dtype: ``setup`` since runs carry the harness's ``meta``,
+    ``meta`` in the runs before."""
+    return d.get("setup") or d["meta"]
+
+
 def cascade_verify_table(results: Results, stems: list[str]) -> str:
     """``benchmarks.cascade_verify``: one verify step's attention per layer, FlashInfer's single-level
     verify (what SGLang runs) against the three-level cascade, per GPU measured."""
     rows, devices = [], []
     for stem in stems:
         d = results[stem]
-        devices.append(f"{d['meta']['device']} (torch {d['meta']['torch']})")
+        devices.append(f"{setup(d)['device']} (torch {setup(d)['torch']})")
         for r in d["results"]:
-            rows.append([d["meta"]["device"], f"{r['groups']} x {r['siblings']}", fint(r["prompt"]), fint(r["own"]),
+            rows.append([setup(d)["device"], f"{r['groups']} x {r['siblings']}", fint(r["prompt"]), fint(r["own"]),
                          fint(r["context_slots"]), f"{r['saved_slots'] / r['context_slots']:.0%}",
                          f"{r['single_ms']:.3f} ms", f"{r['cascade_ms']:.3f} ms", fratio(r["speedup"]),
                          f"{r['max_abs_diff']:.4f}"])
-    meta = results[stems[0]]["meta"]
+    meta = setup(results[stems[0]])
     hq, hk, hd = meta["heads"]
     caption = (f"GPU-measured ({'; '.join(devices)}), one run, {meta['dtype'].removeprefix('torch.')}, "
                f"{hq} query heads, {hk} KV heads, head dim {hd}, {results[stems[0]]['results'][0]['draft_nodes']} "
