@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--arrival", default="together", choices=["together", "staggered"])
     ap.add_argument("--references", default=None,
                     help="comma-separated sibling counts (e.g. 0,1,3,5,7): decode each sample alone after that many "
-                         "siblings finished, instead of the batch replay; the plot goes next to --out")
+                         "siblings finished, instead of the batch replay; the plot goes beside the run's result")
     ap.add_argument("--blend", default=None, metavar="STATES,ESCAPE",
                     help="suffix drafters' blend (mix_states,escape), e.g. 1,0 for the longest matched suffix alone; "
                          "default: the instances' own")

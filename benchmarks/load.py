@@ -19,7 +19,7 @@ same SGLang flags. Two phases:
    dropped by its own client, or refused with 429), no sample is duplicated or missing, no chunk is
    left on the instance, and the frontend holds no more processes or file descriptors than before.
 
-Writes JSON (config, both phases, the accounting, and ``checks``) and a PNG next to it.
+Writes its run (``benchmarks.harness.result``: config, both phases, the accounting, and ``checks``) with a plot.
 """
 
 from __future__ import annotations

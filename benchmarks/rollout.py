@@ -21,9 +21,10 @@ size and length shape, scaled to ``--max-tokens``; long tail across groups, alik
 enforced by a custom logit processor, so no scheduler can see it; only the ``oracle`` mode is told
 the lengths. Each instance holds ``--kv-share`` of its part of the working set (0.5, as in Seer).
 Every server is warmed with a rollout of other prompts (with ``--replay``, replaying recorded text
-too); ``--repeats`` runs each mode that many times, in a random order per repeat. Writes JSON
-(config, per-mode mean, spread and repeats, ratios against baseline, the simulator's prediction of
-each mode) and a PNG next to it.
+too); ``--repeats`` runs each mode that many times, in a random order per repeat. Writes its run
+(``benchmarks.harness.result``: config, per-mode mean, spread and repeats, ratios against baseline,
+the simulator's prediction of each mode) with a plot, the trace and (on a CPU) the fitted step model
+beside it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ process and its children), and the samples lost (missing), duplicated (an index 
 (any token differing from the first round's). The memory's slope per round is a least-squares fit
 over the rounds after the first tenth (warm-up: caches filling).
 
-Writes JSON (config, per round, totals, slopes, ``checks``) and a PNG next to it.
+Writes its run (``benchmarks.harness.result``: config, per round, totals, slopes, ``checks``) with a plot.
 """
 
 from __future__ import annotations
