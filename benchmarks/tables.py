@@ -1305,8 +1305,10 @@ def quoted_in(results: Results) -> dict[str, list[str]]:
 
 
 def manifest_text(results: Results, path: Path = manifest.MANIFEST) -> str:
-    """The manifest with each run's ``quoted_in`` as the docs have it now."""
+    """The manifest with each run's ``quoted_in`` as the docs have it now, and a run folder it did not
+    list yet added as current (a later run's status is set by hand, with the run it replaces)."""
     data = json.loads(path.read_text())
+    data["runs"] += [manifest.new_entry(folder) for folder in manifest.unlisted(path)]
     found = quoted_in(results)
     for run in data["runs"]:
         run["quoted_in"] = found.get(run["label"], [])

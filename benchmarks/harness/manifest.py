@@ -105,6 +105,35 @@ def by_label(status: str | None = None, kind: str = "result", path: Path = MANIF
     return {e.label: e for e in read(path) if e.kind == kind and (status is None or e.status == status)}
 
 
+SIMULATED = ("sim", "sim_bounds")  # benchmarks whose runs run no engine
+RECORDINGS = ("record_text",)  # benchmarks whose runs are inputs of later runs
+
+
+def new_entry(folder: Path) -> dict:
+    """A manifest entry for a run folder the manifest does not list yet: current until a later run
+    replaces it, its regime from the run's own ``meta``."""
+    meta = json.loads((folder / RESULT).read_text()).get("meta", {})
+    benchmark = folder.parent.name
+    if benchmark in SIMULATED:
+        regime = "simulated"
+    elif meta.get("emulated"):
+        regime = "emulated"
+    elif (meta.get("machine") or {}).get("gpu"):
+        regime = "GPU-measured"
+    else:
+        regime = "CPU-measured"
+    label = folder.name.split("-", 3)[-1]  # <yyyy>-<mm>-<dd>-<label>
+    return {"path": folder.relative_to(ROOT).as_posix(), "benchmark": benchmark, "label": label,
+            "kind": "recording" if benchmark in RECORDINGS else "result", "regime": regime, "status": "current",
+            "former": {}}
+
+
+def unlisted(path: Path = MANIFEST) -> list[Path]:
+    """Run folders under the results that the manifest does not list."""
+    listed = {e.folder for e in read(path)}
+    return sorted(p.parent for p in RESULTS.glob(f"*/*/{RESULT}") if p.parent not in listed)
+
+
 def load_run(name: str | Path) -> dict:
     """A stored run's result from its folder, its ``result.json``, or the flat path it had before."""
     path = resolve(name)

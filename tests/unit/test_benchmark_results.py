@@ -75,3 +75,19 @@ def test_a_moved_input_is_found_by_the_path_a_result_recorded(tmp_path, monkeypa
             manifest.resolve("benchmarks/results/never.json", listing)
     finally:
         manifest._index.cache_clear()
+
+
+def test_a_new_run_joins_the_manifest_as_current_with_the_regime_its_meta_gives(tmp_path, monkeypatch, quiet_machine):
+    monkeypatch.setattr(manifest, "ROOT", tmp_path)
+    results = tmp_path / "benchmarks" / "results"
+    emulated = result.start("rollout", results / "x30.json", emulated="h100-70b", argv=[], date="2026-01-02")
+    emulated.write({"modes": {}})
+    cpu = result.start("soak", results / "soak_cpu", argv=[], date="2026-01-03")
+    cpu.write({"rounds": []})
+    bounds = result.start("sim_bounds", results / "sim_bounds_a.json", argv=[], date="2026-01-04")
+    bounds.write({"modes": {}})
+    entries = {e["label"]: e for e in map(manifest.new_entry, (emulated.folder, cpu.folder, bounds.folder))}
+    assert entries["x30"] == {"path": "benchmarks/results/rollout/2026-01-02-x30", "benchmark": "rollout",
+                              "label": "x30", "kind": "result", "regime": "emulated", "status": "current",
+                              "former": {}}
+    assert entries["soak_cpu"]["regime"] == "CPU-measured" and entries["sim_bounds_a"]["regime"] == "simulated"
