@@ -106,7 +106,8 @@ for r in reqs:
         continue
     if not r.specifier.contains(have, prereleases=True):
         bad.append(f"{r}: {have} installed")
-print("\n".join(bad))
+if bad:
+    print("\n".join(bad))
 sys.exit(1 if bad else 0)
 PY
 }
