@@ -30,6 +30,7 @@ HINT = ("tests/unit imports neither sglang nor torch and starts no process (test
 _SPAWNERS = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "forkpty"), (os, "system"),
              (os, "posix_spawn"), (os, "posix_spawnp")] + [(os, n) for n in dir(os) if n.startswith(("execv", "spawnv"))]
 _saved: dict[tuple[object, str], object] = {}
+_active = pytest.StashKey[bool]()
 
 
 class ProcessStartRefused(RuntimeError):
@@ -73,8 +74,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if sys.modules.get(name, 0) is None:
             del sys.modules[name]
 
-
-_active = pytest.StashKey[bool]()
 
 
 def _explain(report) -> None:

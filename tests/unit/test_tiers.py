@@ -7,7 +7,11 @@ functions run them) are followed through the repository's own modules, whose imp
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = Path(__file__).resolve().parent
@@ -92,7 +96,8 @@ def test_no_unit_test_module_reaches_sglang_or_torch():
 def test_no_unit_test_module_imports_a_process_module():
     """The modules that start processes are not a unit test's to use (the launcher's own modules may
     import subprocess: the unit tests call their pure parts)."""
-    offenders = [f.name for f in sorted(UNIT.glob("test_*.py"))
+    others = [f for f in sorted(UNIT.glob("test_*.py")) if f != Path(__file__)]  # this one calls it, refused
+    offenders = [f.name for f in others
                  if {m.split(".")[0] for m in imported(f.stem, f, load_time_only=False)} & set(PROCESS_MODULES)]
     assert not offenders, offenders
 
@@ -106,3 +111,15 @@ def test_the_scan_sees_an_import_through_a_chain_and_inside_a_function(tmp_path)
     pure = tmp_path / "test_pure.py"
     pure.write_text("from seer_sglang.core.step_model import StepModel\n")
     assert not {m.split(".")[0] for m in reached(pure)} & set(FORBIDDEN)
+
+
+def test_a_unit_only_session_cannot_import_sglang_or_torch_or_start_a_process(pytestconfig):
+    """The guard of tests/unit/conftest.py, as a unit test meets it."""
+    guard = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(UNIT / "conftest.py"))
+    if not guard.unit_only(pytestconfig):
+        pytest.skip("this session collects more than tests/unit: the guard is off")
+    for name in FORBIDDEN:
+        with pytest.raises(ImportError):
+            __import__(name)
+    with pytest.raises(guard.ProcessStartRefused, match="tests/engine"):
+        subprocess.run(["true"])
