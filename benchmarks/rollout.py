@@ -44,10 +44,13 @@ from pathlib import Path
 import httpx
 
 from benchmarks.harness import targets
+from benchmarks.harness.baselines import (PLAIN_MODES, ROUTER_POLICIES, bound, canonical, is_plain, ratio_keys,
+                                          regime)
 from benchmarks.harness.manifest import resolve
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, predict, sim_check
+from benchmarks.harness.sglang_router import retraction_counts, retraction_delta, start_router, stop_router
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
                                          prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
@@ -100,7 +103,11 @@ def sample_params(ids: list[int], sample: TraceSample, eos: int, replay: dict | 
 
 
 async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
-                       replay: dict | None = None) -> dict:
+                       replay: dict | None = None, router: str | None = None) -> dict:
+    """One plain SGLang rollout: without ``router``, each group whole to one instance, round-robin, as
+    veRL's agent loop sends it (``plain-group``); with it, one ``/generate`` per sample to the router,
+    as slime sends them, the router choosing the instance (``plain-router``). The instances' caches are
+    flushed first, as before every seer rollout, so no mode starts from another's prefixes."""
     from seer_sglang.benchmarking.force_length import ForceLengthProcessor
 
     processor = ForceLengthProcessor.to_str()
@@ -116,9 +123,11 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
                        "retractions": r["meta_info"].get("num_retractions", 0), "target": sample.output_len})
 
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as http:
+        for url in urls:
+            (await http.post(f"{url}/flush_cache")).raise_for_status()
         poller.start()
         start = time.time()
-        tasks = [one(http, urls[s.group_id % len(urls)], prompts[s.group_id], s) for s in trace]
+        tasks = [one(http, router or urls[s.group_id % len(urls)], prompts[s.group_id], s) for s in trace]
         await asyncio.gather(*tasks)
         await poller.stop()
     return {"start": start, "finish": finish, "timeline": poller.points}
@@ -190,6 +199,9 @@ def idle_shares(run: dict, instances: int, completion: float) -> list[float | No
 
 
 def metrics(run: dict, instances: int, calib: dict) -> dict:
+    """One rollout's figures. ``retractions`` is the instances' own counter over the rollout where
+    every instance gave it (``retractions_source`` says which); ``retractions_reported`` is what the
+    answers report of themselves, kept beside to compare."""
     ends = sorted(f["t"] - run["start"] for f in run["finish"])
     completion = ends[-1]
     tokens = sum(f["tokens"] for f in run["finish"])
@@ -198,10 +210,17 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
     known = [x for x in idle if x is not None]
     longest = max(f["tokens"] for f in run["finish"])
     bound = max(tokens / calib["peak_tok_s"], longest * calib["min_step_s"])
+    reported = sum(f["retractions"] for f in run["finish"])
+    counted = (run.get("retraction_counter") or {}).get("total")
+    forced = [f["tokens"] == f["target"] for f in run["finish"] if f["target"] is not None]
     return {"completion_s": completion, "throughput_tok_s": tokens / completion, "tail_s": completion - p90,
             "idle_share": idle, "idle_s_per_instance": statistics.mean(known) * completion if known else None,
-            "retractions": sum(f["retractions"] for f in run["finish"]), "samples": len(ends),
-            "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
+            "retractions": reported if counted is None else counted, "retractions_reported": reported,
+            "retractions_source": "reported by the answers" if counted is None else "instances' counter " +
+            "(sglang:num_retracted_requests_total)",
+            **({"retractions_per_instance": run["retraction_counter"]["per_instance"]} if counted is not None else {}),
+            **({"on_target_share": sum(forced) / len(forced)} if forced else {}),
+            "samples": len(ends), "longest_tokens": longest, "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
             "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
             **({"last_samples": run["last_samples"]} if run.get("last_samples") else {}),
             **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
@@ -285,22 +304,6 @@ def calib_batches(args) -> tuple[int, ...]:
     return tuple(int(b) for b in args.calib_batches.split(","))
 
 
-def ratios_against(results: dict, base_mode: str) -> dict:
-    """Each mode against ``base_mode`` over the same repeats: throughput as total tokens over total time
-    (repeat r of every mode ran the same workload), the tail and completion as ratios of their means;
-    ``per_repeat`` holds the throughput ratio of each repeat's workload."""
-    base = results[base_mode]
-    out = {}
-    for m, r in results.items():
-        pairs = list(zip(base["repeats"], r["repeats"]))
-        out[m] = {"throughput": (sum(p["output_tokens"] for _, p in pairs) / sum(p["completion_s"] for _, p in pairs))
-                  / (sum(b["output_tokens"] for b, _ in pairs) / sum(b["completion_s"] for b, _ in pairs)),
-                  "tail": r["tail_s"] / base["tail_s"] if base["tail_s"] else None,
-                  "completion": r["completion_s"] / base["completion_s"],
-                  "per_repeat": [b["completion_s"] / p["completion_s"] for b, p in pairs]}
-    return out
-
-
 # ---- plots -----------------------------------------------------------------------------------
 
 def plot(report: dict, runs: dict, path: Path) -> None:
@@ -331,7 +334,7 @@ def plot(report: dict, runs: dict, path: Path) -> None:
     ratios = report["ratios"]
     ax_bar.bar(list(ratios), [ratios[m]["throughput"] for m in ratios], color="tab:blue")
     ax_bar.axhline(1.0, color="gray", lw=0.8)
-    ax_bar.set_title("throughput vs plain SGLang")
+    ax_bar.set_title(f"throughput vs {report['reference']}")
     ax_cdf = fig.add_subplot(grid[len(modes), 1])
     for mode in modes:
         ends = report["modes"][mode]["finish_s"]
@@ -395,7 +398,9 @@ class Measured:
 
     def run(self, mode: str, urls: list[str], emulated: bool, go) -> None:
         before = emulation_counters(urls) if emulated else []
+        retracted = retraction_counts(urls)
         run = go()
+        run["retraction_counter"] = retraction_delta(retracted, retraction_counts(urls))
         self.runs.setdefault(mode, []).append(run)
         if emulated:
             self.emulation.setdefault(mode, []).append(emulation_delta(before, emulation_counters(urls)))
@@ -418,7 +423,10 @@ def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: r
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.rollout")
-    ap.add_argument("--modes", default="baseline,group,divided,context,oracle")
+    ap.add_argument("--modes", default="plain-group,plain-router,plain-router-p2,group,divided,context,oracle",
+                    help="plain SGLang: plain-group (each group whole to one instance, round-robin; 'baseline' "
+                         "is its former name), plain-router (one /generate per sample through sglang-router, "
+                         "cache_aware), plain-router-p2 (the router's power_of_two); the rest are seer's policies")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--prompts", type=int, default=32)
@@ -467,7 +475,7 @@ def main() -> None:
         args.warmup_prompts = args.instances
     emulated, length_scale = emulation_settings(args)
 
-    modes = args.modes.split(",")
+    modes = list(dict.fromkeys(canonical(m) for m in args.modes.split(",")))
     model_path = resolve_model_path(args.model)
     recording = json.loads(resolve(args.replay).read_text()) if args.replay else None
     tokenizer = prompt_tokenizer(args, recording)
@@ -498,8 +506,9 @@ def main() -> None:
     save_trace(trace, run.file("trace.jsonl"))
     log_root = Path(f"/tmp/seer-bench-{int(time.time())}")
     log_root.mkdir(parents=True)
+    # --enable-metrics: every instance, plain or seer, counts its retractions on /metrics
     engine_args = ["--max-total-tokens", str(args.kv_tokens), "--dtype", args.dtype,
-                   "--enable-custom-logit-processor"]
+                   "--enable-custom-logit-processor", "--enable-metrics"]
     cpu = not has_cuda()
     machine = f"{'GPU' if not cpu else 'CPU'} {platform.machine()}, {__import__('os').cpu_count()} cores"
     rng = random.Random(args.seed)
@@ -516,9 +525,10 @@ def main() -> None:
 
     # One server per (kv pool, drafter) for the seer modes ("+pool": --kv-pool file, "+sd": speculation),
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
-    seer_modes = [m for m in modes if m != "baseline"]
+    seer_modes = [m for m in modes if not is_plain(m)]
+    plain_modes = [m for m in modes if is_plain(m)]
     servers: list[tuple[str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
-    if "baseline" in modes:
+    if plain_modes:
         servers.append(None)
     rng.shuffle(servers)
     for server in servers:
@@ -539,9 +549,16 @@ def main() -> None:
 
                 def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
                           replay: dict | None) -> dict:
-                    return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay))
+                    if mode not in ROUTER_POLICIES:
+                        return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay))
+                    router = start_router(urls, ROUTER_POLICIES[mode], log_root / f"router-{tag}{mode}.log")
+                    try:
+                        return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay,
+                                                        router=router.url))
+                    finally:
+                        stop_router(router)
 
-                run_modes("plain SGLang", ["baseline"], args, works, rng, measured, urls, emulated is not None, plain)
+                run_modes("plain SGLang", plain_modes, args, works, rng, measured, urls, emulated is not None, plain)
             finally:
                 stop_instances(procs)
             continue
@@ -572,8 +589,9 @@ def main() -> None:
         print(f"{mode:>13}: {r['completion_s']:7.1f} s (+-{spread['std']:.1f})  {r['throughput_tok_s']:8.0f} tok/s  "
               f"tail {r['tail_s']:6.1f} s  retractions {r['retractions']:.0f}  efficiency {r['efficiency']:.2f}  "
               f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}  "
-              f"acceptance {r.get('mean_acceptance_length') or '-'}", flush=True)
-    ratios = ratios_against(results, "baseline" if "baseline" in results else modes[0])
+              f"acceptance {r.get('mean_acceptance_length') or '-'}  "
+              f"on target {r['repeats'][0].get('on_target_share', '-')}", flush=True)
+    keys = ratio_keys(results)
     if emulated is None:
         step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
                                decode_per_seq_s=calib["decode_per_seq_s"],
@@ -587,9 +605,22 @@ def main() -> None:
         step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
     report = {"config": {**vars(args), "context_ties": CONTEXT_TIES, "machine": machine, "samples": len(trace), "working_set_tokens": working,
                          "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
-              "modes": results, "ratios": ratios,
+              "modes": results, **keys,
               "sim_check": sim_check([w.trace for w in works], step_model, admission(emulation_config), args,
                                      results)}
+    # the smallest step: the profile's lone short step where the steps are emulated, else the engines'
+    # measured batch-1 step
+    step_s, step_source = ((step_model.decode_step(1, 0), f"the emulated profile's decode_step(1, 0)")
+                           if emulated is not None else (calib["min_step_s"], "measured batch-1 step (calibration)"))
+    report["bound"] = bound(results, step_s, keys["reference"], step_source)
+    report["regime"] = regime(step_model, len(trace), args.instances, statistics.fmean(s.prompt_len for s in trace),
+                              statistics.fmean(s.output_len for s in trace), max(s.output_len for s in trace))
+    b, g = report["bound"], report["regime"]
+    print(f"reference: {keys['reference']}; critical path {b['critical_path_s']:.2f} s = {b['share']:.0%} of its "
+          f"completion; regime: {g['requests_per_step']} requests per step, fixed share {g['fixed_share']:.2f}, "
+          f"full over idle {g['full_over_idle']:.2f}", flush=True)
+    if "note" in g:
+        print(f"REGIME: {g['note']}", flush=True)
     if emulated is not None:
         per_run = [e for runs in measured.emulation.values() for e in runs]
         share = max((e["overrun_share"] for e in per_run), default=0.0)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from benchmarks.harness import manifest
+from benchmarks.harness.baselines import canonical, is_plain, reference_of
 from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
 
@@ -91,7 +92,13 @@ def source(stems: Iterable[str]) -> str:
 
 
 def mode_name(mode: str) -> str:
-    return "plain SGLang" if mode == "baseline" else f"`{mode}`"
+    """``baseline`` (stored runs, one plain SGLang) is "plain SGLang"; a run with several plain modes
+    names each by how it is fed; a seer mode as is."""
+    if mode == "baseline":
+        return "plain SGLang"
+    if is_plain(mode):
+        return f"plain SGLang (`{mode}`)"
+    return f"`{mode}`"
 
 
 def pick(results: Results, pattern: str) -> list[str]:
@@ -112,8 +119,9 @@ def _run_key(run: dict) -> str:
 
 
 def rollout_table(runs: list[dict], stems: list[str], exclude: tuple[str, ...] = ()) -> str:
-    """Per mode of ``benchmarks.rollout``: completion, throughput, tail, against plain SGLang (the
-    ``baseline`` mode) of the same run. Several runs of the same command give mean (min–max)."""
+    """Per mode of ``benchmarks.rollout``: completion, throughput, tail, against the run's reference (the
+    strongest plain SGLang mode it ran; ``baseline`` in runs before it was named). Several runs of the
+    same command give mean (min–max)."""
     keys = {_run_key(r) for r in runs}
     if len(keys) != 1:
         raise ValueError(f"{stems}: not repeats of one command")
@@ -123,10 +131,12 @@ def rollout_table(runs: list[dict], stems: list[str], exclude: tuple[str, ...] =
     has_spec = any(r["modes"][m].get("mean_acceptance_length") for r in runs for m in modes)
     vs_context = has_spec and "context" in modes
     many = len(runs) > 1
-    header = ["mode", "completion", "output tok/s", "throughput vs plain SGLang"]
+    ref = reference_of(runs[0])
+    header = ["mode", "completion", "output tok/s", f"throughput vs {mode_name(ref)}"]
     if vs_context:
         header.append("throughput vs `context`")
-    header += ["tail (last 10%)", "tail vs plain", "idle per instance", "retractions"]
+    header += ["tail (last 10%)", "tail vs plain" if ref == "baseline" else f"tail vs {mode_name(ref)}",
+               "idle per instance", "retractions"]
     if has_kv:
         header += ["re-prefill tokens", "KV tokens from pool"]
     if has_spec:
@@ -135,7 +145,7 @@ def rollout_table(runs: list[dict], stems: list[str], exclude: tuple[str, ...] =
     rows = []
     for m in modes:
         per = [r["modes"][m] for r in runs]
-        base = [r["modes"].get("baseline") for r in runs]
+        base = [r["modes"].get(reference_of(r)) for r in runs]
         row = [mode_name(m), spread([p["completion_s"] for p in per], fsec),
                spread([p["throughput_tok_s"] for p in per], lambda x: fnum(x, 1 if x < 1000 else 0)),
                spread([p["throughput_tok_s"] / b["throughput_tok_s"] if b else None for p, b in zip(per, base)],
@@ -200,8 +210,9 @@ def emulated_table(results: Results, stem: str) -> str:
     against plain SGLang, and the simulator's prediction of the same run."""
     run = results[stem]
     cfg, emu = run["config"], run["emulation"]
-    # ratios are against plain SGLang, or against the first mode of a run without it
-    ref = "plain SGLang" if "baseline" in run["modes"] else mode_name(next(iter(run["modes"])))
+    # ratios are against the run's reference: its strongest plain SGLang, or its first mode without one
+    ref_mode = reference_of(run)
+    ref = mode_name(ref_mode)
     header = ["mode", "completion", f"throughput vs {ref}", "tail (last 10%)", f"tail vs {ref}",
               "idle share per instance (min–max)", "retractions", "simulator predicts", "simulator error",
               "overrun steps (worst repeat)"]
@@ -210,7 +221,7 @@ def emulated_table(results: Results, stem: str) -> str:
         header.insert(7, "tokens per verify step")
     rows = []
     invalid = {m for m in run["modes"] if is_invalid(emu["per_mode"].get(m, []))}
-    base_valid = "baseline" not in invalid  # a ratio against an invalid plain SGLang is no result either
+    base_valid = ref_mode not in invalid  # a ratio against an invalid reference is no result either
     for m, r in run["modes"].items():
         if m in invalid:
             rows.append(unreported_row(m, len(header), emu["per_mode"][m]))
@@ -341,7 +352,7 @@ def sim_errors_table(results: Results) -> str:
         cfg, per_mode = run["config"], run["emulation"].get("per_mode", {})
         cells = []
         for mode in SIM_ERROR_MODES:
-            check = run["sim_check"].get(mode)
+            check = run["sim_check"].get(mode) or (run["sim_check"].get(canonical(mode)) if mode == "baseline" else None)
             if check is None:
                 cells.append("-")
                 continue

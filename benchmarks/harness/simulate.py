@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import statistics
 
+from benchmarks.harness.baselines import ROUTER_POLICIES, canonical
 from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import moved, resolve
 from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
@@ -51,21 +52,22 @@ CONTEXT_TIES = "spread"
 
 
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
-    """One simulated run of a benchmark mode on ``trace`` (``baseline``: plain SGLang fed as veRL feeds it,
-    its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a ``+sd`` mode,
-    drafts from the group unless the mode says ``+sd-suffix``."""
+    """One simulated run of a benchmark mode on ``trace`` (``plain-group``, formerly ``baseline``: plain
+    SGLang fed as veRL feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the
+    acceptance of a ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
     from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
     name, options = mode_options(mode)
-    policy = make_policy("round-robin" if mode == "baseline" else name, chunk_size=args.chunk_size,
+    plain = canonical(mode) == "plain-group"
+    policy = make_policy("round-robin" if plain else name, chunk_size=args.chunk_size,
                          whole_tail="tail" in options,
                          spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
     if spec is not None:
         spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
-    arrivals = client_arrivals(trace) if mode == "baseline" else None
+    arrivals = client_arrivals(trace) if plain else None
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
-                    plain=mode == "baseline", arrival_s=arrivals)
+                    plain=plain, arrival_s=arrivals)
 
 
 def run_acceptance(args, seed: int):
@@ -79,11 +81,14 @@ def run_acceptance(args, seed: int):
 def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:
     """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
     step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
-    acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to."""
+    acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to. The
+    plain-router modes are left out too: the simulator has no model of sglang-router's placement."""
     seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
     measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
     out = {}
     for mode in modes:
+        if mode in ROUTER_POLICIES:
+            continue
         drafter = mode_drafter(mode)
         if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
             continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 
+from benchmarks.harness.baselines import is_plain, reference_of
 from benchmarks.harness.emulation import is_invalid, worst_overrun
 
 
@@ -86,15 +87,16 @@ def check(run: dict, bound: dict | None = None) -> list[dict]:
     valid = {m: not is_invalid(mode_runs(run, m)) for m in modes}
     sim = run.get("sim_check", {})
     rows = []
-    plain = "baseline" in modes and valid["baseline"]
+    ref = reference_of(run)  # the strongest plain SGLang of the run: the ratios are against it
+    plain = is_plain(ref) and valid[ref]
     if plain:
-        base = modes["baseline"]
-        seer = max((modes[m]["retractions"] for m in modes if m != "baseline"), default=0)
+        base = modes[ref]
+        seer = max((modes[m]["retractions"] for m in modes if not is_plain(m)), default=0)
         idle = [x for x in base.get("idle_share", []) if x is not None]
         why = f"{base['retractions']:.0f} retractions per rollout (seer modes: at most {seer:.0f})"
         if idle:
             why += f"; its instances idle {statistics.fmean(idle):.0%} of the rollout on average"
-        rows.append(row("retractions", "plain SGLang retracts and idles in the tail", "baseline",
+        rows.append(row("retractions", "plain SGLang retracts and idles in the tail", ref,
                         base["retractions"], base["retractions"] > 0, why=why))
         for mode, target in THROUGHPUT.items():
             for m in [m for m in modes if m == mode or (mode == "context+sd" and m.startswith("context+sd"))]:
@@ -202,7 +204,7 @@ def tail_row(run: dict, mode: str, valid: dict, bound: dict) -> dict:
     if oracle in run["modes"] and valid[oracle]:
         why.append(f"`{oracle}`'s tail is {run['ratios'][oracle]['tail']:.2f}x in the same run")
     predicted = {**bound, **run.get("sim_check", {})}
-    base_tail = predicted.get("baseline", {}).get("predicted_tail_s")
+    base_tail = predicted.get(reference_of(run), {}).get("predicted_tail_s")
     simulated = [(m, predicted[m]["predicted_tail_s"])
                  for m in (f"late-oracle{suffix}", f"group-oracle{suffix}", oracle) if m in predicted]
     if base_tail and simulated:
