@@ -90,6 +90,98 @@ def prior_output(params: Any) -> int:
 POOL_MARKER = ".seer-kv-pool"
 
 
+# ---- chunk messages: the frontend's /generate call for one chunk, and what it reads back -------------
+@dataclass
+class ChunkRequest:
+    """The body of one chunk's ``/generate`` call (SGLang's ``GenerateReqInput`` fields it sets): the
+    sample's context as ``input_ids`` and its sampling params for this chunk."""
+
+    rid: str  # chunk_rid(...): the plugin reads the group and sample back out of it
+    input_ids: list[int]
+    sampling_params: dict[str, Any]
+    return_logprob: bool = False
+    logprob_start_len: int | None = None
+    top_logprobs_num: int = 0
+    priority: int = 0
+    custom_logit_processor: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"rid": self.rid, "input_ids": self.input_ids,
+                                "sampling_params": self.sampling_params, "return_logprob": self.return_logprob}
+        if self.return_logprob:
+            body["logprob_start_len"] = self.logprob_start_len
+            if self.top_logprobs_num:
+                body["top_logprobs_num"] = self.top_logprobs_num
+        if self.priority:
+            body["priority"] = self.priority
+        if self.custom_logit_processor:
+            body["custom_logit_processor"] = self.custom_logit_processor
+        return body
+
+
+@dataclass
+class ChunkAnswer:
+    """What the frontend reads of SGLang's answer to a chunk (the whole answer, or one stream event;
+    SGLang's fields are cumulative over the chunk in both). Missing fields read as SGLang leaves them
+    out: nothing cached, no speculation, no version reported."""
+
+    output_ids: list[int]
+    finish: dict[str, Any] | None  # SGLang's finish_reason: {"type": "stop" | "length" | "abort", ...}
+    weight_version: str | None = None
+    # (version, start, end) in the chunk's output positions, for a request that ran across an update
+    weight_spans: list[tuple[str, int, int]] = field(default_factory=list)
+    cached_tokens: int = 0
+    cached_details: dict[str, int] | None = None  # device / host / storage, when SGLang reports them
+    verify_steps: int = 0  # spec_verify_ct
+    accepted_drafts: int = 0  # spec_num_correct_drafts
+    retractions: int = 0  # num_retractions
+    # SGLang's logprob lists as they came ([logprob, token id, text] entries), read by position below:
+    # a stream repeats them whole in every event, so only the new positions are converted.
+    raw_output_logprobs: list[Any] = field(default_factory=list)
+    raw_output_top_logprobs: list[Any] = field(default_factory=list)
+    raw_input_logprobs: list[Any] = field(default_factory=list)
+    raw_input_top_logprobs: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, event: dict[str, Any]) -> "ChunkAnswer":
+        meta = event.get("meta_info") or {}
+        version = meta.get("weight_version")
+        details = meta.get("cached_tokens_details")
+        return cls(
+            output_ids=list(event.get("output_ids") or []), finish=meta.get("finish_reason"),
+            weight_version=None if version is None else str(version),
+            weight_spans=[(str(s["version"]), int(s["start"]), int(s["end"]))
+                          for s in meta.get("weight_versions") or []],
+            cached_tokens=int(meta.get("cached_tokens") or 0),
+            cached_details=None if not details else {k: int(details.get(k) or 0) for k in ("device", "host", "storage")},
+            verify_steps=int(meta.get("spec_verify_ct") or 0),
+            accepted_drafts=int(meta.get("spec_num_correct_drafts") or 0),
+            retractions=int(meta.get("num_retractions") or 0),
+            raw_output_logprobs=meta.get("output_token_logprobs") or [],
+            raw_output_top_logprobs=meta.get("output_top_logprobs") or [],
+            raw_input_logprobs=meta.get("input_token_logprobs") or [],
+            raw_input_top_logprobs=meta.get("input_top_logprobs") or [])
+
+    @property
+    def finish_type(self) -> str | None:
+        return (self.finish or {}).get("type")
+
+    def output_logprobs(self, start: int, end: int) -> list[float]:
+        return [float(e[0]) for e in self.raw_output_logprobs[start:end]]
+
+    def output_top_logprobs(self, start: int, end: int) -> list[list[tuple[int, float]]]:
+        """Each position's top tokens as (token id, logprob)."""
+        return [[(int(t[1]), float(t[0])) for t in (entry or [])] for entry in self.raw_output_top_logprobs[start:end]]
+
+    def input_logprobs(self) -> list[tuple[float | None, int]]:
+        """The prompt's (logprob, token id); the first token has no logprob."""
+        return [(None if e[0] is None else float(e[0]), int(e[1])) for e in self.raw_input_logprobs]
+
+    def input_top_logprobs(self) -> list[list[tuple[float, int]] | None]:
+        return [None if step is None else [(float(e[0]), int(e[1])) for e in step]
+                for step in self.raw_input_top_logprobs]
+
+
 # ---- the sample schema ----------------------------------------------------------------------------
 @dataclass
 class ChunkJSON:

@@ -22,7 +22,7 @@ from ..core.buffer import RequestBuffer
 from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import ChunkRecord, Group, Sample, SampleState
 from ..core.router import Launch, Router
-from ..wire import SLO_PARAM, SLO_REJECTED, chunk_rid, group_of_sample, slo_param
+from ..wire import SLO_PARAM, SLO_REJECTED, ChunkAnswer, ChunkRequest, chunk_rid, group_of_sample, slo_param
 from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
 from .instances import Instances
 
@@ -274,56 +274,47 @@ class RolloutEngine:
             self._redispatch(launch.sample, launch.instance, f"no answer for {self.instance_down_s:.0f} s")
         return given_up
 
-    def _payload(self, sample: Sample, max_new: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "rid": chunk_rid(sample.rid, len(sample.chunks) - 1),  # read back by the plugin
-            "input_ids": sample.context_ids,
-            "sampling_params": sample.params.to_sglang(max_new, sample.sampling_seed, sample.generated),
-            "return_logprob": sample.params.logprobs,
-        }
-        if sample.params.logprobs:
-            # output tokens only, except on the chunk that prefills the prompt of a sample that asked for it
-            payload["logprob_start_len"] = sample.input_logprob_start if sample.generated == 0 else -1
-            if sample.params.top_logprobs:
-                payload["top_logprobs_num"] = sample.params.top_logprobs
-        if sample.priority:
-            payload["priority"] = sample.priority
-        if sample.params.custom_logit_processor:
-            payload["custom_logit_processor"] = sample.params.custom_logit_processor
+    @staticmethod
+    def _request(sample: Sample, max_new: int) -> ChunkRequest:
+        params = sample.params.to_sglang(max_new, sample.sampling_seed, sample.generated)
         if sample.custom_params is not None:  # every chunk gets them, as SGLang would the whole request
-            params = payload["sampling_params"]
             params["custom_params"] = {**sample.custom_params, **params.get("custom_params", {})}
         slo = sample.params.slo
         if slo is not None:  # read by the plugin's credit batching, admission and deadline order
             deadline = None if slo.ttft_s is None else sample.submitted_at + slo.ttft_s
-            params = payload["sampling_params"]
             params["custom_params"] = {**params.get("custom_params", {}),
                                        SLO_PARAM: slo_param(slo.tpot_s, slo.ttft_s, deadline)}
-        return payload
+        return ChunkRequest(
+            rid=chunk_rid(sample.rid, len(sample.chunks) - 1), input_ids=sample.context_ids, sampling_params=params,
+            return_logprob=sample.params.logprobs,
+            # output tokens only, except on the chunk that prefills the prompt of a sample that asked for it
+            logprob_start_len=sample.input_logprob_start if sample.generated == 0 else -1,
+            top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
+            custom_logit_processor=sample.params.custom_logit_processor)
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
         client = self.instances.clients[instance]
         base = sample.generated
         finish: dict[str, Any] | None = None
-        last_meta: dict[str, Any] = {}
+        answer: ChunkAnswer | None = None
         try:
-            payload = self._payload(sample, max_new)
+            payload = self._request(sample, max_new).to_json()
             # an SLO sample streams from its instance, so that its first token's time is known
             if sample.on_tokens is not None or sample.params.slo is not None:
                 async for event in client.generate_stream(payload):
-                    self._absorb(sample, base, event)
-                    last_meta = event["meta_info"]
-                    finish = last_meta.get("finish_reason") or finish
-                    self._chunk_meta(chunk, instance, last_meta)
+                    answer = ChunkAnswer.parse(event)
+                    self._absorb(sample, base, answer)
+                    finish = answer.finish or finish
+                    self._chunk_meta(chunk, instance, answer)
             else:
-                event = await client.generate(payload)
-                self._absorb(sample, base, event)
-                if base == 0 and sample.input_logprob_start >= 0:
-                    self._absorb_input_logprobs(sample, event["meta_info"])
-                last_meta = event["meta_info"]
-                finish = last_meta.get("finish_reason")
-                self._chunk_meta(chunk, instance, last_meta)
+                answer = ChunkAnswer.parse(await client.generate(payload))
+                self._absorb(sample, base, answer)
+                if base == 0 and sample.input_logprob_start >= 0:  # the prompt's, from the chunk that prefilled it
+                    sample.input_logprobs = answer.input_logprobs()
+                    sample.input_top_logprobs = answer.input_top_logprobs()
+                finish = answer.finish
+                self._chunk_meta(chunk, instance, answer)
         except InstanceUnavailable as e:
             self.router.instance_down(instance)
             self._settle(launch)
@@ -351,7 +342,7 @@ class RolloutEngine:
             return
         self._settle(launch)
         sample.crashed_on.clear()
-        if not self._versions_agree(sample, base, chunk, last_meta):
+        if answer is not None and not self._versions_agree(sample, base, chunk, answer):
             return
         self._after_chunk(sample, finish)
 
@@ -364,16 +355,15 @@ class RolloutEngine:
             f"instances {crashed} each failed while running this sample; it is not sent to another", 500, "error")
         self._complete(sample, SampleState.FAILED)
 
-    def _versions_agree(self, sample: Sample, base: int, chunk: ChunkRecord, meta: dict[str, Any]) -> bool:
+    def _versions_agree(self, sample: Sample, base: int, chunk: ChunkRecord, answer: ChunkAnswer) -> bool:
         """Record which weights made the chunk's tokens. A sample whose tokens now come from two
         versions starts over from its prompt (unless mixed versions are allowed); returns False then."""
-        version = meta.get("weight_version")
-        if version is None:
+        if answer.weight_version is None:
             return True  # an instance that does not report versions
-        chunk.weight_version = str(version)
+        chunk.weight_version = answer.weight_version
         # SGLang gives spans only for a request that ran across an update; its last span is the version.
-        spans = [(str(s["version"]), base + int(s["start"]), base + int(s["end"]))
-                 for s in meta.get("weight_versions") or []] or [(chunk.weight_version, base, sample.generated)]
+        spans = [(version, base + start, base + end) for version, start, end in answer.weight_spans] \
+            or [(chunk.weight_version, base, sample.generated)]
         for seen, _, _ in spans:
             if seen not in self.weight_versions_seen:
                 self.weight_versions_seen.append(seen)
@@ -395,21 +385,20 @@ class RolloutEngine:
         self.router.requeue(sample)
         return False
 
-    def _chunk_meta(self, chunk: ChunkRecord, instance: int, meta: dict[str, Any]) -> None:
+    def _chunk_meta(self, chunk: ChunkRecord, instance: int, answer: ChunkAnswer) -> None:
         chunk.reported = True
         self.instances.last_answer_at[instance] = time.monotonic()
-        chunk.cached_tokens = meta.get("cached_tokens", 0)
-        details = meta.get("cached_tokens_details") or {}
-        chunk.device_tokens = int(details.get("device") or 0)
-        chunk.host_tokens = int(details.get("host") or 0)
-        chunk.pool_tokens = int(details.get("storage") or 0)
-        if not details:
-            chunk.device_tokens = chunk.cached_tokens
-        chunk.draft_steps = int(meta.get("spec_verify_ct") or 0)
-        chunk.accepted_tokens = int(meta.get("spec_num_correct_drafts") or 0)
-        retractions = int(meta.get("num_retractions") or 0)
-        self.router.retracted(instance, retractions - chunk.retractions)  # stream events are cumulative
-        chunk.retractions = retractions
+        chunk.cached_tokens = answer.cached_tokens
+        details = answer.cached_details
+        if details is None:
+            chunk.device_tokens, chunk.host_tokens, chunk.pool_tokens = chunk.cached_tokens, 0, 0
+        else:
+            chunk.device_tokens, chunk.host_tokens, chunk.pool_tokens = (details["device"], details["host"],
+                                                                         details["storage"])
+        chunk.draft_steps = answer.verify_steps
+        chunk.accepted_tokens = answer.accepted_drafts
+        self.router.retracted(instance, answer.retractions - chunk.retractions)  # stream events are cumulative
+        chunk.retractions = answer.retractions
 
     def _redispatch(self, sample: Sample, instance: int, why: str) -> None:
         """The chunk was lost with its instance: the sample goes on elsewhere from the tokens it has."""
@@ -431,37 +420,24 @@ class RolloutEngine:
             self.hooks.on_chunk_done(launch.chunk)
         self._wake.set()
 
-    def _absorb(self, sample: Sample, base: int, event: dict[str, Any]) -> None:
+    def _absorb(self, sample: Sample, base: int, answer: ChunkAnswer) -> None:
         """Take SGLang's cumulative output of this chunk; append only what is new."""
-        ids = event.get("output_ids") or []
         have = sample.generated - base
-        new_ids = ids[have:]
+        new_ids = answer.output_ids[have:]
         if not new_ids:
             return
-        meta = event["meta_info"]
         if sample.params.logprobs:
-            lps = meta.get("output_token_logprobs") or []
-            sample.logprobs.extend(float(lp[0]) for lp in lps[have:have + len(new_ids)])
-            tops = meta.get("output_top_logprobs") or []
-            for entry in tops[have:have + len(new_ids)]:
-                sample.top_logprobs.append([(int(t[1]), float(t[0])) for t in (entry or [])])
+            sample.logprobs.extend(answer.output_logprobs(have, have + len(new_ids)))
+            sample.top_logprobs.extend(answer.output_top_logprobs(have, have + len(new_ids)))
         sample.output_ids.extend(new_ids)
         sample.chunks[-1].new_tokens += len(new_ids)
         if sample.first_token_at is None:
             sample.first_token_at = time.time()
         # The tokens that end a sample reach a streaming client with its final event (and finish
         # reason), as in SGLang's stream; sent here as well, that event would repeat them.
-        ends = (meta.get("finish_reason") or {}).get("type") in ("stop", "abort") or sample.remaining <= 0
+        ends = answer.finish_type in ("stop", "abort") or sample.remaining <= 0
         if sample.on_tokens is not None and not ends:
             sample.on_tokens(sample, new_ids)
-
-    @staticmethod
-    def _absorb_input_logprobs(sample: Sample, meta: dict[str, Any]) -> None:
-        """The prompt's logprobs, from the chunk that prefilled it (SGLang's ``[logprob, id, text]``)."""
-        sample.input_logprobs = [(None if e[0] is None else float(e[0]), int(e[1]))
-                                 for e in meta.get("input_token_logprobs") or []]
-        sample.input_top_logprobs = [None if step is None else [(float(e[0]), int(e[1])) for e in step]
-                                     for step in meta.get("input_top_logprobs") or []]
 
     def _after_chunk(self, sample: Sample, finish: dict[str, Any] | None) -> None:
         kind = (finish or {}).get("type")

@@ -31,3 +31,16 @@ def test_earlier_output_follows_the_schedulers_count():
     assert earlier_output(prompt + output, 4, trailing=False) == output
     assert earlier_output(prompt + output, 4, trailing=True) == [13, 21, 22, 23]
     assert earlier_output(prompt, 0, trailing=False) == []
+
+
+def test_a_chunk_request_is_a_body_sglangs_generate_takes():
+    from dataclasses import fields
+
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    from seer_sglang.wire import ChunkRequest
+
+    assert {f.name for f in fields(ChunkRequest)} <= {f.name for f in fields(GenerateReqInput)}
+    body = ChunkRequest(rid="g-0-c0", input_ids=[1, 2], sampling_params={"max_new_tokens": 2}, return_logprob=True,
+                        logprob_start_len=-1, top_logprobs_num=1, priority=2).to_json()
+    GenerateReqInput(**body).normalize_batch_and_arguments()

@@ -75,3 +75,40 @@ def test_sampling_fields_check_bounds_before_any_work():
         RolloutRequest(prompts=["a"], logit_bias={"100": 1.0}).sampling_params(8, 100)
     params = RolloutRequest(prompts=["a"], logit_bias={" 7": -5.0}, min_tokens=2).sampling_params(8, 100)
     assert params.logit_bias == {"7": -5.0} and params.min_tokens == 2 and params.repetition_penalty == 1.0
+
+
+def test_a_chunk_answer_reads_sglangs_fields_and_defaults_what_it_leaves_out():
+    from seer_sglang.wire import ChunkAnswer
+
+    event = {"output_ids": [5, 6, 7], "meta_info": {
+        "finish_reason": {"type": "stop", "matched": 7}, "weight_version": 3,
+        "weight_versions": [{"version": "2", "start": 0, "end": 1}, {"version": "3", "start": 1, "end": 3}],
+        "cached_tokens": 9, "cached_tokens_details": {"device": 4, "storage": 5},
+        "spec_verify_ct": 2, "spec_num_correct_drafts": 1, "num_retractions": 1,
+        "output_token_logprobs": [[-0.5, 5, None], [-1.0, 6, None], [-2.0, 7, None]],
+        "output_top_logprobs": [[[-0.5, 5, None]], None, [[-2.0, 7, None], [-3.0, 8, None]]],
+        "input_token_logprobs": [[None, 1, None], [-4.0, 2, None]], "input_top_logprobs": [None, [[-4.0, 2, None]]]}}
+    answer = ChunkAnswer.parse(event)
+    assert answer.output_ids == [5, 6, 7] and answer.finish_type == "stop" and answer.weight_version == "3"
+    assert answer.weight_spans == [("2", 0, 1), ("3", 1, 3)]
+    assert answer.cached_tokens == 9 and answer.cached_details == {"device": 4, "host": 0, "storage": 5}
+    assert (answer.verify_steps, answer.accepted_drafts, answer.retractions) == (2, 1, 1)
+    assert answer.output_logprobs(1, 3) == [-1.0, -2.0]
+    assert answer.output_top_logprobs(1, 3) == [[], [(7, -2.0), (8, -3.0)]]
+    assert answer.input_logprobs() == [(None, 1), (-4.0, 2)] and answer.input_top_logprobs() == [None, [(-4.0, 2)]]
+    bare = ChunkAnswer.parse({"output_ids": [1], "meta_info": {"finish_reason": None}})
+    assert bare.finish_type is None and bare.weight_version is None and bare.cached_details is None
+    assert (bare.cached_tokens, bare.verify_steps, bare.retractions, bare.output_logprobs(0, 1)) == (0, 0, 0, [])
+
+
+def test_a_chunk_request_sends_logprob_fields_only_when_asked():
+    from seer_sglang.wire import ChunkRequest
+
+    plain = ChunkRequest(rid="g-0-c1", input_ids=[1, 2], sampling_params={"max_new_tokens": 4},
+                         logprob_start_len=-1, top_logprobs_num=3).to_json()
+    assert plain == {"rid": "g-0-c1", "input_ids": [1, 2], "sampling_params": {"max_new_tokens": 4},
+                     "return_logprob": False}
+    full = ChunkRequest(rid="g-0-c0", input_ids=[1], sampling_params={}, return_logprob=True, logprob_start_len=0,
+                        top_logprobs_num=2, priority=5, custom_logit_processor="{}").to_json()
+    assert (full["logprob_start_len"], full["top_logprobs_num"], full["priority"], full["custom_logit_processor"]) \
+        == (0, 2, 5, "{}")
