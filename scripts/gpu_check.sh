@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks that need no SGLang install: the FlashInfer cascade verifier and the Triton kernels
-# against the torch reference (tests marked gpu), then the benchmarks, written to RESULTS_DIR: the
-# verifier (cascade_verify_<gpu>.json), one TP rank of the h100-70b profile's model against the
-# profile (gpu_step_<gpu>.json, and the profile with its terms, .profile.json; again with FlashInfer's
-# prefill attention, gpu_step_<gpu>_flashinfer.json) and that rank's attention, torch's kernels
-# against FlashInfer's (gpu_attention_<gpu>.json). About 10 minutes on an H100, most of it FlashInfer
+# against the torch reference (tests marked gpu), then the benchmarks, each a run folder under
+# RESULTS_DIR/<benchmark>/<date>-<label>/ (benchmarks/harness/result.py): the verifier
+# (cascade_verify_<gpu>), one TP rank of the h100-70b profile's model against the profile (gpu_step_<gpu>,
+# the profile with its measured terms beside the result; again with FlashInfer's prefill attention,
+# gpu_step_<gpu>_flashinfer) and that rank's attention, torch's kernels against FlashInfer's
+# (gpu_attention_<gpu>). About 10 minutes on an H100, most of it FlashInfer
 # building its kernels. FlashInfer comes from WHEEL_DIR
 # (scripts/gpu_wheels.sh) unless the machine already has it.
 #   bash scripts/gpu_check.sh [WHEEL_DIR] [RESULTS_DIR]
@@ -29,8 +30,7 @@ rc=0
 GPU=$("$PY" -c "import torch, re; print(re.sub(r'[^A-Za-z0-9]+', '_', torch.cuda.get_device_name()).strip('_'))")
 mkdir -p "$RESULTS"
 "$PY" -m benchmarks.cascade_verify --out "$RESULTS/cascade_verify_$GPU.json" || rc=$?
-"$PY" -m benchmarks.gpu_step --out "$RESULTS/gpu_step_$GPU.json" --profile-out "$RESULTS/gpu_step_$GPU.profile.json" || rc=$?
-"$PY" -m benchmarks.gpu_step --attention flashinfer --out "$RESULTS/gpu_step_${GPU}_flashinfer.json" \
-  --profile-out "$RESULTS/gpu_step_${GPU}_flashinfer.profile.json" || rc=$?
+"$PY" -m benchmarks.gpu_step --out "$RESULTS/gpu_step_$GPU.json" || rc=$?
+"$PY" -m benchmarks.gpu_step --attention flashinfer --out "$RESULTS/gpu_step_${GPU}_flashinfer.json" || rc=$?
 "$PY" -m benchmarks.gpu_attention --out "$RESULTS/gpu_attention_$GPU.json" || rc=$?
 exit $rc

@@ -1,7 +1,7 @@
 """``python -m seer_sglang.sim``: simulate rollouts at cluster scale with the real policy objects.
 
     python -m seer_sglang.sim --workload moonlight --instances 32 --prompts 256 \
-        --out benchmarks/results/sim_h100_moonlight.json
+        --out /tmp/sim_moonlight.json
 
 Runs every policy (the ablation), a chunk-size sweep for ``context``, and the gain of ``context``
 over plain SGLang (``round-robin``: veRL's dispatch) as the number of instances and the length spread
