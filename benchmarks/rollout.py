@@ -37,7 +37,6 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -371,22 +370,17 @@ def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) ->
 
 
 def launch_seer(model_path: str, flags: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
-    """``python -m seer_sglang.launch_server`` on a free port with ``flags``; returns once it is healthy."""
-    port = free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--model-path", model_path, "--port", str(port),
-           "--log-dir", str(log_dir), *flags]
-    proc = subprocess.Popen(cmd, stdout=open(log_dir / "launch_server.log", "wb"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
-    from seer_sglang.launch.waiting import ProcessExited, wait_healthy
+    """``python -m seer_sglang.launch_server`` on a free port with ``flags`` (the tests' own start,
+    ``seer_sglang.launch.seer_process``); returns once it is healthy."""
+    from seer_sglang.launch.seer_process import start_seer, stop_seer, wait_seer
 
-    url = f"http://127.0.0.1:{port}"
+    server = start_seer(model_path, log_dir, *flags)
     try:
-        wait_healthy(url, 1800, process=proc, interval=0.5)
-    except (TimeoutError, ProcessExited) as e:
-        proc.terminate()
+        wait_seer(server, timeout_s=1800)
+    except Exception as e:
+        stop_seer(server)
         raise RuntimeError(f"seer server did not start ({e}); see {log_dir}") from None
-    return proc, url
+    return server.proc, server.url
 
 
 class Measured:

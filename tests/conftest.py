@@ -3,29 +3,24 @@ tiny local model, started once per session and in parallel."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx
-import psutil
 import pytest
 
-from seer_sglang.launch import waiting
 from seer_sglang.launch.instances import (InstanceProcess, InstanceSpec, cpu_threads_per_instance, free_port,
                                             has_cuda, start_instance, stop_instances, wait_healthy)
 # One polling loop for the suite: tests that act on a server while it works wait for the work's progress,
 # not for a time (the tiny model's speed differs from one machine, and one load, to another).
 from seer_sglang.launch.waiting import wait_until  # noqa: F401 (the tests import it from here)
+# The one way tests and benchmarks start a seer server (the tests import these from here).
+from seer_sglang.launch.seer_process import (STARTUP_TIMEOUT_S, SeerServer, running_seer, start_seer,  # noqa: F401
+                                             stop_seer, wait_seer)
 from seer_sglang.models import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
-STARTUP_TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="session")
@@ -35,59 +30,23 @@ def tiny_model() -> str:
 
 def start_healthy(spec: InstanceSpec) -> InstanceProcess:
     """One SGLang instance, healthy; stopped again if it never gets there."""
-    inst = start_instance(spec)
+    return start_all_healthy([spec])[0]
+
+
+def start_all_healthy(specs: list[InstanceSpec]) -> list[InstanceProcess]:
+    """SGLang instances started side by side (their start-up overlaps), all healthy; all stopped again
+    if one never gets there."""
+    instances = []
     try:
-        wait_healthy([inst], timeout_s=STARTUP_TIMEOUT_S, progress=False)
+        for spec in specs:
+            instances.append(start_instance(spec))
+        wait_healthy(instances, timeout_s=STARTUP_TIMEOUT_S, progress=False)
     except BaseException:
-        stop_instances([inst])
+        stop_instances(instances)
         raise
-    return inst
+    return instances
 
 
-@dataclass
-class SeerServer:
-    url: str
-    proc: subprocess.Popen
-    log_dir: Path
-    log_path: Path
-
-    def descendants(self) -> list[psutil.Process]:
-        try:
-            return psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-
-
-def start_seer(model: str | None, log_dir: Path, *extra: str) -> SeerServer:
-    """Start ``python -m seer_sglang.launch_server``; ``model=None`` means the embedded default."""
-    port = free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / "launch_server.log"
-    cmd = [sys.executable, "-m", "seer_sglang.launch_server", "--port", str(port), "--log-dir", str(log_dir),
-           *(["--model-path", model] if model else []), *extra]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return SeerServer(f"http://127.0.0.1:{port}", proc, log_dir, log_path)
-
-
-def wait_health(server: SeerServer, status: int = 200, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-    """Wait until the frontend's /health answers ``status`` (200 = ready, 503 = up without instances)."""
-    waiting.wait_healthy(server.url, timeout_s, process=server.proc, status=status, log_path=server.log_path)
-
-
-def wait_server(server: SeerServer, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-    wait_health(server, 200, timeout_s)
-
-
-@contextlib.contextmanager
-def running_seer(model: str | None, log_dir: Path, *extra: str) -> Iterator[SeerServer]:
-    """A seer server for the span of a ``with``: started, healthy, and stopped however the body ends."""
-    server = start_seer(model, log_dir, *extra)
-    try:
-        wait_server(server)
-        yield server
-    finally:
-        stop_seer(server)
 
 
 class BackgroundRollout:
@@ -109,21 +68,6 @@ class BackgroundRollout:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"the rollout did not end within {timeout_s} s"
         return self.response
-
-
-def stop_seer(server: SeerServer, sig: int = signal.SIGTERM, timeout_s: float = 60) -> list[psutil.Process]:
-    """Signal the launcher; returns descendants still alive afterwards (killed, so nothing leaks)."""
-    family = server.descendants()
-    if server.proc.poll() is None:
-        server.proc.send_signal(sig)
-    try:
-        server.proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-    _, alive = psutil.wait_procs(family, timeout=10)
-    for p in alive:
-        p.kill()
-    return alive
 
 
 @dataclass
@@ -148,7 +92,7 @@ def servers(tiny_model: str, tmp_path_factory) -> Servers:
     seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32", "--kv-pool", "file")
     try:
         wait_healthy([plain], timeout_s=STARTUP_TIMEOUT_S, progress=False)
-        wait_server(seer)
+        wait_seer(seer)
     except BaseException:
         stop_seer(seer)
         stop_instances([plain])

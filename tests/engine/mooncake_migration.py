@@ -19,7 +19,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for conftest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/engine/, for kill_rollout
-from conftest import start_seer, stop_seer, wait_server  # noqa: E402
+from conftest import start_seer, stop_seer, wait_seer  # noqa: E402
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout  # noqa: E402
 
 from seer_sglang.models import prepare  # noqa: E402
@@ -157,7 +157,7 @@ def main(log_dir: str) -> None:
                         "--kv-pool", "mooncake", "--kv-pool-size-gb", "1", "--scheduler", "context",
                         "--chunk-size", "32")
     try:
-        wait_server(server)
+        wait_seer(server)
         print("BIND " + json.dumps(mooncake_listeners(server.proc.pid)), flush=True)
         a, b = [i["url"] for i in httpx.get(f"{server.url}/instances", timeout=10).json()["instances"]]
         prompt = [(37 * i) % 900 + 5 for i in range(300)]

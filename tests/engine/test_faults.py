@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import BackgroundRollout, start_seer, stop_seer, wait_server
+from conftest import BackgroundRollout, start_seer, stop_seer, wait_seer
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
 from seer_sglang.launch.waiting import wait_until
 
@@ -51,7 +51,7 @@ def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp
     server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32",
                         "--kv-pool", "file", "--scheduler", "context", "--chunk-size", "32")
     try:
-        wait_server(server)
+        wait_seer(server)
         pool_dir = Path(httpx.get(f"{server.url}/kv_pool", timeout=10).json()["directory"])
         # the trainer's weights (the same files, under a version name): a restarted instance loads them again
         updated = httpx.post(f"{server.url}/update_weights_from_disk", timeout=300,
@@ -102,7 +102,7 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
                         "--scheduler", "context", "--chunk-size", "32", "--instance-down-s", "3")
     stopped = []
     try:
-        wait_server(server)
+        wait_seer(server)
         body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS,
                 "temperature": 0, "ignore_eos": True}
         run = BackgroundRollout(server.url, body)
@@ -167,7 +167,7 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
             server = start_seer(tiny_model, tmp_path / "seer", "--instance-urls", proxy.url, instances[1].url,
                                 "--scheduler", "context", "--chunk-size", "32", "--instance-down-s", "3")
             try:
-                wait_server(server)
+                wait_seer(server)
                 body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS,
                         "temperature": 0, "ignore_eos": True}
                 run = BackgroundRollout(server.url, body)

@@ -7,7 +7,7 @@ import time
 import httpx
 import openai
 
-from conftest import BackgroundRollout, start_seer, stop_seer, wait_health, wait_server
+from conftest import BackgroundRollout, start_seer, stop_seer, wait_seer
 from seer_sglang.launch.instances import free_port
 from seer_sglang.launch.waiting import wait_until
 
@@ -18,7 +18,7 @@ def test_sigterm_mid_rollout_answers_503_and_leaves_no_process(tiny_model, tmp_p
     server = start_seer(tiny_model, tmp_path, "--num-instances", "1")
     streamed: list[str] = []
     try:
-        wait_server(server)
+        wait_seer(server)
         family = server.descendants()
         assert len(family) >= 3  # SGLang server + scheduler + detokenizer
         # The default pool (--kv-pool auto): a single instance has nothing to move, so the cost model
@@ -55,12 +55,12 @@ def test_attach_to_running_instance_and_503_when_none_is_healthy(tiny_model, pla
     attached = start_seer(tiny_model, tmp_path / "a", "--instance-urls", plain_url)
     down = start_seer(tiny_model, tmp_path / "b", "--instance-urls", dead)
     try:
-        wait_server(attached)
+        wait_seer(attached)
         client = openai.OpenAI(base_url=f"{attached.url}/v1", api_key="none", max_retries=0)
         out = client.completions.create(model=tiny_model, prompt="attached", max_tokens=4, n=2)
         assert len(out.choices) == 2
         # The frontend of the dead instance is up but has nothing to serve with.
-        wait_health(down, 503, timeout_s=120)
+        wait_seer(down, 503, timeout_s=120)
         r = httpx.post(f"{down.url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=30)
         assert r.status_code == 503 and r.json()["error"]["code"] == "no_healthy_instance"
         r = httpx.post(f"{down.url}/v1/rollout", json={"prompts": ["x"], "max_tokens": 2}, timeout=30)

@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import start_seer, stop_seer, wait_server
+from conftest import start_seer, stop_seer, wait_seer
 from seer_sglang.launch.instances import InstanceSpec, free_port, start_instance, stop_instances, wait_healthy
 from seer_sglang.models import prepare
 from seer_sglang.frontend.tokenizer import PromptTokenizer
@@ -25,7 +25,7 @@ def test_default_model_chat_and_greedy_identity_with_speculation(tmp_path):
     # the default model and draft; no KV pool: HiCache's host tier does not fit next to 3 float32 instances
     server = start_seer(None, tmp_path, "--num-instances", "2", "--dtype", "float32", "--kv-pool", "none")
     try:
-        wait_server(server)
+        wait_seer(server)
         wait_healthy([plain], timeout_s=600, progress=False)
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=600)
         model = client.models.list().data[0].id

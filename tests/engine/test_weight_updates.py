@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import BackgroundRollout, start_seer, stop_seer, wait_server, wait_until
+from conftest import BackgroundRollout, start_seer, stop_seer, wait_seer, wait_until
 from seer_sglang.benchmarking.kill import chunk_tokens_done
 
 CHUNK = 16
@@ -114,7 +114,7 @@ def test_mixed_weight_versions_continue_a_sample_and_report_each_tokens_version(
     server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32", "--kv-pool", "none",
                         "--scheduler", "context", "--chunk-size", str(CHUNK), "--mixed-weight-versions")
     try:
-        wait_server(server)
+        wait_seer(server)
         body = {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": max_tokens, "temperature": 0,
                 "ignore_eos": True}
         start = chunk_tokens_done(server.url)
