@@ -1,15 +1,26 @@
-"""One-run rollout benchmark: plain SGLang vs seer_sglang's policies, same machine, same engines.
+"""One-run rollout benchmark: plain SGLang as trainers feed it vs seer_sglang's policies, same machine, same engines.
 
-    python -m benchmarks.rollout --modes baseline,group,divided,context,oracle --instances 2 \
-        --model tiny --prompts 32 --group-size 8 --max-tokens 1024 --seed 0 \
+    python -m benchmarks.rollout --modes plain-group,plain-router,plain-router-p2,group,divided,context,oracle \
+        --instances 2 --model tiny --prompts 32 --group-size 8 --max-tokens 1024 --seed 0 \
         --out benchmarks/results/cpu_tiny.json
 
-- ``baseline`` is plain SGLang: K instances started without the seer plugin; each prompt group goes
-  whole to one instance, round-robin (veRL-style), as its G requests sent together.
+- The plain modes are K SGLang instances started without the seer plugin, fed as trainers feed them:
+  ``plain-group`` sends each prompt group whole to one instance, round-robin, its G requests together
+  (veRL-style; ``baseline`` is its former name, still accepted); ``plain-router`` sends one
+  ``/generate`` per sample through sglang-router (slime-style) with its default ``cache_aware`` policy,
+  ``plain-router-p2`` with ``power_of_two`` (``benchmarks.harness.sglang_router`` starts the router for
+  each rollout and stops it). Caches are flushed before every rollout of every mode.
 - The other modes are seer_sglang's policies on K instances with the plugin, switched between runs
   with ``POST /scheduler`` (radix caches flushed in between). ``<mode>+pool`` runs the same policy
   with the global KV pool (``--kv-pool file``); plain ``<mode>`` runs with ``--kv-pool none``, so
   the pair shows what the pool saves in re-prefill.
+
+A speed-up counts against the strongest plain SGLang of the same run: the result's ``reference`` is
+the plain mode with the highest throughput, ``ratios`` are against it and ``ratios_by_baseline`` keeps
+the ratios against every plain mode (``benchmarks.harness.baselines``). Every instance runs with
+``--enable-metrics``, and each mode's ``retractions`` are the instances' own counter over its rollout.
+Every result holds the critical-path bound (``bound``: the longest sample at the smallest step) and
+the run's ``regime`` on its step model, which says when a run cannot show what balancing the tail gains.
 
 With ``--emulate PROFILE`` every instance, plain or seer, pads its forward steps to a step-time
 profile (``seer_sglang/profiles``): EMULATED GPU timings, labelled as such in the JSON, never GPU
@@ -22,7 +33,7 @@ enforced by a custom logit processor, so no scheduler can see it; only the ``ora
 the lengths. Each instance holds ``--kv-share`` of its part of the working set (0.5, as in Seer).
 Every server is warmed with a rollout of other prompts (with ``--replay``, replaying recorded text
 too); ``--repeats`` runs each mode that many times, in a random order per repeat. Writes its run
-(``benchmarks.harness.result``: config, per-mode mean, spread and repeats, ratios against baseline,
+(``benchmarks.harness.result``: config, per-mode mean, spread and repeats, ratios against the reference,
 the simulator's prediction of each mode) with a plot, the trace and (on a CPU) the fitted step model
 beside it.
 """
@@ -49,7 +60,8 @@ from benchmarks.harness.manifest import resolve
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, predict, sim_check
-from benchmarks.harness.sglang_router import retraction_counts, retraction_delta, start_router, stop_router
+from benchmarks.harness.sglang_router import (ParamsShim, retraction_counts, retraction_delta, start_router,
+                                              stop_router)
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
                                          prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
@@ -101,6 +113,11 @@ def sample_params(ids: list[int], sample: TraceSample, eos: int, replay: dict | 
     return custom_params(len(ids), sample.output_len, eos, (replay or {}).get((sample.group_id, sample.sample_index)))
 
 
+def baseline_rid(sample: TraceSample) -> str:
+    """A plain SGLang request's rid (``benchmarks.step_log`` reads plain requests by it)."""
+    return f"b{sample.group_id}-{sample.sample_index}"
+
+
 async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
                        replay: dict | None = None, router: str | None = None) -> dict:
     """One plain SGLang rollout: without ``router``, each group whole to one instance, round-robin, as
@@ -114,7 +131,7 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
     finish: list[dict] = []
 
     async def one(http: httpx.AsyncClient, url: str, ids: list[int], sample: TraceSample) -> None:
-        body = {"input_ids": ids, "custom_logit_processor": processor, "rid": f"b{sample.group_id}-{sample.sample_index}",
+        body = {"input_ids": ids, "custom_logit_processor": processor, "rid": baseline_rid(sample),
                 "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 1.0,
                                     "custom_params": sample_params(ids, sample, eos, replay)}}
         r = (await http.post(f"{url}/generate", json=body)).json()
@@ -470,6 +487,8 @@ def main() -> None:
     emulated, length_scale = emulation_settings(args)
 
     modes = list(dict.fromkeys(canonical(m) for m in args.modes.split(",")))
+    if "plain-router-p2" in modes and args.instances < 2:
+        raise SystemExit("plain-router-p2: sglang-router's power_of_two policy needs at least 2 instances")
     model_path = resolve_model_path(args.model)
     recording = json.loads(resolve(args.replay).read_text()) if args.replay else None
     tokenizer = prompt_tokenizer(args, recording)
@@ -545,12 +564,24 @@ def main() -> None:
                           replay: dict | None) -> dict:
                     if mode not in ROUTER_POLICIES:
                         return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay))
-                    router = start_router(urls, ROUTER_POLICIES[mode], log_root / f"router-{tag}{mode}.log")
+                    # the router drops custom_params: a shim per instance puts each sample's back by rid
+                    targets = {baseline_rid(s): sample_params(prompts[s.group_id], s, work.eos, replay)
+                               for s in rollout}
+                    shims = []
                     try:
-                        return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay,
-                                                        router=router.url))
+                        for u in urls:
+                            shims.append(ParamsShim(u).start())
+                            shims[-1].params = targets
+                        router = start_router([sh.url for sh in shims], ROUTER_POLICIES[mode],
+                                              log_root / f"router-{tag}{mode}.log")
+                        try:
+                            return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay,
+                                                            router=router.url))
+                        finally:
+                            stop_router(router)
                     finally:
-                        stop_router(router)
+                        for sh in shims:
+                            sh.stop()
 
                 run_modes("plain SGLang", plain_modes, args, works, rng, measured, urls, emulated is not None, plain)
             finally:

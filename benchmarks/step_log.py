@@ -23,6 +23,7 @@ import re
 import statistics
 from collections import defaultdict
 
+from benchmarks.harness.baselines import is_plain
 from benchmarks.harness.manifest import load_run
 from seer_sglang.wire import parse_chunk_rid
 
@@ -191,8 +192,13 @@ def report(run: dict, logs: dict[str, list[dict]], arrivals: dict[str, list[dict
     config = run["config"]
     instances, repeats = config["instances"], config["repeats"]
     found = rollouts(logs, repeats + (1 if config.get("warmup_prompts") != 0 else 0))
+    plain = [m for m in run["modes"] if is_plain(m)]
     for mode in run["modes"]:
-        if mode == "baseline":
+        if is_plain(mode) and len(plain) > 1:
+            # every plain mode sends the same rids, one after another on the same instances
+            print(f"{mode}: not told apart from the run's other plain modes ({', '.join(plain)}) in the step logs")
+            continue
+        if is_plain(mode):
             segments = found.get("baseline", [])[-repeats:]
         else:
             segments = [found[k][0] for k in sorted(found) if k != "baseline" and k.split("-", 1)[1] == mode]
@@ -207,7 +213,7 @@ def report(run: dict, logs: dict[str, list[dict]], arrivals: dict[str, list[dict
             print(f"  rollout {k + 1}")
             rows = []
             for path, steps in segment.items():
-                index = baseline_instance(steps, instances) if mode == "baseline" else None
+                index = baseline_instance(steps, instances) if mode in ("baseline", "plain-group") else None
                 rows.append((index if index is not None else path, instance_stats(steps)))
             for name, st in sorted(rows, key=lambda r: str(r[0])):
                 mine = f" (simulator {busy[name]:.1f} s)" if isinstance(name, int) else ""

@@ -5,6 +5,14 @@ runs is the instances behind that router; the rollout benchmark starts the real 
 ``sglang-router``, the ``bench`` extra) as a process for each plain-router rollout, so every rollout
 starts from an empty routing tree just as the instances start from flushed caches, and stops it by pid.
 
+The router forwards a typed request: it keeps ``rid``, ``custom_logit_processor`` and the ordinary
+sampling parameters, but drops ``sampling_params.custom_params``, where each sample's hidden target
+length travels (sglang-router 0.3.2, checked against an echo worker). Without it every sample would run
+to ``--max-tokens`` and the router modes would write another workload. So each worker URL the router
+is given is a ``ParamsShim`` in front of one instance: it passes every request through unchanged and
+puts back the ``custom_params`` of a ``/generate`` by its ``rid``. The router still chooses the
+instance by its own policy; the instance sees what the benchmark sent. The shim's hop is local.
+
 Retractions are counted where they happen: each SGLang instance started with ``--enable-metrics``
 keeps ``sglang:num_retracted_requests_total`` on its Prometheus ``/metrics``; a mode's retractions are
 the difference of the sum over instances before and after its rollout, the same counter for plain and
@@ -86,6 +94,61 @@ def stop_router(router: Router, grace_s: float = 15) -> None:
         except subprocess.TimeoutExpired:
             router.popen.kill()
             router.popen.wait(grace_s)
+
+
+class ParamsShim:
+    """One instance behind a local pass-through that restores each ``/generate``'s ``custom_params`` by
+    its ``rid`` (``params``, filled before a rollout), served from a thread of this process."""
+
+    def __init__(self, target: str):
+        self.target, self.params = target, {}
+        self.url, self._server, self._thread = None, None, None
+
+    def _app(self):
+        import json
+
+        from starlette.applications import Starlette
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        client: dict = {}
+
+        async def forward(request):
+            http = client.get("http")
+            if http is None:  # one client on the server's own loop
+                http = client["http"] = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None))
+            body = await request.body()
+            if request.method == "POST" and request.url.path == "/generate":
+                data = json.loads(body)
+                restored = self.params.get(data.get("rid"))
+                if restored is not None:
+                    data.setdefault("sampling_params", {})["custom_params"] = restored
+                    body = json.dumps(data).encode()
+            r = await http.request(request.method, f"{self.target}{request.url.path}", content=body,
+                                   params=request.query_params,
+                                   headers={"content-type": request.headers.get("content-type", "application/json")})
+            return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
+
+        return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST", "PUT", "DELETE"])])
+
+    def start(self, timeout: float = 30) -> "ParamsShim":
+        import threading
+
+        import uvicorn
+
+        port = free_port()
+        self._server = uvicorn.Server(uvicorn.Config(self._app(), host="127.0.0.1", port=port, log_level="warning",
+                                                     access_log=False))
+        self._thread = threading.Thread(target=self._server.run, daemon=True, name=f"params-shim-{port}")
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: self._server.started, timeout, what=f"params shim at {self.url}")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._thread.join(30)
 
 
 def counter_value(text: str, name: str) -> float | None:
