@@ -137,7 +137,7 @@ class ParamsShim:
         import uvicorn
 
         port = free_port()
-        self._server = uvicorn.Server(uvicorn.Config(self._app(), host="127.0.0.1", port=port, log_level="warning",
+        self._server = uvicorn.Server(uvicorn.Config(self._app(), host="127.0.0.1", port=port, log_level="error",
                                                      access_log=False))
         self._thread = threading.Thread(target=self._server.run, daemon=True, name=f"params-shim-{port}")
         self._thread.start()
