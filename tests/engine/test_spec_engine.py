@@ -22,7 +22,7 @@ import httpx
 import pytest
 import torch
 
-from conftest import start_healthy
+from conftest import start_all_healthy, start_healthy
 from seer_sglang.config import PluginConfig
 from seer_sglang.kernels.sglang_layout import tree_attention, tree_masks, verify_slots
 from seer_sglang.launch.instances import InstanceSpec, free_port, has_cuda, stop_instances
@@ -214,12 +214,17 @@ def test_response_tail_equals_the_slice_of_the_whole_response():
 
 # --- real servers ---------------------------------------------------------------------------------------
 
+def _spec(model: str, log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None,
+          with_plugin: bool = True) -> InstanceSpec:
+    # One torch thread: the model is tiny, and OpenMP threads waiting on a busy CPU slow each step ~40x.
+    return InstanceSpec(model_path=model, port=free_port(), sglang_args=["--dtype", "float32", *args],
+                        log_path=log_dir / f"{name}.log", with_plugin=with_plugin,
+                        extra_env={"OMP_NUM_THREADS": "1", **(env or {})})
+
+
 def _start(model: str, log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None,
            with_plugin: bool = True):
-    # One torch thread: the model is tiny, and OpenMP threads waiting on a busy CPU slow each step ~40x.
-    return start_healthy(InstanceSpec(model_path=model, port=free_port(), sglang_args=["--dtype", "float32", *args],
-                                      log_path=log_dir / f"{name}.log", with_plugin=with_plugin,
-                                      extra_env={"OMP_NUM_THREADS": "1", **(env or {})}))
+    return start_healthy(_spec(model, log_dir, name, args, env, with_plugin))
 
 
 def _generate(url: str, input_ids: list[list[int]], rids: list[str] | None = None, seeds: list[int] | None = None,
@@ -308,7 +313,10 @@ def plain(tiny_model, logs) -> dict:
     outputs from SGLang without speculation, with the plugin's seeded-sampling hook (on the CPU engine
     SGLang's seeded sampler runs only through it)."""
     prompts = _prompts(tiny_model, 34)
-    inst = _start(tiny_model, logs, "plain", ["--enable-custom-logit-processor"], with_plugin=False)
+    # Both start side by side; --sleep-on-idle: the one waiting its turn does not spin a core meanwhile.
+    inst, seeded_inst = start_all_healthy([
+        _spec(tiny_model, logs, "plain", ["--enable-custom-logit-processor", "--sleep-on-idle"], with_plugin=False),
+        _spec(tiny_model, logs, "seeded", ["--sleep-on-idle"])])
     try:
         greedy_outs = _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True,
                                 top_logprobs_num=2)
@@ -317,13 +325,15 @@ def plain(tiny_model, logs) -> dict:
         replay, params = _replayed(tiny_model, prompts[9])
         replayed = _generate(inst.url, [prompts[9]], temperature=1.0, max_new_tokens=NEW_TOKENS + 8, **params)
         p_t2 = {shape: _target_probs(inst.url, prompts[32 + k]) for k, shape in enumerate(("tree", "chain"))}
+    except BaseException:
+        stop_instances([seeded_inst])
+        raise
     finally:
         stop_instances([inst])
-    inst = _start(tiny_model, logs, "seeded", [])
     try:
-        seeded = _generate(inst.url, [prompts[i // 4] for i in range(32)], seeds=SEEDS, **SEEDED)
+        seeded = _generate(seeded_inst.url, [prompts[i // 4] for i in range(32)], seeds=SEEDS, **SEEDED)
     finally:
-        stop_instances([inst])
+        stop_instances([seeded_inst])
     return {"prompts": prompts[:32], "greedy": greedy, "greedy_meta": [o["meta_info"] for o in greedy_outs], "forced": forced,
             "replay": replay, "replayed": replayed[0]["output_ids"],
             "seeded": [o["output_ids"] for o in seeded],
