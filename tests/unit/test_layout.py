@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from import_graph import import_target
+
 from seer_sglang import config
 
 PACKAGE = Path(config.__file__).resolve().parent
@@ -53,13 +55,7 @@ def imports(module: str, path: Path) -> list[tuple[str, list[str]]]:
         if isinstance(node, ast.Import):
             out += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base[:len(base) - node.level + (1 if is_package else 0)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            out.append((target, [alias.name for alias in node.names]))
+            out.append((import_target(node, module, is_package), [alias.name for alias in node.names]))
     return out
 
 

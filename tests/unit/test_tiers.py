@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from import_graph import import_target
+
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = Path(__file__).resolve().parent
 OWN = ("seer_sglang", "benchmarks")
@@ -46,12 +48,7 @@ def imported(module: str, path: Path, load_time_only: bool) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = module.split(".")
-                parts = parts[:len(parts) - node.level + (1 if is_package else 0)]
-                target = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = import_target(node, module, is_package)
             found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names)
         for child in ast.iter_child_nodes(node):
