@@ -374,3 +374,17 @@ def test_readme_is_a_front_door_with_a_short_headline():
         numbers = re.findall(r"\d+(?:[.,]\d+)*", re.sub(r"`[^`]*`", "", row["result"]))
         assert len(numbers) == 1, row["result"]
         assert row["against"], row
+
+
+def test_the_architecture_page_says_which_packages_run_inside_the_sglang_instances():
+    """The plugin runs inside every SGLang process, and what it imports runs there with it."""
+    runs_in = {}
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        m = re.match(r"\| `seer_sglang/([a-z_]+)(?:/|\.py)` \| ([^|]+) \|", line)
+        if m:
+            runs_in[m[1]] = m[2]
+    inside = package_graph()["plugin"]
+    assert {"core", "speculative", "wire"} <= inside  # the graph is really read
+    for unit in sorted(inside):
+        cell = runs_in.get(unit, "")
+        assert "every process" in cell or "instance" in cell or "SGLang process" in cell, (unit, cell)
