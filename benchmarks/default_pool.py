@@ -25,7 +25,7 @@ import httpx
 
 from benchmarks.harness.result import start as start_run
 from benchmarks.kv_pool import mode_bars, rollout, save, stats
-from benchmarks.rollout import seer_server
+from benchmarks.harness.servers import seer_server
 from seer_sglang.launch.instances import has_cuda
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path

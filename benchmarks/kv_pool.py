@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.harness.result import start as start_run
-from benchmarks.rollout import seer_server
+from benchmarks.harness.servers import seer_server
 from seer_sglang.benchmarking.kill import chunk_tokens_done, kill_instance, moved_chunks
 from seer_sglang.launch.instances import has_cuda
 from seer_sglang.launch.processes import stop_processes

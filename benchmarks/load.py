@@ -39,7 +39,7 @@ import httpx
 import psutil
 
 from benchmarks.harness.result import start as start_run
-from benchmarks.rollout import launch_seer
+from benchmarks.harness.servers import launch_seer
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda,
                                             start_instance, stop_instances, wait_healthy)
 from seer_sglang.frontend.instance_client import KEEPALIVE_EXPIRY_S

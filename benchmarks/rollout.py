@@ -47,17 +47,17 @@ import json
 import platform
 import random
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
 from benchmarks.harness import targets
-from benchmarks.harness.baselines import (PLAIN_MODES, ROUTER_POLICIES, bound, canonical, is_plain, ratio_keys,
+from benchmarks.harness.baselines import (ROUTER_POLICIES, bound, canonical, is_plain, ratio_keys,
                                           regime)
 from benchmarks.harness.manifest import resolve
 from benchmarks.harness.result import start as start_run
+from benchmarks.harness.servers import seer_server
 from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, predict, sim_check
 from benchmarks.harness.sglang_router import (ParamsShim, retraction_counts, retraction_delta, start_router,
@@ -381,25 +381,6 @@ def server_config(mode: str, default_draft: str) -> tuple[str, str]:
     return ("file" if "pool" in options else "none"), draft
 
 
-def seer_server(model_path: str, args, engine_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
-    return launch_seer(model_path, ["--num-instances", str(args.instances), "--chunk-size", str(args.chunk_size),
-                                    *engine_args], log_dir)
-
-
-def launch_seer(model_path: str, flags: list[str], log_dir: Path) -> tuple[subprocess.Popen, str]:
-    """``python -m seer_sglang.launch_server`` on a free port with ``flags`` (the tests' own start,
-    ``seer_sglang.launch.seer_process``); returns once it is healthy."""
-    from seer_sglang.launch.seer_process import start_seer, stop_seer, wait_seer
-
-    server = start_seer(model_path, log_dir, *flags)
-    try:
-        wait_seer(server, timeout_s=1800)
-    except Exception as e:
-        stop_seer(server)
-        raise RuntimeError(f"seer server did not start ({e}); see {log_dir}") from None
-    return server.proc, server.url
-
-
 class Measured:
     """Every repeat of every mode, with the emulation counters around each run."""
 
@@ -635,7 +616,7 @@ def main() -> None:
                                      results)}
     # the smallest step: the profile's lone short step where the steps are emulated, else the engines'
     # measured batch-1 step
-    step_s, step_source = ((step_model.decode_step(1, 0), f"the emulated profile's decode_step(1, 0)")
+    step_s, step_source = ((step_model.decode_step(1, 0), "the emulated profile's decode_step(1, 0)")
                            if emulated is not None else (calib["min_step_s"], "measured batch-1 step (calibration)"))
     report["bound"] = bound(results, step_s, keys["reference"], step_source)
     report["regime"] = regime(step_model, len(trace), args.instances, statistics.fmean(s.prompt_len for s in trace),

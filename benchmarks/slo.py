@@ -40,7 +40,7 @@ import httpx
 from benchmarks.harness.manifest import load_run
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.emulation import emulation_counters, emulation_delta
-from benchmarks.rollout import launch_seer
+from benchmarks.harness.servers import launch_seer
 from seer_sglang.config import SCHEDULER, SLO_CONFIG, EmulationConfig, PluginConfig
 from seer_sglang.core.policy import make_policy
 from seer_sglang.core.slo import SLO, attainment

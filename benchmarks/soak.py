@@ -30,7 +30,7 @@ import httpx
 import psutil
 
 from benchmarks.harness.result import start as start_run
-from benchmarks.rollout import launch_seer
+from benchmarks.harness.servers import launch_seer
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
 
