@@ -6,7 +6,7 @@ fits one from its calibration and writes it beside its result; ``cpu-smollm2`` i
 
 Both runs are ``benchmarks.rollout`` with the same workload (same prompts: the two models share
 SmolLM2's tokenizer, same hidden target lengths), the real one first: its fit is the emulated run's
-profile, so both describe the machine as it is in this session. If the emulation is right, each
+profile, so both describe the machine as it is during this run. If the emulation is right, each
 mode completes in about the same time on both; ``error`` is emulated / real - 1 per mode, and the
 issue's bar is 10%. The emulated instances pad each step to the profile, so what differs is what the
 profile leaves out (the real model's steps vary with load, prompt lengths and the two instances
