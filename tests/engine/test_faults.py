@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import BackgroundRollout, start_seer, stop_seer, wait_seer
+from conftest import BackgroundRollout, start_healthy, start_seer, stop_seer, wait_seer
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
 from seer_sglang.launch.waiting import wait_until
 
@@ -152,7 +152,6 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
     every sample is plain SGLang's, once; both instances take work again once they are well."""
     from fault_proxy import FaultProxy
 
-    from conftest import start_healthy
     from seer_sglang.benchmarking.kill import kill_tree
     from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances
 

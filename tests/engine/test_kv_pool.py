@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import start_healthy, start_seer
 from seer_sglang.frontend.kv_pool import FilePool
 from seer_sglang.launch.waiting import wait_until
 
@@ -208,7 +209,6 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
 
     import psutil
 
-    from conftest import start_healthy
     from seer_sglang.benchmarking.kill import kill_tree
     from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances
     from seer_sglang.launch.kv_pool import PoolSetup
@@ -260,7 +260,6 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
 def test_a_pool_directory_holding_other_files_is_refused_at_start(tiny_model, tmp_path):
     """The pool evicts and clears files in its directory: the launcher will not take one that holds
     files it did not make, and stops before starting any instance."""
-    from conftest import start_seer
 
     foreign = tmp_path / "data"
     foreign.mkdir()

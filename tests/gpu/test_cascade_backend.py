@@ -12,6 +12,7 @@ import types
 import pytest
 import torch
 
+from conftest import start_healthy
 from flashinfer_model import torch_flashinfer
 from seer_sglang.config import PluginConfig
 from seer_sglang.kernels.cascade import CascadeTreeVerify, cascade_layout, plan_layout, run_cascade_layout, verify_layout
@@ -234,7 +235,6 @@ def test_seer_cascade_keeps_the_tokens_of_flashinfers_verify_on_gpu(tmp_path):
     pytest.importorskip("sglang")
     import httpx
 
-    from conftest import start_healthy
     from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances, visible_gpus
     from seer_sglang.models import prepare
 

@@ -71,7 +71,7 @@ def test_pure_modules_import_neither_sglang_nor_serving_code(monkeypatch):
         try:
             importlib.import_module(name)
         except ImportError as e:
-            if e.name != "torch":  # the unit tier runs without torch (tests/unit/conftest.py)
+            if e.name != "torch":  # the unit tier runs without torch (tests/unit_guard.py)
                 raise
         serving = sorted(m for m in reachable(graph, name)
                          if m.startswith("seer_sglang.") and unit_of(m) in SERVING)

@@ -1,5 +1,5 @@
 """The unit tier stays free of SGLang, torch and child processes, also when it runs inside the whole
-suite: there tests/unit/conftest.py leaves its import guard off (the engine tests load SGLang), so the
+suite: there tests/unit_guard.py leaves its import guard off (the engine tests load SGLang), so the
 rule is checked here from the sources. A unit test module's imports (at any depth, since its test
 functions run them) are followed through the repository's own modules, whose imports at load time
 (module and class bodies, not function bodies, not ``if TYPE_CHECKING:``) run with them."""
@@ -78,7 +78,7 @@ def reached(test_file: Path) -> dict[str, list[str]]:
 
 
 def unit_test_files() -> list[Path]:
-    return sorted(UNIT.glob("test_*.py")) + [UNIT / "conftest.py", UNIT.parent / "conftest.py"]
+    return sorted(UNIT.glob("test_*.py")) + [UNIT.parent / "unit_guard.py", UNIT.parent / "conftest.py"]
 
 
 def test_no_unit_test_module_reaches_sglang_or_torch():
@@ -111,8 +111,8 @@ def test_the_scan_sees_an_import_through_a_chain_and_inside_a_function(tmp_path)
 
 
 def test_a_unit_only_session_cannot_import_sglang_or_torch_or_start_a_process(pytestconfig):
-    """The guard of tests/unit/conftest.py, as a unit test meets it."""
-    guard = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(UNIT / "conftest.py"))
+    """The guard (tests/unit_guard.py), as a unit test meets it."""
+    guard = sys.modules["unit_guard"]
     if not guard.unit_only(pytestconfig):
         pytest.skip("this session collects more than tests/unit: the guard is off")
     for name in FORBIDDEN:
@@ -120,3 +120,9 @@ def test_a_unit_only_session_cannot_import_sglang_or_torch_or_start_a_process(py
             __import__(name)
     with pytest.raises(guard.ProcessStartRefused, match="tests/engine"):
         subprocess.run(["true"])
+
+
+def test_the_suite_has_one_conftest():
+    """One conftest.py (tests/), imported as ``conftest``; a second one anywhere below would take that
+    name over, and the tests that import the shared helpers from ``conftest`` would find none of them."""
+    assert [p.relative_to(ROOT) for p in (ROOT / "tests").rglob("conftest.py")] == [Path("tests/conftest.py")]

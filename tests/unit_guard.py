@@ -1,6 +1,10 @@
 """The unit tier is plain Python: it imports neither SGLang nor torch and starts no process, so it runs
 in a minute on any machine and a failure in it is about seer's own logic, not about an engine.
 
+A pytest plugin (``-p unit_guard`` in pyproject's addopts), not a tests/unit/conftest.py: a second
+conftest module would also be named ``conftest`` and shadow the shared one (tests/conftest.py) for the
+tests that import its helpers.
+
 When a pytest session collects only tests/unit, that is enforced for the whole session:
 ``sglang`` and ``torch`` cannot be imported (``sys.modules`` holds ``None`` for them, so ``import``
 raises and ``importlib.util.find_spec`` answers "not installed", as libraries that probe for torch
@@ -19,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-UNIT_DIR = Path(__file__).resolve().parent
+UNIT_DIR = Path(__file__).resolve().parent / "unit"
 FORBIDDEN = ("sglang", "torch")
-HINT = ("tests/unit imports neither sglang nor torch and starts no process (tests/unit/conftest.py): "
+HINT = ("tests/unit imports neither sglang nor torch and starts no process (tests/unit_guard.py): "
         "a test that needs them belongs in tests/engine")
 
 # The ways a Python process starts another: subprocess through its own reference to
