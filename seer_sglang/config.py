@@ -64,10 +64,10 @@ class FrontendConfig:
     # instance): the frontend checks them as SGLang does, and sends them to the instances.
     api_key: Optional[str] = None
     admin_api_key: Optional[str] = None
-    group_window_ms: float = flag(100.0, "--group-window-ms", "POST /generate: requests with the same prompt "
-                                  "and settings that arrive less than this apart (at most 5 windows after the "
-                                  "first) run as one prompt group, as a trainer's per-sample requests of a GRPO "
-                                  "group do; 0 = only the samples of one request (default: %(default)s)")
+    group_window_ms: float = flag(100.0, "--group-window-ms", "POST /generate with seer_group_size: a named "
+                                  "group waits for its samples at most this long after the latest came (at most "
+                                  "5 windows after the first); unnamed requests are dispatched at once and join "
+                                  "the running group of their prompt and settings (default: %(default)s)")
     # What one request, and all of them together, may cost: refused up front with a clear error, never
     # by running out of memory.
     max_body_mb: float = flag(64.0, "--max-body-mb", "largest request body accepted; a larger one gets 413 "

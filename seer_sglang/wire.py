@@ -104,6 +104,8 @@ class ChunkRequest:
     top_logprobs_num: int = 0
     priority: int = 0
     custom_logit_processor: str | None = None
+    extra_key: str | None = None
+    cache_salt: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rid": self.rid, "input_ids": self.input_ids,
@@ -116,6 +118,9 @@ class ChunkRequest:
             body["priority"] = self.priority
         if self.custom_logit_processor:
             body["custom_logit_processor"] = self.custom_logit_processor
+        for name in ("extra_key", "cache_salt"):
+            if getattr(self, name) is not None:
+                body[name] = getattr(self, name)
         return body
 
 

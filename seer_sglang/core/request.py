@@ -169,6 +169,11 @@ class Sample:
     priority: int = 0
     oracle_length: int | None = None  # benchmarks only; ignored by every non-oracle policy
     custom_params: dict[str, Any] | None = None  # for the custom logit processor; opaque to policies
+    # SGLang's cache namespaces the caller gave (``extra_key``, ``cache_salt``), sent with every chunk
+    cache_scope: dict[str, str] | None = None
+    # A pause in SGLang's "abort" mode answers the sample as an abort with its tokens so far (the
+    # caller resends it, as SGLang's own callers do); else the sample waits and goes on after it.
+    ends_on_pause: bool = False
     # SGLang's logprob_start_len: -1 = logprobs of output tokens only; >= 0 = also of the prompt from
     # there, taken from the chunk that prefills the prompt (the first, or the first after a restart).
     input_logprob_start: int = -1

@@ -77,6 +77,7 @@ class RolloutEngine:
         # the latest versions chunks reported (bounded: a long job updates its weights thousands of times)
         self.weight_versions_seen: collections.deque[str] = collections.deque(maxlen=64)
         self.paused = False
+        self.pause_returns = False  # the pause answers resendable samples (set_paused)
         self._group_done: dict[str, asyncio.Event] = {}
         self._chunk_tasks: dict[str, asyncio.Task] = {}  # sample rid → running chunk
         self._loops: list[asyncio.Task] = []
@@ -184,6 +185,9 @@ class RolloutEngine:
             self._end_early(sample, SampleState.FAILED)
         return len(live)
 
+    def unfinished_count(self) -> int:
+        return len(self._unfinished())
+
     def abort_all(self) -> int:
         live = self._unfinished()
         for sample in live:
@@ -201,9 +205,31 @@ class RolloutEngine:
         """Swap the scheduling policy; only between rollouts, since policies keep per-group state."""
         self.router.set_policy(policy)
 
-    def set_paused(self, paused: bool) -> None:
+    def set_paused(self, paused: bool, *, returns: bool = False) -> None:
+        """Stop or resume dispatching. ``returns`` (SGLang's pause mode "abort"): a sample whose caller
+        resends aborted work (``ends_on_pause``: a ``/generate`` caller, as AReaL and slime resume a
+        partial rollout) is answered as an abort with its tokens so far: at once when it waits in the
+        buffer, when its aborted chunk comes back when it runs. Any other sample waits, its chunk cut
+        short by the instance's abort, and goes on after the pause."""
         self.paused = paused
+        self.pause_returns = paused and returns
+        if self.pause_returns:
+            for sample in self.buffer.pending():
+                if sample.ends_on_pause:
+                    self._return_on_pause(sample)
         self._wake.set()
+
+    def _return_on_pause(self, sample: Sample) -> None:
+        sample.finish_reason, sample.error = "abort", "aborted by /pause_generation; resend it with its tokens so far"
+        self._complete(sample, SampleState.ABORTED)
+
+    def _put_back(self, sample: Sample) -> None:
+        """An unfinished sample whose chunk ended goes back to the buffer, or to its caller in a pause
+        that returns it."""
+        if self.pause_returns and sample.ends_on_pause:
+            self._return_on_pause(sample)
+        else:
+            self.router.requeue(sample)
 
     def _give_up_on(self, index: int) -> None:
         """A request to an instance that stopped answering (SIGSTOP, a hung scheduler) never returns, and
@@ -290,7 +316,7 @@ class RolloutEngine:
             # output tokens only, except on the chunk that prefills the prompt of a sample that asked for it
             logprob_start_len=sample.input_logprob_start if sample.generated == 0 else -1,
             top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
-            custom_logit_processor=sample.params.custom_logit_processor)
+            custom_logit_processor=sample.params.custom_logit_processor, **(sample.cache_scope or {}))
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
@@ -452,8 +478,8 @@ class RolloutEngine:
         if kind == "stop":
             sample.finish_reason, sample.matched_stop = "stop", finish.get("matched")
         elif kind == "abort":
-            if self.paused:  # a pause (mode "abort") cut the chunk short: resume it later, lose nothing
-                self.router.requeue(sample)
+            if self.paused:  # a pause (mode "abort") cut the chunk short
+                self._put_back(sample)
                 return
             message = str(finish.get("message", "aborted by SGLang"))
             if message.startswith(SLO_REJECTED):  # the instance refused it: its SLO cannot be met
@@ -467,8 +493,8 @@ class RolloutEngine:
         if sample.finish_reason is not None:
             self._complete(sample, SampleState.FINISHED)
         else:
-            self.router.requeue(sample)
-            if self.hooks.pool_probe is not None:
+            self._put_back(sample)
+            if self.hooks.pool_probe is not None and not sample.done:
                 asyncio.create_task(self._probe_pool(sample))
 
     async def _probe_pool(self, sample: Sample) -> None:

@@ -2,10 +2,11 @@
 
 Trainers send one ``/generate`` request per sample: slime and AReaL start one task per sample of a GRPO
 group, veRL repeats its batch n times. Seer's scheduling and group drafts need the G siblings as one
-group, so requests with the same prompt and the same settings that arrive within a short window join
-one group. A trainer that knows its groups can name them (a group key and size): such a group is
-formed as soon as its last sample arrives. A sibling that comes later still joins its group while the
-group runs (``Frontend.form_group``).
+group, and none of them may wait for the others (a multi-turn agent's next turn, a teacher's scoring
+call): a request is dispatched at once, as a group of its own samples, and a sibling with the same
+prompt and settings that comes while that group runs joins it (``Frontend.form_group``). A trainer
+that knows its groups can name them (a group key and size): such a group is formed as soon as its
+last sample arrives, or a window after the latest one came.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ class _Bucket:
 
 class SampleGrouper:
     """Collects samples by group key and hands each bucket to ``form``, which makes and submits its
-    group: ``window_s`` after the last sibling arrived (a burst that keeps coming keeps the group open,
-    up to ``max_wait`` windows after the first), or as soon as a named group is complete."""
+    group (or adds the samples to the running group of their key). An unnamed bucket goes at once,
+    after the samples of the call that opened it; a named one (``size`` given) as soon as it is
+    complete, else ``window_s`` after its latest sample arrived (at most ``max_wait`` windows after
+    the first)."""
 
     def __init__(self, window_s: float, form: Callable[[str, list[NativeSample]], Group], max_size: int = 1024,
                  max_wait: float = 5.0):
@@ -55,9 +58,9 @@ class SampleGrouper:
                 bucket = self._open[key] = _Bucket(opened_at=now, size=size, formed=loop.create_future())
             if bucket.timer is not None:
                 bucket.timer.cancel()
-            # With no window, samples of the same call still group: the flush runs after this loop.
+            # Samples of the same call always group: the flush runs after this loop.
             due = min(bucket.opened_at + self.max_wait * self.window_s, now + self.window_s)
-            bucket.timer = (loop.call_at(due, self._flush, key) if self.window_s > 0
+            bucket.timer = (loop.call_at(due, self._flush, key) if self.window_s > 0 and bucket.size
                             else loop.call_soon(self._flush, key))
             bucket.natives.append(native)
             if bucket.formed not in waits:

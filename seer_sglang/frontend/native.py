@@ -24,9 +24,15 @@ from .errors import APIError
 _APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
             "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
             "return_prompt_token_ids"}
-# Top-level fields that change nothing about what is sampled or returned: bookkeeping and tracing.
+# Top-level fields sent with every chunk of the sample: cache namespaces, which decide what KV a
+# chunk may reuse and never what it samples.
+_PASSED = ("extra_key", "cache_salt")
+# Top-level fields that change nothing about what is sampled or returned: bookkeeping, tracing and
+# routing hints (seer picks the instance). ``priority`` is what SGLang itself does with it when
+# priority scheduling is off, its default: nothing. The instances' queue order is seer's.
 _NEUTRAL = {"log_metrics", "no_logs", "custom_labels", "conversation_id", "external_trace_header",
-            "received_time", "http_worker_ipc", "routing_key", "session_id"}
+            "received_time", "http_worker_ipc", "routing_key", "session_id", "priority", "data_parallel_rank",
+            "routed_dp_rank", "disagg_prefill_dp_rank"}
 # Sampling params seer applies to every chunk of the sample, or to its text in the frontend.
 _SAMPLING_APPLIED = {"max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k",
                      "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
@@ -54,6 +60,7 @@ class NativeSample:
     sampling_seed: int | None
     logprob_start: int  # SGLang's logprob_start_len: -1 = output only, >= 0 = also the prompt from there
     custom_params: dict[str, Any] | None = None
+    cache_scope: dict[str, str] | None = None  # the caller's _PASSED fields
     # Set by the route before the sample joins a group (the engine streams chunks when on_tokens is set).
     on_tokens: Callable[[Sample, list[int]], None] | None = None
     on_done: Callable[[Sample], None] | None = None
@@ -83,6 +90,16 @@ def check_custom_params(params: Any, param: str) -> None:
                        code="reserved_parameter")
 
 
+def _empty(value: Any) -> bool:
+    """None, or an empty string, list or object (or a list of such, one per prompt): what trainers send
+    for a field they do not use (AReaL sends ``image_data: []`` on every request)."""
+    if value is None or value == "":
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_empty(v) for v in value)
+    return isinstance(value, dict) and all(_empty(v) for v in value.values())
+
+
 def _refuse(name: str, why: str) -> APIError:
     return APIError(f"{name} is not supported by seer_sglang ({why}); leave it unset", param=name,
                     code="unsupported_parameter")
@@ -109,9 +126,10 @@ def _sglang_generate_input(body: dict[str, Any]):
                        param=".".join(map(str, first["loc"]))) from e
     default = GenerateReqInput()
     for f in dataclasses.fields(GenerateReqInput):
-        if f.name in _APPLIED or f.name in _NEUTRAL:
+        if f.name in _APPLIED or f.name in _NEUTRAL or f.name in _PASSED:
             continue
-        if getattr(obj, f.name) != getattr(default, f.name):
+        value = getattr(obj, f.name)
+        if value != getattr(default, f.name) and not _empty(value):
             raise _refuse(f.name, "seer_sglang generates text from text or input_ids only")
     try:
         obj.normalize_batch_and_arguments()
@@ -184,6 +202,7 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
                         "logprob_start_len")
     top = _per_prompt(body.get("top_logprobs_num") or 0, b, "top_logprobs_num")
     processors = _per_prompt(body.get("custom_logit_processor"), b, "custom_logit_processor")
+    scopes = {name: _per_prompt(body.get(name), b, name) for name in _PASSED}
     raw_rid = body.get("rid")
     if isinstance(raw_rid, list) and len(raw_rid) != b:
         raise APIError(f"rid has {len(raw_rid)} entries for {b} prompts", param="rid")
@@ -225,9 +244,10 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             # the same request with the same seed draws the same samples again.
             seed_key = f"rid:{rid}" if raw_rid is not None else group_seed_key(ids, i)
             seed = None if sp.sampling_seed is None else derive_seed(sp.sampling_seed, seed_key, j)
+            scope = {name: str(values[i]) for name, values in scopes.items() if values[i] is not None}
             samples.append(NativeSample(position=k, rid=rid, prompt_ids=ids, params=params, sampling_seed=seed,
                                         logprob_start=int(start[i]) if logprob[i] else -1,
-                                        custom_params=sp.custom_params))
+                                        custom_params=sp.custom_params, cache_scope=scope or None))
     return NativeRequest(single=single, stream=bool(obj.stream), samples=samples,
                          text_in_logprobs=bool(body.get("return_text_in_logprobs")),
                          return_prompt_ids=bool(body.get("return_prompt_token_ids")))
@@ -238,8 +258,8 @@ def group_key(native: NativeSample, explicit: str | None) -> str:
     draw with their own), and the same group key when the caller gives one."""
     settings = dataclasses.asdict(native.params)
     settings.pop("seed", None)
-    text = json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params],
-                      sort_keys=True, default=str)
+    text = json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params,
+                       native.cache_scope], sort_keys=True, default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()  # kept while the group runs: small
 
 
@@ -295,6 +315,7 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
             meta["input_top_logprobs"] = [
                 None if step is None else _logprob_entries(step, tokenizer.token_str, req.text_in_logprobs)
                 for step in s.input_top_logprobs]
-    if req.return_prompt_ids:
-        meta["prompt_token_ids"] = list(s.prompt_ids)
-    return {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}
+    out = {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}
+    if req.return_prompt_ids:  # beside meta_info, where SGLang puts it
+        out["prompt_token_ids"] = list(s.prompt_ids)
+    return out

@@ -214,6 +214,7 @@ class Frontend:
             n.sample = Sample(rid=sample_rid(gid, k), group_id=gid, index=k, prompt_ids=list(n.prompt_ids),
                               params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,
                               custom_params=n.custom_params, input_logprob_start=n.logprob_start,
+                              cache_scope=n.cache_scope, ends_on_pause=True,
                               on_tokens=n.on_tokens, on_done=n.on_done)
         return [n.sample for n in natives]
 
@@ -245,6 +246,13 @@ class Frontend:
         for n in natives:
             if self.native_rids.get(n.rid) is n:
                 del self.native_rids[n.rid]
+
+    def abort_all(self) -> int:
+        """SGLang's abort of everything: every sample in flight or queued, and every ``/generate``
+        sample still waiting for its group, ends as an abort with its tokens so far."""
+        for native in self.grouper.waiting():
+            native.abandoned = True
+        return self.engine.abort_all()
 
     def find_samples(self, rid: str) -> list[Sample]:
         """Samples named exactly by a group id, a sample rid, or a rid a ``/generate`` caller gave; a

@@ -30,13 +30,19 @@ async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str,
     return answer(await fe.engine.instances.broadcast(path, body, control=control), down_ok=control)
 
 
-def answer(per_instance: list[dict[str, Any]], down_ok: bool = False) -> JSONResponse:
-    """One answer for a call every instance got (``fan_out``)."""
-    statuses = [r["status"] for r in per_instance if not (down_ok and r.get("skipped"))]
+def answer(per_instance: list[dict[str, Any]], down_ok: bool = False, message: str = "Success") -> JSONResponse:
+    """One answer for a call every instance got (``fan_out``), with SGLang's ``success`` and
+    ``message`` (the first failing instance's, on failure) and each instance's own answer."""
+    counted = [r for r in per_instance if not (down_ok and r.get("skipped"))]
+    statuses = [r["status"] for r in counted]
     ok = all(s == 200 for s in statuses)
     refused = [s for s in statuses if 400 <= s < 500]
     status = 200 if ok else (refused[0] if refused and all(s < 500 for s in statuses) else 502)
-    return JSONResponse({"success": ok, "instances": per_instance}, status_code=status)
+    if not ok:
+        bad = next(r for r in counted if r["status"] != 200)
+        said = bad.get("body", {}).get("message") if isinstance(bad.get("body"), dict) else None
+        message = f"instance {bad['instance']}: {said or bad.get('error') or bad['status']}"
+    return JSONResponse({"success": ok, "message": message, "instances": per_instance}, status_code=status)
 
 
 @router.post("/abort_request")
@@ -49,9 +55,7 @@ async def abort_request(req: AbortRequest, request: Request):
     listed (a stuck instance is named, not waited for)."""
     fe = frontend(request)
     if req.abort_all:
-        aborted = fe.engine.abort_all()
-        for native in fe.grouper.waiting():
-            native.abandoned = True
+        aborted = fe.abort_all()
         response = await fan_out(fe, "/abort_request", req.model_dump(), control=True)
     else:
         if not req.rid:
@@ -68,9 +72,24 @@ async def abort_request(req: AbortRequest, request: Request):
 @router.post("/pause_generation")
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def pause_generation(request: Request):
+    """SGLang's pause. ``mode`` "abort" (the default): every instance aborts what it runs, and each
+    ``/generate`` sample in flight or queued is answered as an abort with its tokens so far, for the
+    caller to resend with them (AReaL's and slime's partial rollout); ``/v1/rollout`` and OpenAI
+    samples wait and go on after ``/continue_generation``, losing nothing. "retract" and "in_place":
+    the instances keep their requests, as SGLang defines those modes, and nothing new is dispatched.
+    New requests wait for ``/continue_generation`` in every mode, as in SGLang."""
     fe = frontend(request)
-    fe.engine.set_paused(True)
-    return await fan_out(fe, "/pause_generation", await json_body(request), control=True)
+    body = await json_body(request)
+    body = {} if body is None else body
+    mode = body.get("mode", "abort") if isinstance(body, dict) else None
+    if mode not in ("abort", "retract", "in_place"):
+        raise APIError("mode must be one of 'abort', 'retract', 'in_place'", param="mode")
+    before = fe.engine.unfinished_count()
+    fe.engine.set_paused(True, returns=mode == "abort")
+    response = answer(await fe.engine.instances.broadcast("/pause_generation", body, control=True), down_ok=True,
+                      message="Generation paused successfully.")
+    response.headers["x-seer-returned-samples"] = str(before - fe.engine.unfinished_count())
+    return response
 
 
 @router.post("/continue_generation")
@@ -78,7 +97,8 @@ async def pause_generation(request: Request):
 async def continue_generation(request: Request):
     fe = frontend(request)
     fe.engine.set_paused(False)
-    return await fan_out(fe, "/continue_generation", await json_body(request), control=True)
+    return answer(await fe.engine.instances.broadcast("/continue_generation", await json_body(request), control=True),
+                  down_ok=True, message="Generation continued successfully.")
 
 
 @router.api_route("/flush_cache", methods=["GET", "POST"])

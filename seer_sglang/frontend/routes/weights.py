@@ -56,6 +56,8 @@ async def _update(fe: Frontend, path: str, bodies: dict[str, Any] | list[dict[st
         problem = update_body_problem(path, body, loaders)
         if problem is not None:
             raise APIError(problem[1], param=problem[0])
+    if any(body.get("abort_all_requests") for body in (bodies if isinstance(bodies, list) else [bodies])):
+        fe.abort_all()  # as SGLang: every request, the samples waiting here included, not only the chunks
     version = f"update-{uuid.uuid4().hex[:12]}"
     for body in bodies if isinstance(bodies, list) else [bodies]:
         version = body.setdefault("weight_version", version)
