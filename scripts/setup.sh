@@ -130,13 +130,17 @@ if ! stamp_ok project "$KEY"; then
   stamp_set project "$KEY"
 fi
 
-# veRL's own SGLang client (HttpServerAdapter), which the drop-in tests drive seer_sglang with. Without
-# its dependencies (ray, tensordict, ...): the tests load that one module, which needs requests, aiohttp
-# and SGLang only.
-KEY="verl==0.9.1"
+# The trainers' own SGLang clients, which the drop-in tests drive seer_sglang with, without their
+# heavy dependencies: veRL's HttpServerAdapter (one module; it needs requests, aiohttp and SGLang), and
+# AReaL's SGLangBackend and RemoteInfEngine with the small packages their imports need (ray and numba,
+# which those code paths never call, are stood in for by tests/engine/areal_client.py).
+TRAINER_CLIENTS=(verl==0.9.1 areal==1.0.4 colorlog==6.12.0 tenacity==9.2.1 flask==3.1.3 blinker==1.9.0
+                 itsdangerous==2.2.0 torchdata==0.11.0 lark==1.3.1 hydra-core==1.3.8 omegaconf==2.4.0
+                 antlr4-python3-runtime==4.9.3 aiofiles==25.1.0)
+KEY="${TRAINER_CLIENTS[*]}"
 if ! stamp_ok trainer-clients "$KEY"; then
-  step "install veRL 0.9.1 (no deps: its HTTP client module only)"
-  "${PIP[@]}" -q --no-deps "verl==0.9.1"
+  step "install veRL 0.9.1 and AReaL 1.0.4 (no deps: their SGLang clients only)"
+  "${PIP[@]}" -q --no-deps "${TRAINER_CLIENTS[@]}"
   stamp_set trainer-clients "$KEY"
 fi
 

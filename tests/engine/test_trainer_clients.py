@@ -3,9 +3,8 @@
 of veRL's SGLang rollout, pointed at seer and at plain SGLang side by side. Every request here is made
 by veRL's code: generate (sync and async), GET /flush_cache with its retries, sleep mode, abort.
 
-AReaL's and slime's clients also install without a GPU, but only with ray, hydra and a pinned
-transformers (AReaL) or from a git checkout (slime); their request bodies are replayed from their
-source in test_native_generate.py."""
+AReaL's client is driven in test_areal.py. slime has no package (a git checkout only); its request
+bodies are replayed from its source in test_native_generate.py."""
 
 from __future__ import annotations
 

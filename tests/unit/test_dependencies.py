@@ -21,11 +21,11 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 DISTRIBUTION = {"zmq": "pyzmq", "prometheus_client": "prometheus-client", "flashinfer": "flashinfer-python",
                 "sklearn": "scikit-learn", "yaml": "pyyaml"}
 # installed by scripts/setup.sh outside the declared lists: the Mooncake transfer engine (a CUDA and a
-# non-CUDA wheel under different names) and veRL's client module (without veRL's dependencies)
-SETUP_INSTALLED = {"mooncake", "verl"}
+# non-CUDA wheel under different names) and the trainers' clients (veRL, AReaL: without their dependencies)
+SETUP_INSTALLED = {"mooncake", "verl", "areal"}
 # the repository's own modules, the CPU sgl_kernel stand-in, and pip (in every virtualenv)
 LOCAL = {"seer_sglang", "benchmarks", "conftest", "fault_proxy", "kill_rollout", "mooncake_migration",
-         "flashinfer_model", "import_graph", "unit_guard", "sgl_kernel", "pip"}
+         "flashinfer_model", "import_graph", "unit_guard", "areal_client", "sgl_kernel", "pip"}
 
 
 def names(requirements: list[str]) -> set[str]:

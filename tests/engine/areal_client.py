@@ -1,0 +1,67 @@
+"""AReaL 1.0.4's own SGLang client, loaded for the drop-in tests: ``areal.engine.sglang_remote``
+(``SGLangBackend``, which builds every request and parses every answer) and
+``areal.infra.remote_inf_engine`` (``RemoteInfEngine``, whose ``agenerate`` sends them and resumes a
+sample that a pause or an update aborted).
+
+scripts/setup.sh installs AReaL without its dependencies and adds the small packages its imports
+need. Two that it imports at module level are never called on these paths: ray (AReaL's scheduler,
+launcher and name service) and numba (sequence packing for training). Where they are not installed,
+a module that answers every attribute stands in for each, so that the import succeeds; anything that
+did call them would get an object that does nothing, and the tests would see it fail.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+STOOD_IN = ("ray", "numba")
+
+
+class _Anything(type):
+    """A class whose attributes, and whatever calling it makes, are more of the same: enough for
+    ``@ray.remote``, ``ray.util.placement_group.PlacementGroup | None`` and ``@numba.njit(...)``."""
+
+    def __getattr__(cls, name):
+        return _anything
+
+    def __call__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]  # a bare decorator leaves the function as it is
+        return _anything
+
+
+_anything = _Anything("stand_in", (), {})
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in STOOD_IN:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = lambda attr: _anything
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def load():
+    """``(sglang_remote, remote_inf_engine, io_struct, cli_args)`` of AReaL, or None if not installed."""
+    if importlib.util.find_spec("areal") is None:
+        return None
+    missing = [name for name in STOOD_IN if importlib.util.find_spec(name) is None]
+    if missing and not any(isinstance(f, _StandIns) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StandIns())
+    from areal.api import cli_args, io_struct
+    from areal.engine import sglang_remote
+    from areal.infra import remote_inf_engine
+
+    return sglang_remote, remote_inf_engine, io_struct, cli_args
