@@ -53,6 +53,8 @@ def group_of_sample(rid: str) -> str:
 # in the body (dropped before SGLang's parse) or as headers
 GROUP_FIELD, GROUP_SIZE_FIELD = "seer_group", "seer_group_size"
 GROUP_HEADER, GROUP_SIZE_HEADER = "x-seer-group", "x-seer-group-size"
+# sgl-model-gateway's header naming a trajectory: its turns go to the instance that ran the last one
+ROUTING_KEY_HEADER = "x-smg-routing-key"
 
 
 # ---- SGLang names registered by the plugin ---------------------------------------------------------
@@ -139,6 +141,7 @@ class ChunkAnswer:
     cached_details: dict[str, int] | None = None  # device / host / storage, when SGLang reports them
     verify_steps: int = 0  # spec_verify_ct
     accepted_drafts: int = 0  # spec_num_correct_drafts
+    proposed_drafts: int = 0  # spec_num_proposed_drafts
     retractions: int = 0  # num_retractions
     # SGLang's logprob lists as they came ([logprob, token id, text] entries), read by position below:
     # a stream repeats them whole in every event, so only the new positions are converted.
@@ -161,6 +164,7 @@ class ChunkAnswer:
             cached_details=None if not details else {k: int(details.get(k) or 0) for k in ("device", "host", "storage")},
             verify_steps=int(meta.get("spec_verify_ct") or 0),
             accepted_drafts=int(meta.get("spec_num_correct_drafts") or 0),
+            proposed_drafts=int(meta.get("spec_num_proposed_drafts") or 0),
             retractions=int(meta.get("num_retractions") or 0),
             raw_output_logprobs=meta.get("output_token_logprobs") or [],
             raw_output_top_logprobs=meta.get("output_top_logprobs") or [],

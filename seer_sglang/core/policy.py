@@ -281,7 +281,7 @@ class ChunkedPolicy(SchedulingPolicy):
         for rank, sample in enumerate(ordered):
             budget = chunk_tokens(sample, chunk, self.page_size)
             target = self.select_instance(instances, sample, budget,
-                                          sample.chunks[-1].instance if sample.chunks else None,
+                                          sample.chunks[-1].instance if sample.chunks else sample.affinity,
                                           self.move_share(sample, budget))
             if target is None:
                 if not any(v.healthy and v.inflight == 0 for v in instances):

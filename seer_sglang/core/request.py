@@ -127,6 +127,7 @@ class ChunkRecord:
     # Speculative decoding: verify steps, and draft tokens they accepted (each step also emits one token).
     draft_steps: int = 0
     accepted_tokens: int = 0
+    proposed_drafts: int = 0  # draft tokens SGLang counts as proposed (spec_num_proposed_drafts)
     weight_version: str | None = None  # the instance's weights when the chunk ended (SGLang's meta_info)
     # The instance answered (or streamed) for this chunk. A chunk lost with its instance reported
     # nothing: where its context came from is unknown, and it is neither a hit nor a recompute.
@@ -171,6 +172,9 @@ class Sample:
     custom_params: dict[str, Any] | None = None  # for the custom logit processor; opaque to policies
     # SGLang's cache namespaces the caller gave (``extra_key``, ``cache_salt``), sent with every chunk
     cache_scope: dict[str, str] | None = None
+    # The instance that ran the trajectory's previous turn (its prefix is cached there), for a new
+    # sample: the policy places it there when that instance has room, as a continuation stays put.
+    affinity: int | None = None
     # A pause in SGLang's "abort" mode answers the sample as an abort with its tokens so far (the
     # caller resends it, as SGLang's own callers do); else the sample waits and goes on after it.
     ends_on_pause: bool = False

@@ -423,6 +423,7 @@ class RolloutEngine:
                                                                          details["storage"])
         chunk.draft_steps = answer.verify_steps
         chunk.accepted_tokens = answer.accepted_drafts
+        chunk.proposed_drafts = answer.proposed_drafts
         self.router.retracted(instance, answer.retractions - chunk.retractions)  # stream events are cumulative
         chunk.retractions = answer.retractions
 

@@ -61,6 +61,9 @@ class NativeSample:
     logprob_start: int  # SGLang's logprob_start_len: -1 = output only, >= 0 = also the prompt from there
     custom_params: dict[str, Any] | None = None
     cache_scope: dict[str, str] | None = None  # the caller's _PASSED fields
+    # the agent trajectory it continues (session_id, routing_key or the gateway's routing-key header):
+    # its turn goes where the trajectory's last turn ran, when that instance has room
+    trajectory: str | None = None
     # Set by the route before the sample joins a group (the engine streams chunks when on_tokens is set).
     on_tokens: Callable[[Sample, list[int]], None] | None = None
     on_done: Callable[[Sample], None] | None = None
@@ -181,7 +184,7 @@ def _check_n(body: dict[str, Any], check_samples) -> None:
 
 
 def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size: int, context_length: int,
-                   slo: SLO | None = None) -> NativeRequest:
+                   slo: SLO | None = None, routing_key: str | None = None) -> NativeRequest:
     """The samples a ``/generate`` body asks for, in SGLang's response order. ``check_prompt(ids,
     max_new, param, budget_param)`` checks a prompt and its budget (``Frontend.check_prompt``);
     ``check_samples(count)`` the number of samples, before any is built (``Frontend.check_samples``)."""
@@ -203,6 +206,8 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
     top = _per_prompt(body.get("top_logprobs_num") or 0, b, "top_logprobs_num")
     processors = _per_prompt(body.get("custom_logit_processor"), b, "custom_logit_processor")
     scopes = {name: _per_prompt(body.get(name), b, name) for name in _PASSED}
+    trajectory = next((str(v) for v in (body.get("session_id"), body.get("routing_key"), routing_key)
+                       if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v)), None)
     raw_rid = body.get("rid")
     if isinstance(raw_rid, list) and len(raw_rid) != b:
         raise APIError(f"rid has {len(raw_rid)} entries for {b} prompts", param="rid")
@@ -247,7 +252,8 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             scope = {name: str(values[i]) for name, values in scopes.items() if values[i] is not None}
             samples.append(NativeSample(position=k, rid=rid, prompt_ids=ids, params=params, sampling_seed=seed,
                                         logprob_start=int(start[i]) if logprob[i] else -1,
-                                        custom_params=sp.custom_params, cache_scope=scope or None))
+                                        custom_params=sp.custom_params, cache_scope=scope or None,
+                                        trajectory=trajectory))
     return NativeRequest(single=single, stream=bool(obj.stream), samples=samples,
                          text_in_logprobs=bool(body.get("return_text_in_logprobs")),
                          return_prompt_ids=bool(body.get("return_prompt_token_ids")))
@@ -289,7 +295,10 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
         "finish_reason": finish_reason(s),
         "prompt_tokens": len(s.prompt_ids),
         "completion_tokens": s.generated,
-        "cached_tokens": sum(c.cached_tokens for c in chunks),
+        # SGLang's: prompt tokens found cached (a trainer's prefix-hit rate divides it by prompt_tokens);
+        # the chunk that prefilled the prompt says it. Every chunk's cached context is seer's own key.
+        "cached_tokens": min(chunks[0].cached_tokens, len(s.prompt_ids)) if chunks else 0,
+        "seer_cached_context_tokens": sum(c.cached_tokens for c in chunks),
         "weight_version": s.weight_version,
         "weight_versions": [{"version": v, "start": a, "end": e} for v, a, e in s.token_versions],
         "num_retractions": sum(c.retractions for c in chunks),
@@ -301,8 +310,13 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
     steps = sum(c.draft_steps for c in chunks)
     if steps:
         accepted = sum(c.accepted_tokens for c in chunks)
+        proposed = sum(c.proposed_drafts for c in chunks)
+        # SGLang's keys, and the ones slime's accept rate sums (spec_accept_token_num / spec_draft_token_num)
         meta.update(spec_verify_ct=steps, spec_num_correct_drafts=accepted, spec_accept_token_num=accepted,
+                    spec_num_proposed_drafts=proposed, spec_draft_token_num=proposed,
                     spec_accept_length=(accepted + steps) / steps)
+        if proposed:
+            meta["spec_accept_rate"] = accepted / proposed
     if s.params.logprobs:
         meta["output_token_logprobs"] = _logprob_entries(list(zip(s.logprobs, s.output_ids)), tokenizer.token_str,
                                                          req.text_in_logprobs)

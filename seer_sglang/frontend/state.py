@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -58,6 +59,9 @@ class Frontend:
         # sample at a time, as in SGLang.
         self.native_rids: dict[str, NativeSample] = {}
         self._live_groups: dict[str, Group] = {}  # group key of per-sample requests -> its running group
+        # trajectory key (session_id, routing key) -> the instance of its last turn, latest used last
+        self.trajectories: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.max_trajectories = 65536
         self.weight_session_open = False  # a trainer's /begin_weight_update without its /end_weight_update yet
         # The trainer's weights since launch: None while the instances run the launch weights; else the
         # last update's route and body (a restarted instance loads them again when they came from disk).
@@ -215,6 +219,7 @@ class Frontend:
                               params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,
                               custom_params=n.custom_params, input_logprob_start=n.logprob_start,
                               cache_scope=n.cache_scope, ends_on_pause=True,
+                              affinity=self.trajectories.get(n.trajectory) if n.trajectory is not None else None,
                               on_tokens=n.on_tokens, on_done=n.on_done)
         return [n.sample for n in natives]
 
@@ -243,9 +248,15 @@ class Frontend:
             self.native_rids[n.rid] = n
 
     def forget_samples(self, natives: list[NativeSample]) -> None:
+        """The call is over: its rids are free, and each trajectory remembers where its turn ran."""
         for n in natives:
             if self.native_rids.get(n.rid) is n:
                 del self.native_rids[n.rid]
+            if n.trajectory is not None and n.sample is not None and n.sample.chunks:
+                self.trajectories[n.trajectory] = n.sample.chunks[-1].instance
+                self.trajectories.move_to_end(n.trajectory)
+                if len(self.trajectories) > self.max_trajectories:
+                    self.trajectories.popitem(last=False)
 
     def abort_all(self) -> int:
         """SGLang's abort of everything: every sample in flight or queued, and every ``/generate``

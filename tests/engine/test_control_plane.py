@@ -22,6 +22,8 @@ def test_server_info_is_an_instances_with_seers_section(seer_url, plain_url):
         for key in ("tp_size", "pp_size", "ep_size", "disaggregation_mode", "model_path"):
             assert key in info and type(info[key]) is type(plain[key]), key
         assert info["seer"]["num_instances"] == 2 and len(info["seer"]["instances"]) == 2
+        # slime sizes its weight-sync group from num_gpus: every instance's GPUs, not one's
+        assert info["num_gpus"] == 2 * info["tp_size"] * info["pp_size"] == info["seer"]["weight_update_ranks"]
         # the CPU instances sample with SGLang's seeded torch sampler, and say what that guarantees
         assert info["sampling_backend"] == "pytorch" and info["seer"]["sampling"]["seeded"] is True
 

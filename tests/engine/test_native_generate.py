@@ -20,8 +20,9 @@ SLIME = {"input_ids": PROMPT_IDS,
                              "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
                              "spaces_between_special_tokens": False},
          "return_logprob": True}
-# areal/engine/sglang_remote.py (inclusionAI/AReaL 4aef98d), SGLangBackend.build_generation_request.
-AREAL = {"input_ids": PROMPT_IDS, "image_data": None,
+# areal/engine/sglang_remote.py (inclusionAI/AReaL 4aef98d), SGLangBackend.build_generation_request; a
+# text request's image_data is ModelRequest's default, []. test_areal.py drives AReaL 1.0.4's own code.
+AREAL = {"input_ids": PROMPT_IDS, "image_data": [],
          "sampling_params": {"top_p": 1.0, "top_k": 100000000, "max_new_tokens": 24, "temperature": 0.0,
                              "stop_token_ids": [], "ignore_eos": False, "skip_special_tokens": True,
                              "frequency_penalty": 0.0},
@@ -293,6 +294,30 @@ def test_abort_by_the_trainers_rid(seer_url):
     assert answer.status_code == 200
     meta = answer.json()["meta_info"]
     assert meta["id"] == "trainer-rid-1" and meta["finish_reason"]["type"] == "abort"
+
+
+def test_fields_sglang_takes_are_taken_as_sglang_takes_them(seer_url, plain_url):
+    """Empty media lists, null adapters, routing hints, a priority (which SGLang without priority
+    scheduling leaves unused), cache namespaces (sent with every chunk): the answer is plain SGLang's,
+    with ``prompt_token_ids`` where SGLang puts it."""
+    before = httpx.get(f"{seer_url}/scheduler", timeout=30).json()
+    extras = {"image_data": [], "video_data": [], "audio_data": None, "lora_path": None, "priority": 3,
+              "data_parallel_rank": 0, "routed_dp_rank": 0, "extra_key": "tenant-a", "cache_salt": "salt-1",
+              "return_routed_experts": False, "return_prompt_token_ids": True}
+    body = {**_body(SLIME), **extras}
+    try:
+        assert httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": 8},
+                          timeout=30).status_code == 200
+        seer = httpx.post(f"{seer_url}/generate", json=body, timeout=300)
+    finally:
+        httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
+    plain = httpx.post(f"{plain_url}/generate", json=body, timeout=300)
+    assert seer.status_code == plain.status_code == 200, (seer.text, plain.text)
+    got, want = seer.json(), plain.json()
+    _same_sample(got, want)
+    assert got["prompt_token_ids"] == want["prompt_token_ids"] == PROMPT_IDS
+    meta = got["meta_info"]  # three chunks: SGLang's count is the prompt's, every chunk's context seer's own
+    assert meta["cached_tokens"] <= meta["prompt_tokens"] and meta["seer_cached_context_tokens"] >= meta["cached_tokens"]
 
 
 @pytest.mark.parametrize("body,field", [

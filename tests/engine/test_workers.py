@@ -1,7 +1,9 @@
-"""The router's worker routes, used the way slime uses them: it finds the engines to abort through
-``GET /workers`` (``GET /list_workers`` for older routers) and sends each ``abort_all``
-(slime/rollout/sglang_rollout.py, ``abort``), and its engines register with ``POST /add_worker?url=``
-(slime/backends/sglang_utils/sglang_engine.py)."""
+"""The router's worker routes, used the way slime (THUDM/slime at 624b824) uses them: it finds the
+engines to abort through ``GET /workers`` and sends each ``abort_all`` (slime/rollout/sglang_rollout.py,
+``abort``); its engines register with ``POST /workers`` and a JSON body, and at shutdown find their
+own entry in ``GET /workers`` by URL and leave with ``DELETE /workers/{id}``
+(slime/backends/sglang_utils/sglang_engine.py). Older routers' ``/list_workers``, ``/add_worker?url=``
+and ``/remove_worker?url=`` are kept."""
 
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ def _instances(seer_url: str) -> list[dict]:
 def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
     assert httpx.get(f"{seer_url}/list_workers", timeout=10).json() == {"urls": [seer_url]}
     listed = httpx.get(f"{seer_url}/workers", timeout=10).json()
-    assert listed["total"] == 1 and [w["url"] for w in listed["workers"]] == [seer_url]
-    assert listed["workers"][0]["is_healthy"] and len(listed["workers"][0]["instances"]) == 2
+    # the frontend first (an abort sent there reaches its queue), then each instance behind it
+    assert listed["total"] == 3 and listed["workers"][0]["url"] == seer_url
+    assert [w["url"] for w in listed["workers"][1:]] == [i["url"] for i in _instances(seer_url)]
+    assert all(w["is_healthy"] for w in listed["workers"]) and len(listed["workers"][0]["instances"]) == 2
+    assert httpx.get(f"{seer_url}/workers/{listed['workers'][1]['id']}", timeout=10).json() == listed["workers"][1]
 
     # 24 long samples: more than the instances run at once, so some wait in the frontend's queue
     body = {"prompts": [{"input_ids": [11 + p, 12, 13, 14]} for p in range(6)], "n": 4, "max_tokens": 4000,
@@ -43,23 +48,43 @@ def test_workers_name_the_frontend_and_slimes_abort_ends_every_sample(seer_url):
                "no chunk in flight after the abort")
 
 
-def test_add_worker_joins_an_instance_and_remove_worker_takes_it_out(seer_url, plain_url):
-    """A plain SGLang instance of the same model joins (as slime's engines register), takes chunks with
-    the same greedy tokens, and after removal gets nothing more, while it keeps running."""
+def _slime_register(seer_url: str, engine_url: str) -> None:
+    """slime's engine start (``SGLangEngine.init``): POST {router}/workers, then raise_for_status()."""
+    response = httpx.post(f"{seer_url}/workers", json={"url": engine_url, "worker_type": "regular"}, timeout=60)
+    response.raise_for_status()
+
+
+def _slime_deregister(seer_url: str, engine_url: str) -> None:
+    """slime's engine shutdown: its own entry in GET {router}/workers, then DELETE /workers/{id}."""
+    for worker in httpx.get(f"{seer_url}/workers", timeout=10).json()["workers"]:
+        if worker["url"] == engine_url:
+            httpx.delete(f"{seer_url}/workers/{worker['id']}", timeout=30).raise_for_status()
+            return
+    raise AssertionError(f"{engine_url} is not listed")
+
+
+def test_an_engine_registered_as_slime_does_takes_chunks_and_leaves(seer_url, plain_url):
+    """A plain SGLang instance of the same model registers (as slime's engines do), is listed, takes
+    chunks with the same greedy tokens, and after it leaves gets nothing more, while it keeps running."""
     assert httpx.post(f"{seer_url}/add_worker", params={"url": "ftp://x"}, timeout=30).status_code == 400
-    r = httpx.post(f"{seer_url}/add_worker", params={"url": "http://127.0.0.1:9"}, timeout=60)
+    r = httpx.post(f"{seer_url}/workers", json={"url": "http://127.0.0.1:9"}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["code"] == "worker_unreachable"
-    r = httpx.post(f"{seer_url}/add_worker", params={"url": seer_url}, timeout=60)
+    r = httpx.post(f"{seer_url}/workers", json={"url": seer_url}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["code"] == "not_an_instance"
+    r = httpx.post(f"{seer_url}/workers", json={"url": plain_url, "worker_type": "prefill", "bootstrap_port": 8998},
+                   timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_worker_type"
+    assert httpx.delete(f"{seer_url}/workers/instance-99", timeout=30).status_code == 404
+    assert httpx.delete(f"{seer_url}/workers/seer_sglang", timeout=30).status_code == 400
     r = httpx.post(f"{seer_url}/remove_worker", params={"url": "http://127.0.0.1:9"}, timeout=30)
     assert r.status_code == 404
 
     before = httpx.get(f"{seer_url}/scheduler", timeout=10).json()
     httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": CHUNK}, timeout=30).raise_for_status()
     try:
-        added = httpx.post(f"{seer_url}/add_worker", params={"url": plain_url}, timeout=60)
-        assert added.status_code == 200, added.text
-        index = added.json()["instance"]
+        _slime_register(seer_url, plain_url)
+        entry = next(w for w in httpx.get(f"{seer_url}/workers", timeout=10).json()["workers"] if w["url"] == plain_url)
+        index = int(entry["id"].removeprefix("instance-"))
         again = httpx.post(f"{seer_url}/add_worker", params={"url": plain_url + "/"}, timeout=60).json()
         assert again["status"] == "already a worker" and again["instance"] == index
         assert [i["index"] for i in _instances(seer_url)] == [0, 1, index]
@@ -74,12 +99,16 @@ def test_add_worker_joins_an_instance_and_remove_worker_takes_it_out(seer_url, p
                 "max_new_tokens": 64, "temperature": 0, "ignore_eos": True}}).json()["output_ids"] for p in prompts]
         assert all(s["output_ids"] == want[s["prompt_index"]] for s in samples)
 
-        removed = httpx.post(f"{seer_url}/remove_worker", params={"url": plain_url}, timeout=30)
-        assert removed.status_code == 200 and removed.json()["instance"] == index
+        _slime_deregister(seer_url, plain_url)
         assert [i["index"] for i in _instances(seer_url)] == [0, 1]
+        assert plain_url not in [w["url"] for w in httpx.get(f"{seer_url}/workers", timeout=10).json()["workers"]]
         samples = httpx.post(f"{seer_url}/v1/rollout", json=body, timeout=600).json()["samples"]
         assert not any(c["instance"] == index for s in samples for c in s["chunks"])
         assert all(s["output_ids"] == want[s["prompt_index"]] for s in samples)
+        # the older routers' form: the same engine back in with /add_worker, out with /remove_worker
+        assert httpx.post(f"{seer_url}/add_worker", params={"url": plain_url}, timeout=60).json()["instance"] == index
+        removed = httpx.post(f"{seer_url}/remove_worker", params={"url": plain_url}, timeout=30)
+        assert removed.status_code == 200 and removed.json()["instance"] == index
     finally:
         httpx.post(f"{seer_url}/remove_worker", params={"url": plain_url}, timeout=30)
         httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)

@@ -319,6 +319,23 @@ def test_continuation_stays_on_its_instance_unless_much_less_loaded_elsewhere():
     assert pick(300) == 0  # far more loaded: move
 
 
+def test_a_new_turn_goes_where_its_trajectory_ran_when_that_instance_has_room():
+    def pick(affinity, prev_reserved):
+        buf = RequestBuffer()
+        g = group("t", n=1, prompt_len=10, max_new=100)
+        g.samples[0].affinity = affinity
+        buf.add_group(g)
+        views = [InstanceView(0, capacity_tokens=1000, reserved_tokens=100, inflight=1),
+                 InstanceView(1, capacity_tokens=1000, reserved_tokens=prev_reserved, inflight=1)]
+        (d,) = ChunkedPolicy(chunk_size=16, affinity_slack=0.05).schedule(buf, views)
+        return d.instance
+
+    assert pick(None, 140) == 0  # no trajectory: the least loaded
+    assert pick(1, 140) == 1  # its last turn's prefix is cached there, and it has room
+    assert pick(1, 300) == 0  # far more loaded: elsewhere
+    assert pick(7, 140) == 0  # an instance that is gone
+
+
 def test_a_sample_tracks_the_weight_versions_of_its_tokens_and_restarts_clean():
     sample = group("w", n=1, seed=3).samples[0]
     seed = sample.sampling_seed

@@ -62,6 +62,9 @@ async def server_info(request: Request):
     fe = frontend(request)
     secrets = {k for k in (fe.instance_args.get("api_key"), fe.instance_args.get("admin_api_key")) if k}
     info = redact(await _first_answer(request, "/server_info"), secrets)
+    # the GPUs behind this one server: a trainer sizes its weight-sync group from them (slime reads
+    # num_gpus, else tp_size x pp_size, which are one instance's)
+    info["num_gpus"] = len(fe.engine.instances.active()) * int(info.get("tp_size") or 1) * int(info.get("pp_size") or 1)
     info["seer"] = {"num_instances": len(fe.engine.instances.active()),
                     # ranks a weight update addresses (routes/weights.py): K instances x TP each
                     "weight_update_ranks": len(fe.engine.instances.active()) * fe.model.tp_size,

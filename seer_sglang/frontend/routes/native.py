@@ -17,7 +17,7 @@ from ..errors import APIError
 from ..protocol import SLOField
 from ..native import NativeRequest, group_key, parse_generate, response
 from ..state import Frontend
-from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER
+from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER, ROUTING_KEY_HEADER
 from .common import frontend, hold_until_first_token, json_body, sse, unless_disconnected
 
 router = APIRouter()
@@ -65,7 +65,8 @@ async def generate(request: Request):
     # refused request leaves nothing behind.
     req = parse_generate(body, encode=fe.tokenizer.encode_text, check_prompt=fe.check_prompt,
                          check_samples=fe.check_samples, vocab_size=fe.tokenizer.vocab_size,
-                         context_length=fe.model.context_length, slo=slo)
+                         context_length=fe.model.context_length, slo=slo,
+                         routing_key=request.headers.get(ROUTING_KEY_HEADER))
     fe.check_rids(req.samples)
     if slo is not None:  # no wait for siblings from other calls: the request's own samples form its group
         explicit, size = f"slo-{uuid.uuid4().hex}", len(req.samples)
