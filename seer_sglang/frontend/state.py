@@ -212,8 +212,7 @@ class Frontend:
                 self.engine.abort_sample(n.sample)
         return group
 
-    @staticmethod
-    def _samples(gid: str, first: int, natives: list[NativeSample]) -> list[Sample]:
+    def _samples(self, gid: str, first: int, natives: list[NativeSample]) -> list[Sample]:
         for k, n in enumerate(natives, start=first):
             n.sample = Sample(rid=sample_rid(gid, k), group_id=gid, index=k, prompt_ids=list(n.prompt_ids),
                               params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,

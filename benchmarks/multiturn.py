@@ -1,0 +1,158 @@
+"""Per-turn latency of a multi-turn agent loop through seer_sglang's ``POST /generate``, against plain
+SGLang. CPU figures with the tiny model, never GPU measurements.
+
+    python -m benchmarks.multiturn --out benchmarks/results/multiturn/<date>-cpu_tiny
+
+An agent loop sends one ``/generate`` per turn and waits for it: each turn's prompt is the previous
+turn's prompt, its answer and a new observation, as veRL's agent loop and AReaL's multi-turn workflows
+build them. A fixed wait in front of dispatch (a grouping window) would add to every turn; a lost
+instance affinity would re-prefill the whole trajectory every turn. Three modes run the same
+trajectories, one agent at a time (latency, not throughput), in a random order per repeat after a
+warm-up of every server:
+
+- ``plain``: one plain SGLang instance, called directly.
+- ``seer``: a seer_sglang server of ``--instances`` instances, each turn naming its trajectory
+  (``session_id``), so a turn goes to the instance that ran the trajectory's last turn.
+- ``seer-no-session``: the same server, no trajectory named.
+
+Every instance is float32, the host's cores split among all of them. Reported per mode: per-turn latency (p50,
+p90, mean over every turn of every repeat), the share of each turn's prompt found cached
+(``meta_info.cached_tokens / prompt_tokens``), and the turns seer answered with tokens other than
+plain SGLang's (greedy: none expected). Writes its run (``benchmarks.harness.result``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import httpx
+
+from benchmarks.harness.result import start as start_run
+from benchmarks.harness.servers import launch_seer
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, start_instance,
+                                          stop_instances, wait_healthy)
+from seer_sglang.launch.processes import stop_processes
+from seer_sglang.models import resolve_model_path
+
+MODES = ("plain", "seer", "seer-no-session")
+
+
+def trajectory_prompts(seed: int, trajectories: int, first_len: int, observation_len: int, vocab: int = 1500):
+    """Per trajectory: its first prompt and the observation appended after each turn's answer."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(trajectories):
+        first = [rng.randrange(20, vocab) for _ in range(first_len)]
+        observations = [[rng.randrange(20, vocab) for _ in range(observation_len)] for _ in range(64)]
+        out.append((first, observations))
+    return out
+
+
+def run_mode(http: httpx.Client, url: str, mode: str, trajectories, turns: int, max_tokens: int, tag: str) -> list[dict]:
+    """Every trajectory, turn by turn, one agent at a time; one record per turn."""
+    records = []
+    for t, (first, observations) in enumerate(trajectories):
+        prompt = list(first)
+        session = f"{tag}-traj{t}"
+        for turn in range(turns):
+            body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0,
+                                                             "ignore_eos": True}}
+            if mode == "seer":
+                body["session_id"] = session
+            start = time.perf_counter()
+            answer = http.post(f"{url}/generate", json=body)
+            latency = time.perf_counter() - start
+            answer.raise_for_status()
+            data = answer.json()
+            meta = data["meta_info"]
+            records.append({"trajectory": t, "turn": turn, "latency_s": latency, "prompt_tokens": meta["prompt_tokens"],
+                            "cached_tokens": meta.get("cached_tokens", 0), "output_ids": data["output_ids"]})
+            prompt = prompt + data["output_ids"] + observations[turn]
+    return records
+
+
+def summary(records: list[dict]) -> dict:
+    lat = sorted(r["latency_s"] * 1000 for r in records)
+    later = [r for r in records if r["turn"] > 0]
+    return {"turns": len(records), "p50_ms": statistics.median(lat), "p90_ms": lat[int(0.9 * (len(lat) - 1))],
+            "mean_ms": statistics.fmean(lat),
+            "cached_share_later_turns": (sum(r["cached_tokens"] for r in later) / sum(r["prompt_tokens"] for r in later))
+            if later else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.multiturn", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="tiny", help="model path or a bundled name (default: %(default)s)")
+    ap.add_argument("--instances", type=int, default=2, help="seer's instances (default: %(default)s)")
+    ap.add_argument("--trajectories", type=int, default=6, help="agent trajectories per repeat (default: %(default)s)")
+    ap.add_argument("--turns", type=int, default=8, help="turns per trajectory (default: %(default)s)")
+    ap.add_argument("--max-tokens", type=int, default=16, help="tokens per turn's answer (default: %(default)s)")
+    ap.add_argument("--first-len", type=int, default=64, help="first prompt's tokens (default: %(default)s)")
+    ap.add_argument("--observation-len", type=int, default=24,
+                    help="tokens appended after each answer (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats, modes in a random order each (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="run folder (default: benchmarks/results/multiturn/<date>-run)")
+    args = ap.parse_args(argv)
+
+    run = start_run("multiturn", args.out, argv=argv)
+    model = resolve_model_path(args.model)
+    logs = run.file("logs")
+    logs.mkdir()
+    plain = start_instance(InstanceSpec(model_path=model, port=free_port(), with_plugin=False,
+                                        sglang_args=["--dtype", "float32"], log_path=logs / "plain.log",
+                                        cpu_threads=cpu_threads_per_instance(args.instances + 1)))
+    seer_proc = None
+    try:
+        wait_healthy([plain], timeout_s=900, progress=False)
+        seer_proc, seer_url = launch_seer(model, ["--num-instances", str(args.instances), "--dtype", "float32"],
+                                          logs / "seer")
+        urls = {"plain": plain.spec.url, "seer": seer_url, "seer-no-session": seer_url}
+        rng = random.Random(args.seed)
+        per_mode: dict[str, list[dict]] = {m: [] for m in MODES}
+        order_log = []
+        with httpx.Client(timeout=600) as http:
+            warm = trajectory_prompts(args.seed + 999, 2, args.first_len, args.observation_len)
+            for mode in MODES:  # warm every server (first requests compile and fill caches)
+                run_mode(http, urls[mode], mode, warm, 2, args.max_tokens, "warm")
+            for repeat in range(args.repeats):
+                trajectories = trajectory_prompts(args.seed + repeat, args.trajectories, args.first_len,
+                                                  args.observation_len)
+                order = list(MODES)
+                rng.shuffle(order)
+                order_log.append(order)
+                for mode in order:
+                    for r in run_mode(http, urls[mode], mode, trajectories, args.turns, args.max_tokens,
+                                      f"r{repeat}-{mode}"):
+                        per_mode[mode].append({**r, "repeat": repeat})
+                    print(f"[multiturn] repeat {repeat} {mode}: p50 "
+                          f"{summary([r for r in per_mode[mode] if r['repeat'] == repeat])['p50_ms']:.1f} ms", flush=True)
+    finally:
+        if seer_proc is not None:
+            stop_processes([seer_proc])
+        stop_instances([plain])
+
+    plain_tokens = {(r["repeat"], r["trajectory"], r["turn"]): r["output_ids"] for r in per_mode["plain"]}
+    modes = {}
+    for mode, records in per_mode.items():
+        s = summary(records)
+        s["per_repeat_p50_ms"] = [summary([r for r in records if r["repeat"] == k])["p50_ms"] for k in range(args.repeats)]
+        s["turns_differing_from_plain"] = sum(r["output_ids"] != plain_tokens[(r["repeat"], r["trajectory"], r["turn"])]
+                                             for r in records)
+        modes[mode] = s
+    figures = {"config": {**vars(args), "model": args.model, "modes": list(MODES)}, "order": order_log, "modes": modes,
+               "seer_over_plain_p50_ms": modes["seer"]["p50_ms"] - modes["plain"]["p50_ms"],
+               "turns": {m: [{k: v for k, v in r.items() if k != "output_ids"} for r in recs]
+                         for m, recs in per_mode.items()}}
+    path = run.write(figures)
+    print(f"[multiturn] p50 plain {modes['plain']['p50_ms']:.1f} ms, seer {modes['seer']['p50_ms']:.1f} ms "
+          f"({figures['seer_over_plain_p50_ms']:+.1f} ms), seer without session {modes['seer-no-session']['p50_ms']:.1f} ms; "
+          f"{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
