@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import httpx
 
+from seer_sglang.launch.waiting import wait_until
+
 
 def test_flush_cache_answers_get_and_post(seer_url):
-    # slime and veRL: GET /flush_cache until it answers 200
+    # slime and veRL: GET /flush_cache until it answers 200 (an instance still finishing an aborted
+    # request of an earlier test refuses, as SGLang does)
     for method in ("GET", "POST"):
+        wait_until(lambda: httpx.request(method, f"{seer_url}/flush_cache", timeout=60).status_code == 200,
+                   60, 0.5, "a flush that succeeds")
         r = httpx.request(method, f"{seer_url}/flush_cache", timeout=60)
         assert r.status_code == 200, r.text
-        assert all(i["status"] == 200 for i in r.json()["instances"])
+        assert all(i["status"] == 200 for i in r.json()["instances"]) and r.json()["message"] == "Success"
+    # SGLang's timeout (wait that long for running requests) reaches the instances; a bad one is a 400
+    assert httpx.get(f"{seer_url}/flush_cache", params={"timeout": 2}, timeout=60).status_code == 200
+    for bad in ("-1", "soon", "nan"):
+        r = httpx.get(f"{seer_url}/flush_cache", params={"timeout": bad}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "timeout"
 
 
 def test_server_info_is_an_instances_with_seers_section(seer_url, plain_url):

@@ -75,12 +75,16 @@ def test_abort_all_fans_out_and_instances_drain(seer_url):
                "the instances idle after the abort")
 
 
-def test_pause_and_continue_lose_nothing(seer_url):
+def test_pause_holds_rollout_samples_and_loses_nothing(seer_url):
+    """``/v1/rollout`` samples wait through a pause (SGLang's mode "abort" returns only ``/generate``
+    callers' samples, which can be resent) and go on from the tokens they have."""
     body = {"prompts": ["pause me"], "n": 2, "max_tokens": 400, "temperature": 1.0, "ignore_eos": True}
     bg = Background(seer_url, body)
     _wait_running(seer_url)
     r = _post(seer_url, "/pause_generation", {})
     assert r.status_code == 200 and r.json()["success"] and len(r.json()["instances"]) == 2
+    assert r.json()["message"] == "Generation paused successfully." and r.headers["x-seer-returned-samples"] == "0"
+    assert _post(seer_url, "/pause_generation", {"mode": "later"}).status_code == 400
     time.sleep(1.5)
     assert bg.thread.is_alive()  # paused, not finished
     r = _post(seer_url, "/continue_generation", {})

@@ -107,6 +107,16 @@ async def flush_cache(request: Request):
     """Empty every instance's radix cache and the global KV pool. GET too, as SGLang: slime and veRL
     call it so, and retry until it answers 200 (an instance with requests running refuses, 400)."""
     fe = frontend(request)
-    response = await fan_out(fe, "/flush_cache", None, control=True)
+    path, wait = "/flush_cache", 0.0
+    raw = request.query_params.get("timeout")
+    if raw is not None:  # SGLang's: how long an instance waits for its requests to finish first
+        try:
+            wait = float(raw)
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait < float("inf"):
+            raise APIError("timeout must be a number of seconds >= 0", param="timeout")
+        path = f"/flush_cache?timeout={wait}"
+    response = await fan_out(fe, path, None, control=wait == 0)
     response.headers["x-seer-pool-pages-cleared"] = str(await fe.pool.clear())
     return response
