@@ -701,7 +701,7 @@ def sim_profile_table(results: Results, pairs: list[tuple[str, str]]) -> str:
     runs = [results[s] for p in pairs for s in p]
     first = runs[0]
     return "\n".join(table(["workload", "mode", f"`{results[pairs[0][0]]['config']['model']}`: throughput / tail",
-                            f"measured rank terms: throughput / tail"], rows)
+                            "measured rank terms: throughput / tail"], rows)
                      + ["", _sim_caption(runs, [s for p in pairs for s in p],
                                          f"cells: against {_sim_reference(first)} in the same simulation")])
 
@@ -824,6 +824,26 @@ def load_table(results: Results, stem: str) -> str:
                f"by their client, aborts by rid and by group on {c['long_tokens']}-token requests. "
                f"Checks: {checks}. Source: {source([stem])}.")
     return "\n".join(latency + [""] + table(["soak", ""], rows) + ["", caption])
+
+
+def multiturn_table(results: Results, stem: str) -> str:
+    """``benchmarks.multiturn``: per-turn latency of an agent loop through ``/generate``."""
+    d = results[stem]
+    c, m = d["config"], d["modes"]
+    names = {"plain": "plain SGLang, called directly", "seer": "seer_sglang, turns name their trajectory",
+             "seer-no-session": "seer_sglang, no trajectory named"}
+    rows = [[names[mode], f"{fnum(m[mode]['p50_ms'])} ms", f"{fnum(m[mode]['p90_ms'])} ms",
+             " / ".join(fnum(x) for x in m[mode]["per_repeat_p50_ms"]),
+             f"{m[mode]['cached_share_later_turns']:.0%}", str(m[mode]["turns_differing_from_plain"])]
+            for mode in ("plain", "seer", "seer-no-session")]
+    caption = (f"CPU (measured, not a GPU figure): model `{c['model']}`, float32; seer with {c['instances']} "
+               f"instances, plain SGLang one instance, the cores split among them; {c['trajectories']} agent "
+               f"trajectories x {c['turns']} turns of {c['max_tokens']} tokens, one agent at a time, each turn's "
+               f"prompt the last one plus its answer and {c['observation_len']} new tokens (the first "
+               f"{c['first_len']}); {c['repeats']} repeats in a random order after a warm-up. seer's p50 is "
+               f"{d['seer_over_plain_p50_ms']:+.1f} ms from plain SGLang's. Source: {source([stem])}.")
+    return "\n".join(table(["per-turn latency", "p50", "p90", "p50 per repeat (ms)",
+                            "prompt cached (turns 2+)", "turns not plain's tokens"], rows) + ["", caption])
 
 
 def soak_table(results: Results, stem: str) -> str:
@@ -1153,6 +1173,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),
     "soak": lambda r: soak_table(r, "soak_cpu"),
+    "multiturn": lambda r: multiturn_table(r, "multiturn_cpu_tiny"),
     "slo": lambda r: slo_table(r, "slo_cpu"),
     "slo_emulated": lambda r: slo_table(r, "slo_emulated_h100"),
     "slo_emulated_frontier": lambda r: slo_frontier_table(r, "slo_emulated_h100"),

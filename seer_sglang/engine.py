@@ -38,6 +38,25 @@ def _argv(kwargs: dict[str, Any]) -> list[str]:
     return argv
 
 
+class _Keys(httpx.Auth):
+    """SGLang's two keys, as a client holding both must send them: with both set, ordinary routes take
+    only the API key and admin routes only the admin key. The API key goes first; a call an admin
+    route refused (401) goes again with the admin key."""
+
+    requires_request_body = True
+
+    def __init__(self, api_key: str | None, admin_api_key: str | None):
+        self.api_key, self.admin_api_key = api_key, admin_api_key
+
+    def auth_flow(self, request):
+        first = self.api_key or self.admin_api_key
+        request.headers.update(bearer(first))
+        response = yield request
+        if response.status_code == 401 and self.admin_api_key and first != self.admin_api_key:
+            request.headers.update(bearer(self.admin_api_key))
+            yield request
+
+
 class Engine:
     def __init__(self, model_path: str | None = None, **kwargs: Any):
         from .config import from_namespace
@@ -64,7 +83,7 @@ class Engine:
         keys = dep.config.frontend
         transport = httpx.ASGITransport(app=self._app)
         self._http = httpx.AsyncClient(transport=transport, base_url="http://seer-engine", timeout=None,
-                                       headers=bearer(keys.admin_api_key or keys.api_key))
+                                       auth=_Keys(keys.api_key, keys.admin_api_key))
         self._client = AsyncRolloutClient(http=self._http)
 
     # ---- plumbing --------------------------------------------------------------------------

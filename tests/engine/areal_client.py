@@ -6,8 +6,9 @@ sample that a pause or an update aborted).
 scripts/setup.sh installs AReaL without its dependencies and adds the small packages its imports
 need. Two that it imports at module level are never called on these paths: ray (AReaL's scheduler,
 launcher and name service) and numba (sequence packing for training). Where they are not installed,
-a module that answers every attribute stands in for each, so that the import succeeds; anything that
-did call them would get an object that does nothing, and the tests would see it fail.
+a module that answers every attribute stands in for each while AReaL is imported, and only then:
+AReaL's modules keep what they took, and any later ``import ray`` or ``import numba`` in the test
+session (another library probing for them) finds them missing, as they are.
 """
 
 from __future__ import annotations
@@ -57,11 +58,19 @@ def load():
     """``(sglang_remote, remote_inf_engine, io_struct, cli_args)`` of AReaL, or None if not installed."""
     if importlib.util.find_spec("areal") is None:
         return None
-    missing = [name for name in STOOD_IN if importlib.util.find_spec(name) is None]
-    if missing and not any(isinstance(f, _StandIns) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StandIns())
-    from areal.api import cli_args, io_struct
-    from areal.engine import sglang_remote
-    from areal.infra import remote_inf_engine
-
+    finder = None
+    if any(importlib.util.find_spec(name) is None for name in STOOD_IN):
+        finder = _StandIns()
+        sys.meta_path.insert(0, finder)
+    try:
+        from areal.api import cli_args, io_struct
+        from areal.engine import sglang_remote
+        from areal.infra import remote_inf_engine
+        from areal.infra.utils import http  # noqa: F401  (the helper the tests send AReaL's requests with)
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)
+            for name in [n for n, m in sys.modules.items() if getattr(m, "__spec__", None) is not None
+                         and m.__spec__.loader is finder]:
+                del sys.modules[name]
     return sglang_remote, remote_inf_engine, io_struct, cli_args

@@ -54,8 +54,9 @@ def test_async_client_leaving_early_aborts_the_rest(seer_url):
 
 
 def test_engine_in_process(tiny_model, plain_url):
+    # both of SGLang's keys: generation takes only the API key, weight updates only the admin key
     engine = seer_sglang.Engine(model_path=tiny_model, num_instances=1, dtype="float32", kv_pool="none",
-                                draft="none")
+                                draft="none", api_key="engine-key", admin_api_key="engine-admin-key")
     procs = [psutil.Process(p.pid) for p in engine._deployment.procs]
     try:
         body = {"input_ids": PROMPT_IDS, "sampling_params": {"temperature": 0, "max_new_tokens": 8},
