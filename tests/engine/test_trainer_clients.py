@@ -82,3 +82,24 @@ def test_verl_async_generate_and_abort(verl_http, seer_url, tiny_model):
     assert len(short["output_ids"]) == GREEDY["max_new_tokens"]
     assert aborted is not None
     assert long["meta_info"]["finish_reason"]["type"] == "abort" and len(long["output_ids"]) < 3000
+
+
+def test_sglangs_own_http_adapter(seer_url, plain_url, tiny_model):
+    """SGLang's own ``HttpServerEngineAdapter`` (sglang/srt/entrypoints/http_server_engine.py), the HTTP
+    client SGLang ships for trainers, on seer and on plain SGLang. Its constructor launches a server,
+    so it is built around the running ones' addresses; every request is then the adapter's own,
+    ``priority`` included (SGLang without priority scheduling leaves it unused, and so does seer)."""
+    from sglang.srt.entrypoints.http_server_engine import HttpServerEngineAdapter
+    from sglang.srt.server_args import ServerArgs
+
+    def adapter(url: str) -> HttpServerEngineAdapter:
+        address = urlparse(url)
+        a = object.__new__(HttpServerEngineAdapter)
+        a.server_args = ServerArgs(model_path=tiny_model, host=address.hostname, port=address.port, device="cpu")
+        return a
+
+    seer, plain = adapter(seer_url), adapter(plain_url)
+    got, want = (a.generate(input_ids=PROMPT_IDS, sampling_params=GREEDY, return_logprob=True, priority=1)
+                 for a in (seer, plain))
+    assert got["output_ids"] == want["output_ids"] and got["meta_info"]["finish_reason"] == want["meta_info"]["finish_reason"]
+    assert [e[1] for e in got["meta_info"]["output_token_logprobs"]] == want["output_ids"]
