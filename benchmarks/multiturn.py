@@ -14,6 +14,9 @@ warm-up of every server:
 - ``seer``: a seer_sglang server of ``--instances`` instances, each turn naming its trajectory
   (``session_id``), so a turn goes to the instance that ran the trajectory's last turn.
 - ``seer-no-session``: the same server, no trajectory named.
+- ``seer-instance``: the same turns sent straight to the server's first instance, past the frontend:
+  the difference to ``seer`` is what the frontend adds to a turn; the difference to ``plain`` what
+  the instance's own settings add (the plugin, speculation on by default).
 
 Every instance is float32, the host's cores split among all of them. Reported per mode: per-turn latency (p50,
 p90, mean over every turn of every repeat), the share of each turn's prompt found cached
@@ -37,7 +40,7 @@ from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
 
-MODES = ("plain", "seer", "seer-no-session")
+MODES = ("plain", "seer", "seer-no-session", "seer-instance")
 
 
 def trajectory_prompts(seed: int, trajectories: int, first_len: int, observation_len: int, vocab: int = 1500):
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_healthy([plain], timeout_s=900, progress=False)
         seer_proc, seer_url = launch_seer(model, ["--num-instances", str(args.instances), "--dtype", "float32"],
                                           logs / "seer")
-        urls = {"plain": plain.spec.url, "seer": seer_url, "seer-no-session": seer_url}
+        first_instance = httpx.get(f"{seer_url}/instances", timeout=30).json()["instances"][0]["url"]
+        urls = {"plain": plain.spec.url, "seer": seer_url, "seer-no-session": seer_url, "seer-instance": first_instance}
         rng = random.Random(args.seed)
         per_mode: dict[str, list[dict]] = {m: [] for m in MODES}
         order_log = []
@@ -145,12 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         modes[mode] = s
     figures = {"config": {**vars(args), "model": args.model, "modes": list(MODES)}, "order": order_log, "modes": modes,
                "seer_over_plain_p50_ms": modes["seer"]["p50_ms"] - modes["plain"]["p50_ms"],
+               "frontend_p50_ms": modes["seer"]["p50_ms"] - modes["seer-instance"]["p50_ms"],
                "turns": {m: [{k: v for k, v in r.items() if k != "output_ids"} for r in recs]
                          for m, recs in per_mode.items()}}
     path = run.write(figures)
     print(f"[multiturn] p50 plain {modes['plain']['p50_ms']:.1f} ms, seer {modes['seer']['p50_ms']:.1f} ms "
-          f"({figures['seer_over_plain_p50_ms']:+.1f} ms), seer without session {modes['seer-no-session']['p50_ms']:.1f} ms; "
-          f"{path}")
+          f"({figures['seer_over_plain_p50_ms']:+.1f} ms; the frontend {figures['frontend_p50_ms']:+.1f} ms), "
+          f"seer without session {modes['seer-no-session']['p50_ms']:.1f} ms; {path}")
     return 0
 
 

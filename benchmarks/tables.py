@@ -831,17 +831,20 @@ def multiturn_table(results: Results, stem: str) -> str:
     d = results[stem]
     c, m = d["config"], d["modes"]
     names = {"plain": "plain SGLang, called directly", "seer": "seer_sglang, turns name their trajectory",
-             "seer-no-session": "seer_sglang, no trajectory named"}
+             "seer-no-session": "seer_sglang, no trajectory named",
+             "seer-instance": "seer_sglang's instance, past the frontend"}
     rows = [[names[mode], f"{fnum(m[mode]['p50_ms'])} ms", f"{fnum(m[mode]['p90_ms'])} ms",
              " / ".join(fnum(x) for x in m[mode]["per_repeat_p50_ms"]),
              f"{m[mode]['cached_share_later_turns']:.0%}", str(m[mode]["turns_differing_from_plain"])]
-            for mode in ("plain", "seer", "seer-no-session")]
+            for mode in ("plain", "seer", "seer-no-session", "seer-instance")]
     caption = (f"CPU (measured, not a GPU figure): model `{c['model']}`, float32; seer with {c['instances']} "
                f"instances, plain SGLang one instance, the cores split among them; {c['trajectories']} agent "
                f"trajectories x {c['turns']} turns of {c['max_tokens']} tokens, one agent at a time, each turn's "
                f"prompt the last one plus its answer and {c['observation_len']} new tokens (the first "
                f"{c['first_len']}); {c['repeats']} repeats in a random order after a warm-up. seer's p50 is "
-               f"{d['seer_over_plain_p50_ms']:+.1f} ms from plain SGLang's. Source: {source([stem])}.")
+               f"{d['seer_over_plain_p50_ms']:+.1f} ms from plain SGLang's, of which the frontend "
+               f"{d['frontend_p50_ms']:+.1f} ms (seer against its own instance called directly). "
+               f"Source: {source([stem])}.")
     return "\n".join(table(["per-turn latency", "p50", "p90", "p50 per repeat (ms)",
                             "prompt cached (turns 2+)", "turns not plain's tokens"], rows) + ["", caption])
 
