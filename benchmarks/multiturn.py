@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--observation-len", type=int, default=24,
                     help="tokens appended after each answer (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=3, help="repeats, modes in a random order each (default: %(default)s)")
+    ap.add_argument("--seer-args", default="", help="more flags for the seer server, e.g. '--draft none' "
+                    "(default: none: the deployment a user gets)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="run folder (default: benchmarks/results/multiturn/<date>-run)")
     args = ap.parse_args(argv)
@@ -111,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     seer_proc = None
     try:
         wait_healthy([plain], timeout_s=900, progress=False)
-        seer_proc, seer_url = launch_seer(model, ["--num-instances", str(args.instances), "--dtype", "float32"],
-                                          logs / "seer")
+        seer_proc, seer_url = launch_seer(model, ["--num-instances", str(args.instances), "--dtype", "float32",
+                                                  *args.seer_args.split()], logs / "seer")
         first_instance = httpx.get(f"{seer_url}/instances", timeout=30).json()["instances"][0]["url"]
         urls = {"plain": plain.spec.url, "seer": seer_url, "seer-no-session": seer_url, "seer-instance": first_instance}
         rng = random.Random(args.seed)

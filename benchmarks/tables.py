@@ -826,8 +826,12 @@ def load_table(results: Results, stem: str) -> str:
     return "\n".join(latency + [""] + table(["soak", ""], rows) + ["", caption])
 
 
-def multiturn_table(results: Results, stem: str) -> str:
-    """``benchmarks.multiturn``: per-turn latency of an agent loop through ``/generate``."""
+def multiturn_table(results: Results, stems: list[str]) -> str:
+    """``benchmarks.multiturn``: per-turn latency of an agent loop through ``/generate``, one table a run."""
+    return "\n\n".join(_multiturn_run(results, stem) for stem in stems)
+
+
+def _multiturn_run(results: Results, stem: str) -> str:
     d = results[stem]
     c, m = d["config"], d["modes"]
     names = {"plain": "plain SGLang, called directly", "seer": "seer_sglang, turns name their trajectory",
@@ -837,8 +841,9 @@ def multiturn_table(results: Results, stem: str) -> str:
              " / ".join(fnum(x) for x in m[mode]["per_repeat_p50_ms"]),
              f"{m[mode]['cached_share_later_turns']:.0%}", str(m[mode]["turns_differing_from_plain"])]
             for mode in ("plain", "seer", "seer-no-session", "seer-instance")]
+    seer_args = c.get("seer_args") or ""
     caption = (f"CPU (measured, not a GPU figure): model `{c['model']}`, float32; seer with {c['instances']} "
-               f"instances, plain SGLang one instance, the cores split among them; {c['trajectories']} agent "
+               f"instances{f' and `{seer_args}`' if seer_args else ' as launched by default (speculation on)'}, plain SGLang one instance, the cores split among them; {c['trajectories']} agent "
                f"trajectories x {c['turns']} turns of {c['max_tokens']} tokens, one agent at a time, each turn's "
                f"prompt the last one plus its answer and {c['observation_len']} new tokens (the first "
                f"{c['first_len']}); {c['repeats']} repeats in a random order after a warm-up. seer's p50 is "
@@ -1176,7 +1181,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "kv_pool": lambda r: kv_pool_table(r, pick(r, r"kv_pool_cpu_.*")),
     "load": lambda r: load_table(r, "load_cpu"),
     "soak": lambda r: soak_table(r, "soak_cpu"),
-    "multiturn": lambda r: multiturn_table(r, "multiturn_cpu_tiny"),
+    "multiturn": lambda r: multiturn_table(r, ["multiturn_cpu_tiny", "multiturn_cpu_tiny_nodraft"]),
     "slo": lambda r: slo_table(r, "slo_cpu"),
     "slo_emulated": lambda r: slo_table(r, "slo_emulated_h100"),
     "slo_emulated_frontier": lambda r: slo_frontier_table(r, "slo_emulated_h100"),

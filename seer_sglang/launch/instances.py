@@ -21,7 +21,7 @@ from ..config import INSTANCES, LOOPBACK
 from ..wire import SEEDED_SAMPLER
 from .processes import die_with_parent, free_port, stop_processes
 from .sglang_args import flag_value, has_flag
-from .waiting import wait_until
+from .waiting import log_tail, wait_until
 
 log = logging.getLogger("seer_sglang.instances")
 
@@ -169,10 +169,7 @@ class InstanceProcess:
         return self.popen.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
-        path = self.spec.log_path
-        if path is None or not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.spec.log_path, lines)
 
 
 def start_instance(spec: InstanceSpec) -> InstanceProcess:

@@ -41,11 +41,12 @@ class ProcessExited(RuntimeError):
     """The process a wait depended on ended before the wait was over."""
 
 
-def log_tail(log_path: Path | str | None, chars: int = 3000) -> str:
+def log_tail(log_path: Path | str | None, lines: int = 40) -> str:
+    """The last ``lines`` lines of a process's log ("" without one), for the error that says it died."""
     if log_path is None:
         return ""
     try:
-        return "\n" + Path(log_path).read_text(errors="replace")[-chars:]
+        return "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
 
@@ -62,7 +63,7 @@ def wait_healthy(url: str, timeout: float, process: subprocess.Popen | None = No
         def answered() -> bool:
             if process is not None and process.poll() is not None:
                 raise ProcessExited(f"the process serving {url} exited with code {process.returncode}"
-                                    f"{log_tail(log_path)}")
+                                    f"\n{log_tail(log_path)}")
             try:
                 return client.get(f"{url}/health").status_code == status
             except httpx.HTTPError:
@@ -71,4 +72,4 @@ def wait_healthy(url: str, timeout: float, process: subprocess.Popen | None = No
         try:
             wait_until(answered, timeout, interval, what=f"{url}/health answering {status}")
         except TimeoutError as e:
-            raise TimeoutError(f"{e}{log_tail(log_path)}") from None
+            raise TimeoutError(f"{e}\n{log_tail(log_path)}") from None
