@@ -8,7 +8,7 @@ turn's prompt, its answer and a new observation, as veRL's agent loop and AReaL'
 build them. A fixed wait in front of dispatch (a grouping window) would add to every turn; a lost
 instance affinity would re-prefill the whole trajectory every turn. Three modes run the same
 trajectories, one agent at a time (latency, not throughput), in a random order per repeat after a
-warm-up of every server:
+warm-up of every server, each mode on an emptied prefix cache:
 
 - ``plain``: one plain SGLang instance, called directly.
 - ``seer``: a seer_sglang server of ``--instances`` instances, each turn naming its trajectory
@@ -54,8 +54,19 @@ def trajectory_prompts(seed: int, trajectories: int, first_len: int, observation
     return out
 
 
+def flush(http: httpx.Client, url: str) -> None:
+    """Empty the server's prefix cache (seer's fans out to its instances), so that a mode's cache hits
+    are its own turns', not another mode's run of the same trajectories."""
+    deadline = time.monotonic() + 120
+    while http.post(f"{url}/flush_cache").status_code != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not flush its cache")
+        time.sleep(0.5)
+
+
 def run_mode(http: httpx.Client, url: str, mode: str, trajectories, turns: int, max_tokens: int, tag: str) -> list[dict]:
     """Every trajectory, turn by turn, one agent at a time; one record per turn."""
+    flush(http, url)
     records = []
     for t, (first, observations) in enumerate(trajectories):
         prompt = list(first)
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-len", type=int, default=64, help="first prompt's tokens (default: %(default)s)")
     ap.add_argument("--observation-len", type=int, default=24,
                     help="tokens appended after each answer (default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=3, help="repeats, modes in a random order each (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=5, help="repeats, modes in a random order each (default: %(default)s)")
     ap.add_argument("--seer-args", default="", help="more flags for the seer server, e.g. '--draft none' "
                     "(default: none: the deployment a user gets)")
     ap.add_argument("--seed", type=int, default=0)

@@ -40,6 +40,17 @@ def test_refusal_rules_keep_their_reasons():
     assert refused is not None and refused[0] == "min_p" and "seeded sampler" in refused[1]
 
 
+def test_what_the_openai_routes_would_drop_is_refused():
+    """``echo`` is not applied, and streamed chunks carry no logprobs: asked for, each is refused by
+    name rather than answered without."""
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    assert protocol.CompletionRequest(prompt="hi", echo=True).refused_field()[0] == "echo"
+    assert protocol.CompletionRequest(prompt="hi", stream=True, logprobs=2).refused_field()[0] == "logprobs"
+    assert protocol.CompletionRequest(prompt="hi", logprobs=2).refused_field() is None
+    assert protocol.ChatCompletionRequest(**chat, stream=True, logprobs=True).refused_field()[0] == "logprobs"
+    assert protocol.ChatCompletionRequest(**chat, stream=True).refused_field() is None
+
+
 def test_the_generate_schema_describes_seers_own_checks():
     """Bodies built from the served schema reach the handler: its sampling params carry their bounds,
     and custom params their reserved keys, so a schema-driven client never builds one seer refuses."""
