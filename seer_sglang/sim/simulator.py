@@ -55,25 +55,39 @@ class TokenCount:
 
 @dataclass
 class Slot:
-    """A chunk on a simulated instance."""
+    """A chunk on a simulated instance: the router's decision (given back to it when the chunk ends)
+    and what the chunk has done there."""
 
-    sample: Sample
-    budget: int
-    launch: Launch  # the router's decision, given back to it when the chunk ends
+    launch: Launch
     produced: int = 0
-    priority: int | None = None
     slo: SLO | None = None  # an interactive request's, None for a rollout chunk
     arrival: SLOArrival | None = None
     first_s: float | None = None  # when its first token came out
     admitted: bool = False  # past the instance's SLO screening
     credit: float = 0.0  # expected tokens earned by its verify steps and not yet emitted (speculation)
-    came: str = "first"  # its sample's first chunk, or one that "stayed" on its instance or "moved" there
     arrives: float = 0.0  # when the request reaches its instance's queue
     decode_steps: int = 0  # the decode (or verify) steps it ran
     # Tokens the chunk may make, ``produced`` included: its budget, or fewer where its sample's length
     # ends first. ``commit`` moves the chunk's and the sample's counts together, so this holds.
     limit: int = field(init=False)
     prompt_len: int = field(init=False)
+
+    @property
+    def sample(self) -> Sample:
+        return self.launch.sample
+
+    @property
+    def budget(self) -> int:
+        return self.launch.max_new_tokens
+
+    @property
+    def priority(self) -> int | None:
+        return self.launch.priority
+
+    @property
+    def came(self) -> str:
+        """Its sample's first chunk, or one that "stayed" on its instance or "moved" there."""
+        return self.launch.came
 
     def __post_init__(self) -> None:
         target = self.sample.oracle_length or self.sample.params.max_new_tokens
@@ -277,8 +291,7 @@ class Simulation:
             sample = launch.sample
             delay = self.arrival_s.get(self.trace_key.get(sample.rid), 0.0) if launch.came == "first" else 0.0
             arrives = self.now + delay
-            inst.waiting.append(Slot(sample, launch.max_new_tokens, launch, priority=launch.priority,
-                                     came=launch.came, arrives=arrives))
+            inst.waiting.append(Slot(launch, arrives=arrives))
             if arrives > self.now:
                 self._push(arrives, inst.index)
             last_here = at + 1 == len(launches) or launches[at + 1].instance != inst.index
@@ -324,7 +337,7 @@ class Simulation:
         else:
             launch = self.router.launch(sample, self.slo_arrived % len(self.instances), arrival.output_len, self.now)
         inst = self.instances[launch.instance]
-        inst.waiting.appendleft(Slot(sample, arrival.output_len, launch, slo=arrival.slo, arrival=arrival))
+        inst.waiting.appendleft(Slot(launch, slo=arrival.slo, arrival=arrival))
         if inst.busy_until is None:
             self._push(self.now, inst.index)
 

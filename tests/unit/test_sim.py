@@ -218,7 +218,7 @@ def test_retraction_takes_sglangs_victim_the_fewest_output_tokens_first(trace):
     produced = {samples[0].rid: 30, samples[1].rid: 5, samples[2].rid: 5, samples[3].rid: 60}
     for s in samples:
         s.output_ids.n = produced[s.rid]
-    inst.running = [Slot(s, budget=100, launch=sim.router.launch(s, 0, 100, 0.0), produced=produced[s.rid]) for s in samples]
+    inst.running = [Slot(sim.router.launch(s, 0, 100, 0.0), produced=produced[s.rid]) for s in samples]
     longer_input = max(samples[1:3], key=lambda s: len(s.prompt_ids))
     sim._retract_until_fits(inst)  # nothing fits: all but one leave, in SGLang's order, to the queue's end
     order = [slot.sample.rid for slot in inst.waiting]
@@ -237,8 +237,8 @@ def test_retraction_among_equals_takes_the_latest_admitted_and_queues_it_behind_
     siblings = sim.groups[0].samples[:4]  # one prompt: equal inputs
     for s in siblings:
         s.output_ids.n = 7
-    inst.running = [Slot(s, budget=100, launch=sim.router.launch(s, 0, 100, 0.0), produced=7) for s in siblings[:3]]
-    inst.waiting.append(Slot(siblings[3], budget=100, launch=sim.router.launch(siblings[3], 0, 100, 0.0), produced=7))
+    inst.running = [Slot(sim.router.launch(s, 0, 100, 0.0), produced=7) for s in siblings[:3]]
+    inst.waiting.append(Slot(sim.router.launch(siblings[3], 0, 100, 0.0), produced=7))
     sim._retract_until_fits(inst)
     assert [s.sample.rid for s in inst.running] == [siblings[0].rid]
     assert [s.sample.rid for s in inst.waiting] == [siblings[3].rid, siblings[2].rid, siblings[1].rid]
@@ -261,7 +261,7 @@ def test_after_a_retraction_admission_follows_sglangs_new_ratio(trace):
                      max_tokens=4096, admission=rule)
     inst = sim.instances[0]
     samples = [s for s in sim.groups[0].samples[:3]]
-    inst.running = [Slot(s, budget=100, launch=sim.router.launch(s, 0, 100, 0.0), produced=10 * (i + 1)) for i, s in enumerate(samples)]
+    inst.running = [Slot(sim.router.launch(s, 0, 100, 0.0), produced=10 * (i + 1)) for i, s in enumerate(samples)]
     sim._retract_until_fits(inst)
     assert len(inst.running) == 1 and inst.new_token_ratio == pytest.approx((30 + 3) / 101)
 
@@ -400,11 +400,11 @@ def test_a_verify_step_emits_its_expected_tokens_on_average(trace):
     sim = Simulation(trace, make_policy("group"), SMALL, instances=1, max_tokens=4096)
     sample = sim.groups[0].samples[0]
     sample.oracle_length = 10_000
-    slot = Slot(sample, budget=10_000, launch=sim.router.launch(sample, 0, 10_000, 0.0))
+    slot = Slot(sim.router.launch(sample, 0, 10_000, 0.0))
     made = [slot.emit(1, 1.4) for _ in range(100)]
     assert sum(made) in (139, 140) and set(made) == {1, 2}
     assert slot.emit(3, 1.0) == 3
-    short = Slot(sample, budget=2, launch=sim.router.launch(sample, 0, 2, 0.0))
+    short = Slot(sim.router.launch(sample, 0, 2, 0.0))
     assert short.emit(5, 1.9) == 2
 
 
