@@ -108,6 +108,7 @@ class ChunkRequest:
     custom_logit_processor: str | None = None
     extra_key: str | None = None
     cache_salt: str | None = None
+    token_ids_logprob: list[int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rid": self.rid, "input_ids": self.input_ids,
@@ -116,6 +117,8 @@ class ChunkRequest:
             body["logprob_start_len"] = self.logprob_start_len
             if self.top_logprobs_num:
                 body["top_logprobs_num"] = self.top_logprobs_num
+            if self.token_ids_logprob:
+                body["token_ids_logprob"] = self.token_ids_logprob
         if self.priority:
             body["priority"] = self.priority
         if self.custom_logit_processor:
@@ -149,6 +152,8 @@ class ChunkAnswer:
     raw_output_top_logprobs: list[Any] = field(default_factory=list)
     raw_input_logprobs: list[Any] = field(default_factory=list)
     raw_input_top_logprobs: list[Any] = field(default_factory=list)
+    raw_output_token_ids_logprobs: list[Any] = field(default_factory=list)
+    raw_input_token_ids_logprobs: list[Any] = field(default_factory=list)
 
     @classmethod
     def parse(cls, event: dict[str, Any]) -> "ChunkAnswer":
@@ -169,7 +174,9 @@ class ChunkAnswer:
             raw_output_logprobs=meta.get("output_token_logprobs") or [],
             raw_output_top_logprobs=meta.get("output_top_logprobs") or [],
             raw_input_logprobs=meta.get("input_token_logprobs") or [],
-            raw_input_top_logprobs=meta.get("input_top_logprobs") or [])
+            raw_input_top_logprobs=meta.get("input_top_logprobs") or [],
+            raw_output_token_ids_logprobs=meta.get("output_token_ids_logprobs") or [],
+            raw_input_token_ids_logprobs=meta.get("input_token_ids_logprobs") or [])
 
     @property
     def finish_type(self) -> str | None:
@@ -180,15 +187,29 @@ class ChunkAnswer:
 
     def output_top_logprobs(self, start: int, end: int) -> list[list[tuple[int, float]]]:
         """Each position's top tokens as (token id, logprob)."""
-        return [[(int(t[1]), float(t[0])) for t in (entry or [])] for entry in self.raw_output_top_logprobs[start:end]]
+        return self._per_position(self.raw_output_top_logprobs, start, end)
+
+    def output_token_ids_logprobs(self, start: int, end: int) -> list[list[tuple[int, float]]]:
+        """Each position's (token id, logprob) of the tokens ``token_ids_logprob`` named."""
+        return self._per_position(self.raw_output_token_ids_logprobs, start, end)
+
+    @staticmethod
+    def _per_position(raw: list[Any], start: int, end: int) -> list[list[tuple[int, float]]]:
+        return [[(int(t[1]), float(t[0])) for t in (entry or [])] for entry in raw[start:end]]
 
     def input_logprobs(self) -> list[tuple[float | None, int]]:
         """The prompt's (logprob, token id); the first token has no logprob."""
         return [(None if e[0] is None else float(e[0]), int(e[1])) for e in self.raw_input_logprobs]
 
     def input_top_logprobs(self) -> list[list[tuple[float, int]] | None]:
-        return [None if step is None else [(float(e[0]), int(e[1])) for e in step]
-                for step in self.raw_input_top_logprobs]
+        return self._input_steps(self.raw_input_top_logprobs)
+
+    def input_token_ids_logprobs(self) -> list[list[tuple[float, int]] | None]:
+        return self._input_steps(self.raw_input_token_ids_logprobs)
+
+    @staticmethod
+    def _input_steps(raw: list[Any]) -> list[list[tuple[float, int]] | None]:
+        return [None if step is None else [(float(e[0]), int(e[1])) for e in step] for step in raw]
 
 
 # ---- the sample schema ----------------------------------------------------------------------------

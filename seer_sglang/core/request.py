@@ -26,6 +26,7 @@ class SamplingParams:
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    token_ids_logprob: list[int] | None = None  # SGLang's: these tokens' logprobs at every position
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     custom_logit_processor: str | None = None  # SGLang's serialized processor (instances need the flag)
@@ -155,6 +156,8 @@ class Sample:
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # per output position, (token id, logprob) of each of ``params.token_ids_logprob``
+    token_ids_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     matched_stop: int | str | None = None
     error: str | None = None
@@ -183,6 +186,7 @@ class Sample:
     input_logprob_start: int = -1
     input_logprobs: list[tuple[float | None, int]] = field(default_factory=list)
     input_top_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
+    input_token_ids_logprobs: list[list[tuple[float, int]] | None] = field(default_factory=list)
     # Fixed for the sample's life and sent with every chunk: SGLang's seeded sampler hashes
     # (seed, position), so chunking or migrating a sample does not change what it draws.
     sampling_seed: int | None = None
@@ -243,6 +247,7 @@ class Sample:
         self.output_ids.clear()
         self.logprobs.clear()
         self.top_logprobs.clear()
+        self.token_ids_logprobs.clear()
         self.token_versions.clear()
         self.finish_reason = self.matched_stop = None
         self.pool_tokens = 0

@@ -316,7 +316,8 @@ class RolloutEngine:
             # output tokens only, except on the chunk that prefills the prompt of a sample that asked for it
             logprob_start_len=sample.input_logprob_start if sample.generated == 0 else -1,
             top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
-            custom_logit_processor=sample.params.custom_logit_processor, **(sample.cache_scope or {}))
+            custom_logit_processor=sample.params.custom_logit_processor, **(sample.cache_scope or {}),
+            token_ids_logprob=sample.params.token_ids_logprob)
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
@@ -339,6 +340,7 @@ class RolloutEngine:
                 if base == 0 and sample.input_logprob_start >= 0:  # the prompt's, from the chunk that prefilled it
                     sample.input_logprobs = answer.input_logprobs()
                     sample.input_top_logprobs = answer.input_top_logprobs()
+                    sample.input_token_ids_logprobs = answer.input_token_ids_logprobs()
                 finish = answer.finish
                 self._chunk_meta(chunk, instance, answer)
         except InstanceUnavailable as e:
@@ -456,6 +458,8 @@ class RolloutEngine:
         if sample.params.logprobs:
             sample.logprobs.extend(answer.output_logprobs(have, have + len(new_ids)))
             sample.top_logprobs.extend(answer.output_top_logprobs(have, have + len(new_ids)))
+            if sample.params.token_ids_logprob:
+                sample.token_ids_logprobs.extend(answer.output_token_ids_logprobs(have, have + len(new_ids)))
         sample.output_ids.extend(new_ids)
         sample.chunks[-1].new_tokens += len(new_ids)
         if sample.first_token_at is None:
@@ -473,6 +477,7 @@ class RolloutEngine:
             if found:  # a stop string across a chunk boundary, which no single chunk could see
                 keep, matched = found
                 del sample.output_ids[keep:], sample.logprobs[keep:], sample.top_logprobs[keep:]
+                del sample.token_ids_logprobs[keep:]
                 sample.finish_reason, sample.matched_stop = "stop", matched
                 self._complete(sample, SampleState.FINISHED)
                 return

@@ -24,7 +24,7 @@ from .errors import APIError
 # Top-level fields seer applies (see ``parse_generate``).
 _APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
             "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
-            "return_prompt_token_ids"}
+            "return_prompt_token_ids", "token_ids_logprob"}
 # Top-level fields sent with every chunk of the sample: cache namespaces, which decide what KV a
 # chunk may reuse and never what it samples.
 _PASSED = ("extra_key", "cache_salt")
@@ -160,6 +160,20 @@ def _per_prompt(value: Any, b: int, name: str) -> list[Any]:
     return [value] * b
 
 
+def _token_ids_logprob(raw: Any, b: int, vocab_size: int) -> list[list[int] | None]:
+    """SGLang's ``token_ids_logprob``: one list of token ids for every prompt, or one list per prompt."""
+    if raw is None:
+        return [None] * b
+    per_prompt = raw if raw and all(isinstance(x, list) for x in raw) else [raw] * b
+    if len(per_prompt) != b:
+        raise APIError(f"token_ids_logprob has {len(per_prompt)} lists for {b} prompts", param="token_ids_logprob")
+    for ids in per_prompt:
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size
+                                               for t in ids):
+            raise APIError(f"token_ids_logprob must hold token ids in [0, {vocab_size})", param="token_ids_logprob")
+    return [list(ids) or None for ids in per_prompt]
+
+
 def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     """SGLang's own SamplingParams of one prompt, verified as SGLang verifies it."""
     from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
@@ -216,6 +230,7 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
                         "logprob_start_len")
     top = _per_prompt(body.get("top_logprobs_num") or 0, b, "top_logprobs_num")
     processors = _per_prompt(body.get("custom_logit_processor"), b, "custom_logit_processor")
+    token_ids = _token_ids_logprob(body.get("token_ids_logprob"), b, vocab_size)
     scopes = {name: _per_prompt(body.get(name), b, name) for name in _PASSED}
     trajectory = next((str(v) for v in (body.get("session_id"), body.get("routing_key"), routing_key)
                        if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v)), None)
@@ -244,8 +259,9 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             top_logprobs=int(top[i]), ignore_eos=sp.ignore_eos, skip_special_tokens=sp.skip_special_tokens,
             custom_logit_processor=processors[i], frequency_penalty=sp.frequency_penalty,
             presence_penalty=sp.presence_penalty, repetition_penalty=sp.repetition_penalty,
-            min_tokens=sp.min_new_tokens, logit_bias={str(int(k)): float(v) for k, v in sp.logit_bias.items()}
-            if sp.logit_bias else None, no_stop_trim=sp.no_stop_trim,
+            min_tokens=sp.min_new_tokens, token_ids_logprob=token_ids[i] if logprob[i] else None,
+            logit_bias={str(int(k)): float(v) for k, v in sp.logit_bias.items()} if sp.logit_bias else None,
+            no_stop_trim=sp.no_stop_trim,
             spaces_between_special_tokens=sp.spaces_between_special_tokens, slo=slo)
         for j in range(n):
             k = i * n + j
@@ -336,6 +352,13 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
                 _logprob_entries([(lp, t) for t, lp in step], tokenizer.token_str, req.text_in_logprobs)
                 for step in s.top_logprobs]
         meta["input_token_logprobs"] = _logprob_entries(s.input_logprobs, tokenizer.token_str, req.text_in_logprobs)
+        if s.params.token_ids_logprob:
+            meta["output_token_ids_logprobs"] = [
+                _logprob_entries([(lp, t) for t, lp in step], tokenizer.token_str, req.text_in_logprobs)
+                for step in s.token_ids_logprobs]
+            meta["input_token_ids_logprobs"] = [
+                None if step is None else _logprob_entries(step, tokenizer.token_str, req.text_in_logprobs)
+                for step in s.input_token_ids_logprobs]
         if s.params.top_logprobs:
             meta["input_top_logprobs"] = [
                 None if step is None else _logprob_entries(step, tokenizer.token_str, req.text_in_logprobs)

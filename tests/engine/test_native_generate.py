@@ -320,6 +320,32 @@ def test_fields_sglang_takes_are_taken_as_sglang_takes_them(seer_url, plain_url)
     assert meta["cached_tokens"] <= meta["prompt_tokens"] and meta["seer_cached_context_tokens"] >= meta["cached_tokens"]
 
 
+def test_token_ids_logprob_across_chunks_is_plain_sglangs(seer_url, plain_url):
+    """veRL's and SGLang's adapters send ``token_ids_logprob``: those tokens' logprobs at every output
+    position (and the prompt's, from ``logprob_start_len``), concatenated over chunks of 8."""
+    before = httpx.get(f"{seer_url}/scheduler", timeout=30).json()
+    body = {"input_ids": PROMPT_IDS, "return_logprob": True, "logprob_start_len": 0, "token_ids_logprob": [5, 17, 300],
+            "sampling_params": {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}}
+    try:
+        assert httpx.post(f"{seer_url}/scheduler", json={"name": "context", "chunk_size": 8},
+                          timeout=30).status_code == 200
+        got = httpx.post(f"{seer_url}/generate", json=body, timeout=300).json()
+    finally:
+        httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
+    want = httpx.post(f"{plain_url}/generate", json=body, timeout=300).json()
+    assert got["output_ids"] == want["output_ids"]
+    for key in ("output_token_ids_logprobs", "input_token_ids_logprobs"):
+        g, w = got["meta_info"][key], want["meta_info"][key]
+        assert len(g) == len(w) and len(g) > 0, key
+        for gs, ws in zip(g, w):
+            assert (gs is None) == (ws is None), key
+            if ws is not None:
+                assert [e[1] for e in gs] == [e[1] for e in ws], key
+                assert all(abs(a[0] - b[0]) < 1e-3 for a, b in zip(gs, ws)), key
+    bad = httpx.post(f"{seer_url}/generate", json={**body, "token_ids_logprob": [10 ** 7]}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "token_ids_logprob"
+
+
 @pytest.mark.parametrize("body,field", [
     ({"input_ids": PROMPT_IDS, "return_logprobs": True}, "return_logprobs"),  # misspelt
     ({"input_ids": PROMPT_IDS, "sampling_params": {"min_p": 0.1}}, "min_p"),
