@@ -185,9 +185,6 @@ class RolloutEngine:
             self._end_early(sample, SampleState.FAILED)
         return len(live)
 
-    def unfinished_count(self) -> int:
-        return len(self._unfinished())
-
     def abort_all(self) -> int:
         live = self._unfinished()
         for sample in live:
@@ -205,19 +202,20 @@ class RolloutEngine:
         """Swap the scheduling policy; only between rollouts, since policies keep per-group state."""
         self.router.set_policy(policy)
 
-    def set_paused(self, paused: bool, *, returns: bool = False) -> None:
+    def set_paused(self, paused: bool, *, returns: bool = False) -> int:
         """Stop or resume dispatching. ``returns`` (SGLang's pause mode "abort"): a sample whose caller
         resends aborted work (``ends_on_pause``: a ``/generate`` caller, as AReaL and slime resume a
         partial rollout) is answered as an abort with its tokens so far: at once when it waits in the
         buffer, when its aborted chunk comes back when it runs. Any other sample waits, its chunk cut
-        short by the instance's abort, and goes on after the pause."""
+        short by the instance's abort, and goes on after the pause. Returns how many waiting samples
+        were answered at once."""
         self.paused = paused
         self.pause_returns = paused and returns
-        if self.pause_returns:
-            for sample in self.buffer.pending():
-                if sample.ends_on_pause:
-                    self._return_on_pause(sample)
+        waiting = [s for s in self.buffer.pending() if s.ends_on_pause] if self.pause_returns else []
+        for sample in waiting:
+            self._return_on_pause(sample)
         self._wake.set()
+        return len(waiting)
 
     def _return_on_pause(self, sample: Sample) -> None:
         sample.finish_reason, sample.error = "abort", "aborted by /pause_generation; resend it with its tokens so far"

@@ -345,24 +345,23 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
         if proposed:
             meta["spec_accept_rate"] = accepted / proposed
     if s.params.logprobs:
-        meta["output_token_logprobs"] = _logprob_entries(list(zip(s.logprobs, s.output_ids)), tokenizer.token_str,
-                                                         req.text_in_logprobs)
+        def entries(pairs):
+            return _logprob_entries(pairs, tokenizer.token_str, req.text_in_logprobs)
+
+        def output_steps(steps):  # (token id, logprob) per position
+            return [entries([(lp, t) for t, lp in step]) for step in steps]
+
+        def input_steps(steps):  # (logprob, token id) per prompt position; None where SGLang has none
+            return [None if step is None else entries(step) for step in steps]
+
+        meta["output_token_logprobs"] = entries(list(zip(s.logprobs, s.output_ids)))
+        meta["input_token_logprobs"] = entries(s.input_logprobs)
         if s.params.top_logprobs:
-            meta["output_top_logprobs"] = [
-                _logprob_entries([(lp, t) for t, lp in step], tokenizer.token_str, req.text_in_logprobs)
-                for step in s.top_logprobs]
-        meta["input_token_logprobs"] = _logprob_entries(s.input_logprobs, tokenizer.token_str, req.text_in_logprobs)
+            meta["output_top_logprobs"] = output_steps(s.top_logprobs)
+            meta["input_top_logprobs"] = input_steps(s.input_top_logprobs)
         if s.params.token_ids_logprob:
-            meta["output_token_ids_logprobs"] = [
-                _logprob_entries([(lp, t) for t, lp in step], tokenizer.token_str, req.text_in_logprobs)
-                for step in s.token_ids_logprobs]
-            meta["input_token_ids_logprobs"] = [
-                None if step is None else _logprob_entries(step, tokenizer.token_str, req.text_in_logprobs)
-                for step in s.input_token_ids_logprobs]
-        if s.params.top_logprobs:
-            meta["input_top_logprobs"] = [
-                None if step is None else _logprob_entries(step, tokenizer.token_str, req.text_in_logprobs)
-                for step in s.input_top_logprobs]
+            meta["output_token_ids_logprobs"] = output_steps(s.token_ids_logprobs)
+            meta["input_token_ids_logprobs"] = input_steps(s.input_token_ids_logprobs)
     out = {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}
     if req.return_prompt_ids:  # beside meta_info, where SGLang puts it
         out["prompt_token_ids"] = list(s.prompt_ids)

@@ -180,13 +180,13 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    stream_options: Optional[StreamOptions] = None
 
     def refused_field(self) -> tuple[str, str] | None:
         if self.stream and self.logprobs:
             return "logprobs", "streamed chunks carry no logprobs here; ask for them without stream"
         return super().refused_field()
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    stream_options: Optional[StreamOptions] = None
 
 
 class RolloutPrompt(BaseModel):

@@ -19,7 +19,7 @@ router = APIRouter()
 
 
 async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str, Any]] | None, *,
-                  control: bool = False) -> JSONResponse:
+                  control: bool = False, message: str = "Success") -> JSONResponse:
     """The call on every instance (``body``: one for all, or one per instance): 200 if all took it; an
     instance's own refusal (4xx) as it is, so a caller that retries on SGLang's answer retries here;
     502 if an instance failed or did not answer in time (each instance's status is in the answer).
@@ -27,7 +27,7 @@ async def fan_out(fe: Frontend, path: str, body: dict[str, Any] | list[dict[str,
     ``control`` (abort, pause, continue, flush): the short timeout, and an instance marked down, which
     holds nothing to abort, pause or flush, does not fail the call. Any other call (a weight update)
     fails while an instance is down: it would come back on other weights."""
-    return answer(await fe.engine.instances.broadcast(path, body, control=control), down_ok=control)
+    return answer(await fe.engine.instances.broadcast(path, body, control=control), down_ok=control, message=message)
 
 
 def answer(per_instance: list[dict[str, Any]], down_ok: bool = False, message: str = "Success") -> JSONResponse:
@@ -84,11 +84,9 @@ async def pause_generation(request: Request):
     mode = body.get("mode", "abort") if isinstance(body, dict) else None
     if mode not in ("abort", "retract", "in_place"):
         raise APIError("mode must be one of 'abort', 'retract', 'in_place'", param="mode")
-    before = fe.engine.unfinished_count()
-    fe.engine.set_paused(True, returns=mode == "abort")
-    response = answer(await fe.engine.instances.broadcast("/pause_generation", body, control=True), down_ok=True,
-                      message="Generation paused successfully.")
-    response.headers["x-seer-returned-samples"] = str(before - fe.engine.unfinished_count())
+    returned = fe.engine.set_paused(True, returns=mode == "abort")
+    response = await fan_out(fe, "/pause_generation", body, control=True, message="Generation paused successfully.")
+    response.headers["x-seer-returned-samples"] = str(returned)
     return response
 
 
@@ -97,8 +95,8 @@ async def pause_generation(request: Request):
 async def continue_generation(request: Request):
     fe = frontend(request)
     fe.engine.set_paused(False)
-    return answer(await fe.engine.instances.broadcast("/continue_generation", await json_body(request), control=True),
-                  down_ok=True, message="Generation continued successfully.")
+    return await fan_out(fe, "/continue_generation", await json_body(request), control=True,
+                         message="Generation continued successfully.")
 
 
 @router.api_route("/flush_cache", methods=["GET", "POST"])

@@ -50,16 +50,17 @@ async def _update(fe: Frontend, path: str, bodies: dict[str, Any] | list[dict[st
     ``session``: SGLang loads tensor and distributed updates only inside a weight-update session
     (``/begin_weight_update`` ... ``/end_weight_update``). A trainer that opened none, as trainers written
     for earlier SGLang do not, gets one around this update."""
-    for body in bodies if isinstance(bodies, list) else [bodies]:
+    listed = bodies if isinstance(bodies, list) else [bodies]
+    for body in listed:
         fmt = body.get("load_format")
         loaders = (await _custom_loaders(fe)) if fmt not in (None, "direct", "flattened_bucket") else []
         problem = update_body_problem(path, body, loaders)
         if problem is not None:
             raise APIError(problem[1], param=problem[0])
-    if any(body.get("abort_all_requests") for body in (bodies if isinstance(bodies, list) else [bodies])):
+    if any(body.get("abort_all_requests") for body in listed):
         fe.abort_all()  # as SGLang: every request, the samples waiting here included, not only the chunks
     version = f"update-{uuid.uuid4().hex[:12]}"
-    for body in bodies if isinstance(bodies, list) else [bodies]:
+    for body in listed:
         version = body.setdefault("weight_version", version)
         # KV pages are keyed by weight version (plugin/weight_namespace.py): old ones are never matched
         # again. SGLang's own flush fails while a rollout's chunks are queued.
