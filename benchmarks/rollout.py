@@ -30,7 +30,9 @@ profile's KV scaled the same way. The baseline instances load the plugin for the
 Every sample has a hidden target length from a Seer-shaped workload (``--workload``: Seer's group
 size and length shape, scaled to ``--max-tokens``; long tail across groups, alike within a group),
 enforced by a custom logit processor, so no scheduler can see it; only the ``oracle`` mode is told
-the lengths. Each instance holds ``--kv-share`` of its part of the working set (0.5, as in Seer).
+the lengths. Each instance holds ``--kv-share`` of its part of the working set (0.5), or with
+``--kv-share 0`` the profile's own KV at the run's length scale: Seer's load, many more groups than
+fit at once on instances as large as the GPU's.
 Every server is warmed with a rollout of other prompts (with ``--replay``, replaying recorded text
 too); ``--repeats`` runs each mode that many times, in a random order per repeat. Writes its run
 (``benchmarks.harness.result``: config, per-mode mean, spread and repeats, ratios against the reference,
@@ -430,7 +432,9 @@ def main() -> None:
                     help="per-instance KV cap (--max-total-tokens); default: --kv-share of the working set")
     ap.add_argument("--kv-share", type=float, default=None,
                     help="each instance's KV holds this share of its part of the working set (prompts and full "
-                         "outputs); default: the workload's (Seer-like load: 0.5)")
+                         "outputs); default: the workload's (0.5); 0 with --emulate: the profile's own capacity "
+                         "at the run's length scale (Seer's load: the KV a GPU instance holds, with many more "
+                         "groups than fit at once)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1, help="rollouts per mode; modes run in a random order "
@@ -488,6 +492,10 @@ def main() -> None:
     works = [by_seed[s] for s in seeds] if args.vary_trace else [by_seed[args.seed]] * args.repeats
     work = works[0]
     trace = work.trace
+    if args.kv_tokens is None and args.kv_share == 0:
+        if emulated is None:
+            raise SystemExit("--kv-share 0 (the profile's capacity) needs --emulate")
+        args.kv_tokens = emulated.capacity_tokens
     if args.kv_tokens is None:  # with --vary-trace: the mean over the repeats' workloads
         args.kv_tokens = int(statistics.fmean(kv_cap(by_seed[s].trace, args.instances, args.kv_share) for s in seeds))
     working = working_set(trace)
