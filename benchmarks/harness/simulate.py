@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import statistics
 
-from benchmarks.harness.baselines import ROUTER_POLICIES, canonical
+from benchmarks.harness.baselines import canonical, is_plain
 from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import moved, resolve
 from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
@@ -51,16 +51,22 @@ def client_arrivals(trace: list[TraceSample]) -> dict[tuple[int, int], float]:
 CONTEXT_TIES = "spread"
 
 
+# plain mode -> the simulator's model of how its requests are placed (``core.policy``): whole groups in
+# turn, or one request per sample through sglang-router's cache_aware or power_of_two policy
+SIM_PLACEMENT = {"plain-group": "round-robin", "plain-router": "sample-cache-aware",
+                 "plain-router-p2": "sample-power-of-two"}
+
+
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
-    """One simulated run of a benchmark mode on ``trace`` (``plain-group``, formerly ``baseline``: plain
-    SGLang fed as veRL feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the
-    acceptance of a ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
+    """One simulated run of a benchmark mode on ``trace`` (a plain mode: plain SGLang fed as its trainer
+    feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a
+    ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
     from seer_sglang.core.policy import make_policy
     from seer_sglang.sim.simulator import simulate
 
     name, options = mode_options(mode)
-    plain = canonical(mode) == "plain-group"
-    policy = make_policy("round-robin" if plain else name, chunk_size=args.chunk_size,
+    plain = is_plain(mode)
+    policy = make_policy(SIM_PLACEMENT[canonical(mode)] if plain else name, chunk_size=args.chunk_size,
                          whole_tail="tail" in options,
                          spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
     if spec is not None:
@@ -82,13 +88,11 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
     """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
     step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
     acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to. The
-    plain-router modes are left out too: the simulator has no model of sglang-router's placement."""
+    plain-router modes are simulated with ``SIM_PLACEMENT``'s model of sglang-router's placement."""
     seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
     measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
     out = {}
     for mode in modes:
-        if mode in ROUTER_POLICIES:
-            continue
         drafter = mode_drafter(mode)
         if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
             continue

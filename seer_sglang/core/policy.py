@@ -3,6 +3,7 @@ plain ``Dispatch`` decisions; the engine (or the simulator) carries them out."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -176,6 +177,91 @@ class RoundRobinPolicy(WholeGroupPolicy):
             return None
         self.turn += 1
         return healthy[(self.turn - 1) % len(healthy)]
+
+
+class PerSamplePolicy(SchedulingPolicy):
+    """slime's dispatch through a load balancer, a baseline: every sample its own request, whole and
+    unchunked, placed one at a time as the balancer receives it. SGLang queues what does not fit, so
+    every pending sample is placed at once. This one takes the instances in turn."""
+
+    name = "sample-round-robin"
+
+    def __init__(self):
+        self.turn = 0
+
+    def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
+        by_instance: dict[int, Dispatch] = {}
+        for sample in best_effort(buffer.pending()):
+            target = self.pick(instances, sample)
+            if target is None:
+                break
+            budget = chunk_tokens(sample, None)
+            target.claim(sample, budget)
+            d = by_instance.setdefault(target.index, Dispatch(target.index, []))
+            d.samples.append(sample)
+            d.max_new_tokens.append(budget)
+        return list(by_instance.values())
+
+    def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
+        healthy = [v for v in instances if v.healthy]
+        if not healthy:
+            return None
+        self.turn += 1
+        return healthy[(self.turn - 1) % len(healthy)]
+
+
+class PowerOfTwoPolicy(PerSamplePolicy):
+    """sglang-router's ``power_of_two``: of two instances drawn at random, the one with fewer requests
+    in flight (the router's own count: sent and not yet answered)."""
+
+    name = "sample-power-of-two"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
+        healthy = [v for v in instances if v.healthy]
+        if len(healthy) < 2:
+            return healthy[0] if healthy else None
+        a, b = self.rng.sample(healthy, 2)
+        return a if a.inflight <= b.inflight else b
+
+
+class CacheAwarePolicy(PerSamplePolicy):
+    """sglang-router's ``cache_aware`` (its defaults): while the instances' requests in flight are
+    balanced, a request goes where its prompt was sent before (siblings share a prompt, so a group
+    stays together), a new prompt to the instance that was sent the fewest prompt tokens; once the
+    busiest instance has more than ``balance_abs`` requests over the idlest and ``balance_rel`` times
+    as many, to the idlest. Each placement records the prompt there. A model for the simulator: it
+    takes a prompt shared with other groups' (a chat template) as unmatched."""
+
+    name = "sample-cache-aware"
+
+    def __init__(self, balance_abs: int = 64, balance_rel: float = 1.5):
+        self.balance_abs, self.balance_rel = balance_abs, balance_rel
+        self.holders: dict[str, set[int]] = {}  # group -> instances its prompt was sent to
+        self.tree_tokens: dict[int, int] = {}  # instance -> prompt tokens sent there
+
+    def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
+        healthy = [v for v in instances if v.healthy]
+        if not healthy:
+            return None
+        idlest = min(healthy, key=lambda v: (v.inflight, v.index))
+        busiest = max(v.inflight for v in healthy)
+        held = [v for v in healthy if v.index in self.holders.get(sample.group_id, ())]
+        if busiest - idlest.inflight > self.balance_abs and busiest > self.balance_rel * idlest.inflight:
+            target = idlest
+        elif held:
+            target = held[0]
+        else:
+            target = min(healthy, key=lambda v: (self.tree_tokens.get(v.index, 0), v.index))
+        if target.index not in self.holders.setdefault(sample.group_id, set()):
+            self.holders[sample.group_id].add(target.index)
+            self.tree_tokens[target.index] = self.tree_tokens.get(target.index, 0) + len(sample.prompt_ids)
+        return target
+
+    def on_group_done(self, group_id: str) -> None:
+        self.holders.pop(group_id, None)
 
 
 def route_slo(instances: list[InstanceView], sample: Sample,
@@ -445,8 +531,8 @@ def true_group_longest(buffer: RequestBuffer) -> dict[str, int]:
 
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
-    p.name: p for p in (WholeGroupPolicy, RoundRobinPolicy, ChunkedPolicy, ContextPolicy, OraclePolicy,
-                        GroupOraclePolicy, LateOraclePolicy)
+    p.name: p for p in (WholeGroupPolicy, RoundRobinPolicy, PerSamplePolicy, PowerOfTwoPolicy, CacheAwarePolicy,
+                        ChunkedPolicy, ContextPolicy, OraclePolicy, GroupOraclePolicy, LateOraclePolicy)
 }
 
 

@@ -88,6 +88,60 @@ def test_round_robin_deals_whole_groups_in_turn_whatever_the_load():
     assert [d.instance for d in policy.schedule(later, views)] == [1]
 
 
+def placements(decisions) -> dict[str, int]:
+    return {s.rid: d.instance for d in decisions for s in d.samples}
+
+
+def test_per_sample_round_robin_spreads_each_groups_siblings():
+    """slime's per-sample requests behind a round-robin balancer: sibling after sibling in turn, whole."""
+    buf = RequestBuffer()
+    for gid in "ab":
+        buf.add_group(group(gid, n=3))
+    views = [InstanceView(0, capacity_tokens=10_000), InstanceView(1, capacity_tokens=10_000)]
+    decisions = make_policy("sample-round-robin").schedule(buf, views)
+    assert placements(decisions) == {"a-0": 0, "a-1": 1, "a-2": 0, "b-0": 1, "b-1": 0, "b-2": 1}
+    assert all(n == 100 for d in decisions for n in d.max_new_tokens)  # unchunked
+    assert views[0].inflight == 3 and views[1].inflight == 3
+
+
+def test_power_of_two_takes_the_instance_with_fewer_requests_in_flight():
+    buf = RequestBuffer()
+    buf.add_group(group("a", n=4))
+    # with two instances both are always drawn: every request goes to the lighter one at that moment
+    views = [InstanceView(0, capacity_tokens=10_000, inflight=3), InstanceView(1, capacity_tokens=10_000)]
+    decisions = make_policy("sample-power-of-two").schedule(buf, views)
+    assert list(placements(decisions).values())[:3] == [1, 1, 1]  # the fourth meets a tie: either
+    assert abs(views[0].inflight - views[1].inflight) <= 1
+    # with four, each pick is one of two drawn ones: never the busiest of all
+    buf = RequestBuffer()
+    buf.add_group(group("b", n=1))
+    busy = [InstanceView(i, capacity_tokens=10_000, inflight=10 if i == 2 else 1) for i in range(4)]
+    for seed in range(20):
+        policy = make_policy("sample-power-of-two", seed=seed)
+        assert placements(policy.schedule(buf, [v.snapshot() for v in busy]))["b-0"] != 2
+
+
+def test_cache_aware_keeps_a_group_together_until_the_load_is_out_of_balance():
+    """sglang-router's cache_aware: a prompt it has sent goes back there, a new one to the instance sent
+    the fewest prompt tokens, and any request to the idlest once the busiest has more than 64 requests
+    over it and 1.5 times as many."""
+    buf = RequestBuffer()
+    buf.add_group(group("a", n=3, prompt_len=30))
+    buf.add_group(group("b", n=2, prompt_len=10))
+    buf.add_group(group("c", n=1, prompt_len=10))
+    views = [InstanceView(i, capacity_tokens=10_000) for i in range(3)]
+    policy = make_policy("sample-cache-aware")
+    assert placements(policy.schedule(buf, views)) == {"a-0": 0, "a-1": 0, "a-2": 0, "b-0": 1, "b-1": 1, "c-0": 2}
+    later = RequestBuffer()
+    later.add_group(group("d", n=1, prompt_len=10))  # instance 0 was sent 30 prompt tokens, 1 and 2 ten each
+    assert placements(policy.schedule(later, views)) == {"d-0": 1}
+    # out of balance: 100 in flight on 0, 20 on 2 (> 64 more, > 1.5x): group a's next sibling goes to 2
+    more = RequestBuffer()
+    more.add_group(group("a", n=1, prompt_len=30))
+    views[0].inflight, views[1].inflight, views[2].inflight = 100, 30, 20
+    assert placements(policy.schedule(more, views)) == {"a-0": 2}
+
+
 def test_whole_group_skips_unhealthy_and_stops_without_instances():
     buf = RequestBuffer()
     buf.add_group(group("a"))
