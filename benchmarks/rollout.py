@@ -61,7 +61,7 @@ from benchmarks.harness.manifest import resolve
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import seer_server
 from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
-from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, predict, sim_check
+from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, mode_speculation, predict, sim_check
 from benchmarks.harness.sglang_router import (ParamsShim, retraction_counts, retraction_delta, start_router,
                                               stop_router)
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
@@ -371,16 +371,10 @@ def plot(report: dict, runs: dict, path: Path) -> None:
 # ---- main ------------------------------------------------------------------------------------
 
 
-def server_config(mode: str, default_draft: str) -> tuple[str, str]:
-    """(kv pool, drafter) of the seer server a mode runs on: modes that agree share one server."""
+def server_config(mode: str, default_draft: str) -> tuple[str, str, str]:
+    """(kv pool, drafter, draft budget) of the seer server a mode runs on: modes that agree share one."""
     _, options = mode_options(mode)
-    draft = "none"
-    for option in options:
-        if option == "sd":
-            draft = default_draft
-        elif option.startswith("sd-"):
-            draft = option[3:]
-    return ("file" if "pool" in options else "none"), draft
+    return ("file" if "pool" in options else "none"), *mode_speculation(mode, default_draft)
 
 
 class Measured:
@@ -420,7 +414,10 @@ def main() -> None:
     ap.add_argument("--modes", default="plain-group,plain-router,plain-router-p2,group,divided,context,oracle",
                     help="plain SGLang: plain-group (each group whole to one instance, round-robin; 'baseline' "
                          "is its former name), plain-router (one /generate per sample through sglang-router, "
-                         "cache_aware), plain-router-p2 (the router's power_of_two); the rest are seer's policies")
+                         "cache_aware), plain-router-p2 (the router's power_of_two); the rest are seer's policies, "
+                         "with options: +pool (global KV pool), +sd (grouped speculation, the adaptive budget), "
+                         "+sd-fixed (every draft verified at every batch size: the GPU path's fixed verify width), "
+                         "+sd-<drafter>, +tail, +arrival")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--prompts", type=int, default=32)
@@ -529,7 +526,7 @@ def main() -> None:
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if not is_plain(m)]
     plain_modes = [m for m in modes if is_plain(m)]
-    servers: list[tuple[str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
+    servers: list[tuple[str, str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
     if plain_modes:
         servers.append(None)
     rng.shuffle(servers)
@@ -576,10 +573,11 @@ def main() -> None:
             finally:
                 stop_instances(procs)
             continue
-        pool, draft = server
+        pool, draft, budget = server
         group = [m for m in seer_modes if server_config(m, args.draft) == server]
-        extra = ["--kv-pool", pool, "--draft", draft, *emulate_flags]
-        proc, url = seer_server(model_path, args, engine_args + extra, log_root / f"pool-{pool}-draft-{draft}")
+        extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, *emulate_flags]
+        proc, url = seer_server(model_path, args, engine_args + extra,
+                                log_root / f"pool-{pool}-draft-{draft}-budget-{budget}")
         try:
             urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
             if calib is None:
@@ -589,7 +587,7 @@ def main() -> None:
                      replay: dict | None) -> dict:
                 return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag, replay=replay))
 
-            run_modes(f"seer {pool=} {draft=}", group, args, works, rng, measured, urls, emulated is not None, seer)
+            run_modes(f"seer {pool=} {draft=} {budget=}", group, args, works, rng, measured, urls, emulated is not None, seer)
         finally:
             proc.terminate()
             proc.wait(120)

@@ -21,7 +21,8 @@ from typing import Any, Optional
 
 # Choice lists. The registries that implement them (core.policy.POLICIES, speculative.drafters,
 # speculative.budget.make_budget) are checked against these by the unit tests.
-SCHEDULERS = ("group", "round-robin", "divided", "context", "oracle", "group-oracle", "late-oracle")
+SCHEDULERS = ("group", "round-robin", "sample-round-robin", "sample-power-of-two", "sample-cache-aware", "divided",
+              "context", "oracle", "group-oracle", "late-oracle")
 KV_POOLS = ("auto", "none", "file", "mooncake")
 DRAFTERS = ("suffix", "group-suffix", "sam")
 DRAFT_MODES = ("none", *DRAFTERS)
@@ -104,7 +105,9 @@ class InstancesConfig:
 @dataclass(frozen=True)
 class SchedulerConfig:
     name: str = flag("context", "--scheduler", "rollout policy: group = whole groups unchunked to the "
-                     "least-loaded instance, round-robin = whole groups in turn (veRL's dispatch), divided = "
+                     "least-loaded instance, round-robin = whole groups in turn (veRL's dispatch), "
+                     "sample-round-robin / sample-power-of-two / sample-cache-aware = every sample whole, placed "
+                     "as a load balancer places one request per sample (sglang-router's policies), divided = "
                      "chunks to the least-loaded instance, context = divided + Seer's length context (default), "
                      "oracle = benchmarks only (reads each sample's true length), group-oracle = benchmarks only (reads "
                      "each group's true longest length), late-oracle = benchmarks only (context, with each group's "

@@ -14,7 +14,7 @@ from benchmarks.harness.baselines import canonical, is_plain
 from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import moved, resolve
 from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
-from seer_sglang.config import EmulationConfig
+from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
 from seer_sglang.launch.emulation import admission
 from seer_sglang.sim.workload import TraceSample
@@ -31,6 +31,23 @@ def mode_options(mode: str) -> tuple[str, set[str]]:
 def mode_drafter(mode: str) -> str | None:
     """The ``+sd...`` option of a mode, if it speculates."""
     return next((o for o in mode_options(mode)[1] if o.startswith("sd")), None)
+
+
+# ``+sd-fixed``: the group drafts of ``+sd`` with every draft verified at every batch size
+# (``--draft-budget full``): the verify the GPU path runs today, at its fixed width (Seer's "No-Adapt")
+FIXED_WIDTH = "sd-fixed"
+
+
+def mode_speculation(mode: str, default_draft: str) -> tuple[str, str]:
+    """(drafter, draft budget) of a mode's seer server: ``+sd`` the default drafter and budget,
+    ``+sd-fixed`` the default drafter verifying every draft, ``+sd-<drafter>`` another drafter;
+    ("none", default budget) without speculation."""
+    option = mode_drafter(mode)
+    if option is None:
+        return "none", DRAFT.budget
+    if option == FIXED_WIDTH:
+        return default_draft, "full"
+    return (default_draft if option == "sd" else option[3:]), DRAFT.budget
 
 
 # Plain SGLang's client posts every request at once, and they reach the instances one after another
@@ -70,7 +87,9 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                          whole_tail="tail" in options,
                          spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
     if spec is not None:
-        spec = dataclasses.replace(spec, grouped=mode_drafter(mode) == "sd")
+        drafter = mode_drafter(mode)
+        spec = dataclasses.replace(spec, grouped=drafter in ("sd", FIXED_WIDTH),
+                                   budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget)
     arrivals = client_arrivals(trace) if plain else None
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
                     plain=plain, arrival_s=arrivals)
@@ -94,7 +113,7 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
     out = {}
     for mode in modes:
         drafter = mode_drafter(mode)
-        if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix")):
+        if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix", FIXED_WIDTH)):
             continue
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         sims = {}

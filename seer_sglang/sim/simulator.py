@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..config import DRAFT, MIN_SHARED_PREFILL, SLO_CONFIG
+from ..config import MIN_SHARED_PREFILL, SLO_CONFIG
 from ..core.migration import MigrationCost
 from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import Group, Sample, SampleState, SamplingParams
@@ -237,7 +237,7 @@ class Simulation:
         # On a replayed text: the instances' drafter over it, one verify step at a time (``TextDrafts``)
         self.text = spec.text_drafts(instances) if spec is not None else None
         # there each instance runs its own budget, as the emulated instances do (``make_budget``)
-        self.budgets = [make_budget(DRAFT.budget, spec.gamma_max, None, model) for _ in range(instances)] \
+        self.budgets = [make_budget(spec.budget_name, spec.gamma_max, None, model) for _ in range(instances)] \
             if self.text is not None else []
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model

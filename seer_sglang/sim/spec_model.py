@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..config import DRAFT
-from ..speculative.budget import CostModel, DraftBudget
+from ..speculative.budget import CostModel, DraftBudget, make_budget
 from ..core.step_model import StepModel
 from .text_drafts import TextDrafts
 
@@ -68,6 +68,9 @@ class SpecModel:
     prompts: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     drafter: str = DRAFT.drafter
     draft_paths: int = DRAFT.draft_paths
+    # The instances' draft budget (``config.BUDGETS``): ``full`` verifies every draft at every batch
+    # size, as the GPU path does today (its verify width is fixed).
+    budget_name: str = DRAFT.budget
     # How long a token committed on one instance takes to reach the others' drafters: the writer's
     # next sync round pushes it to the draft server, the reader's next one fetches it (each every
     # ``sync_interval_s``, so one interval on average).
@@ -159,9 +162,12 @@ class SpecModel:
             return self.verify_per_token_s
         return 0.0 if model.compute_per_token_s else model.prefill_per_token_s
 
-    def budget(self, model: StepModel) -> DraftBudget:
+    def budget(self, model: StepModel):
         """The engine's budget over this model's costs (``CostModel.from_step_model``: a GPU profile's
-        roofline, as an emulated instance's budget has it, or a CPU fit's linear step)."""
+        roofline, as an emulated instance's budget has it, or a CPU fit's linear step); with
+        ``budget_name`` other than adaptive, that budget (``make_budget``)."""
+        if self.budget_name != "adaptive":
+            return make_budget(self.budget_name, self.gamma_max)
         curve = CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max)
         return DraftBudget(CostModel.from_step_model(model, curve, self.verify_per_token_s), self.gamma_max, self.lam)
 

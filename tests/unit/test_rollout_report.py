@@ -35,3 +35,15 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     for mode, stored in run["sim_check"].items():
         assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=1e-9), mode
         assert check[mode]["predicted_retractions"] == stored["predicted_retractions"], mode
+
+
+def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
+    """``+sd`` verifies what the adaptive budget gives out, ``+sd-fixed`` every draft at every batch size
+    (the GPU path's fixed verify width) with the same drafter; modes that agree share one server."""
+    from benchmarks.rollout import server_config
+
+    assert server_config("context", "group-suffix") == ("none", "none", "adaptive")
+    assert server_config("context+sd", "group-suffix") == ("none", "group-suffix", "adaptive")
+    assert server_config("context+sd-fixed", "group-suffix") == ("none", "group-suffix", "full")
+    assert server_config("context+pool+sd-suffix", "group-suffix") == ("file", "suffix", "adaptive")
+    assert server_config("oracle+sd", "group-suffix") == server_config("context+sd", "group-suffix")
