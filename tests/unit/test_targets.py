@@ -110,3 +110,27 @@ def test_context_is_held_above_group_in_a_run_without_plain_sglang():
     rows = check(run)
     assert by(rows, "`context` above `group`", "context")["met"] is True
     assert not any(r["kind"] in ("throughput", "tail", "retractions") for r in rows)
+
+
+def test_a_run_with_the_router_baselines_is_held_to_the_strongest_plain_sglangs_targets():
+    """With plain-router and plain-router-p2 measured beside plain-group, the ratios are against the
+    fastest of the three, and the run is held to 1.2x (context), 1.9x (context+sd), a 0.3x tail and 5% of
+    oracle instead of Seer's gains against whole groups."""
+    times = {"plain-group": 120.0, "plain-router": 130.0, "plain-router-p2": 100.0, "context": 82.0,
+             "oracle": 79.0, "context+sd": 55.0}
+    run = run_of({"baseline": 100.0, **times}, tails={"plain-router-p2": 10.0, "context": 2.0})
+    del run["modes"]["baseline"], run["ratios"]["baseline"], run["sim_check"]["baseline"]
+    run["reference"] = "plain-router-p2"
+    for m, r in run["ratios"].items():  # against the reference
+        r["tail"] = run["modes"][m]["tail_s"] / 10.0
+    for m in times:
+        run["modes"][m]["retractions"] = 4 if m.startswith("plain") else 0
+    rows = check(run)
+    context = by(rows, "throughput >= 1.2x the strongest plain SGLang's", "context")
+    assert context["met"] is True and context["measured"] == pytest.approx(100 / 82)
+    sd = by(rows, "throughput >= 1.9x the strongest plain SGLang's", "context+sd")
+    assert sd["met"] is False and sd["short_by"] == pytest.approx(1.9 - 100 / 55)
+    assert by(rows, "within 5% of `oracle`", "context")["met"] is True  # 1 - 79/82 = 3.7%
+    assert by(rows, "tail <= 0.3x the strongest plain SGLang's", "context")["met"] is True
+    assert not [r for r in rows if "1.4x" in r["target"] or "3% of" in r["target"]]
+    assert by(rows, "plain SGLang retracts", "plain-router-p2")["met"] is True
