@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from benchmarks.harness import manifest
-from benchmarks.harness.baselines import canonical, is_plain, reference_of
+from benchmarks.harness.baselines import PLAIN_GROUP, canonical, is_plain, reference_of
 from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
 
@@ -219,6 +219,10 @@ def emulated_table(results: Results, stem: str) -> str:
     speculative = any(r.get("mean_acceptance_length") for r in run["modes"].values())
     if speculative:
         header.insert(7, "tokens per verify step")
+    # the paper's baseline beside the reference, where the run measured a stronger plain SGLang
+    paper = PLAIN_GROUP if ref_mode != PLAIN_GROUP and PLAIN_GROUP in run.get("ratios_by_baseline", {}) else None
+    if paper:
+        header.insert(3, f"throughput vs {mode_name(paper)}")
     rows = []
     invalid = {m for m in run["modes"] if is_invalid(emu["per_mode"].get(m, []))}
     base_valid = ref_mode not in invalid  # a ratio against an invalid reference is no result either
@@ -246,7 +250,15 @@ def emulated_table(results: Results, stem: str) -> str:
                      f"{check['error'] * 100:+.1f}%" if check else "-", overruns(emu["per_mode"].get(m, []))])
         if speculative:
             rows[-1].insert(7, mean_range("mean_acceptance_length", lambda x: f"{x:.2f}"))
+        if paper:
+            rows[-1].insert(3, fratio(run["ratios_by_baseline"][paper][m]["throughput"])
+                            if paper not in invalid else "-")
     ws = cfg["workload_spec"]
+    kv = (f"{cfg['kv_tokens']:,} KV tokens per instance, the profile's own capacity at this length scale "
+          f"(the working set is {cfg['working_set_tokens'] / (cfg['kv_tokens'] * cfg['instances']):.1f}x "
+          f"the instances' KV). " if cfg.get("kv_share") == 0 else
+          f"{cfg['kv_tokens']:,} KV tokens per instance ({cfg['kv_share']:.0%} of its part of the working set"
+          + (", the mean over the workloads). " if cfg.get("vary_trace") else "). "))
     caption = (f"EMULATED, not a GPU measurement: {cfg['instances']} real SGLang instances of model "
                f"`{cfg['model']}` on {cfg['machine']}, every step padded to the `{emu['profile']}` profile "
                f"(lengths x{emu['length_scale']:g}, times x{emu['time_scale']:g}). A mode whose worst repeat "
@@ -254,10 +266,9 @@ def emulated_table(results: Results, stem: str) -> str:
                f"keep up with the profile. "
                f"{cfg['prompts']} prompts x {cfg['group_size']} samples, {ws['name']}-shaped lengths up to "
                f"{cfg['max_tokens']:,} tokens (mean {fnum(ws['mean_tokens'], 0)}), chunk {cfg['chunk_size']}, "
-               f"{cfg['kv_tokens']:,} KV tokens per instance ({cfg['kv_share']:.0%} of its part of the working "
-               + (f"set). Mean (min–max) over {cfg['repeats']} repeats, modes in a random order per repeat. "
+               + kv + (f"Mean (min–max) over {cfg['repeats']} repeats, modes in a random order per repeat. "
                   if not cfg.get("vary_trace") else
-                  f"set, the mean over the workloads). Each of {cfg['repeats']} repeats runs another workload of "
+                  f"Each of {cfg['repeats']} repeats runs another workload of "
                   f"the same shape (seeds {cfg['seed']}–{cfg['seed'] + cfg['repeats'] - 1}), every mode on it, in a "
                   f"random order; mean (min–max) over them; throughput: total over the repeats, with the range "
                   f"of the per-workload ratios. ")
@@ -270,8 +281,26 @@ def emulated_table(results: Results, stem: str) -> str:
                + ("The context policies of this run ordered equal length estimates in arrival order, as they "
                   "did before they went sibling by sibling across groups. "
                   if cfg.get("context_ties") == "arrival" and any("context" in m for m in run["modes"]) else "")
-               + f"Source: {source([stem])}.")
+               + regime_text(run) + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
+
+
+def regime_text(run: dict) -> str:
+    """The run's reference, regime and critical-path bound, for a caption (runs that recorded them)."""
+    out = ""
+    if run.get("reference") and is_plain(run["reference"]):
+        out += (f"Ratios are against `{run['reference']}`, the fastest plain SGLang of the run"
+                + (f" (of {', '.join(f'`{m}`' for m in run['ratios_by_baseline'])})"
+                   if len(run.get("ratios_by_baseline", {})) > 1 else "") + ". ")
+    g, b = run.get("regime"), run.get("bound")
+    if g:
+        out += (f"Regime: {g['requests_per_step']} requests per decode step on a loaded instance, a fixed share of "
+                f"{g['fixed_share']:.0%} of its step, a full instance's step {g['full_over_idle']:.2f}x an idle "
+                f"one's" + (" (below 2: a long tail costs little here)" if g["full_over_idle"] < 2 else "") + ". ")
+    if b:
+        out += (f"Critical path (the longest sample, {b['longest_tokens']} tokens, at the smallest step): "
+                f"{b['critical_path_s']:.1f} s, {b['share']:.0%} of `{b['share_of']}`'s completion. ")
+    return out
 
 
 def simulator_speculation(results: Results, cfg: dict) -> str:
