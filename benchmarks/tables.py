@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from benchmarks.harness import manifest
-from benchmarks.harness.baselines import PLAIN_GROUP, canonical, is_plain, reference_of
+from benchmarks.harness.baselines import PLAIN_GROUP, is_plain, reference_of
 from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
 
@@ -343,7 +343,7 @@ def methodology_table(results: Results) -> str:
                 invalid += 1
                 continue
             worst = max(worst, worst_overrun(runs))
-        if not run.get("sim_check_revision"):
+        if not rebuildable(run):
             continue  # the simulator of the run's day (its configuration predates the rebuild)
         for mode, c in run.get("sim_check", {}).items():
             if not is_invalid(per_mode.get(mode, [])):
@@ -364,7 +364,14 @@ def methodology_table(results: Results) -> str:
     return "\n".join(table(["regime", "what it is", "current runs", "benchmarks"], rows) + ["", caption])
 
 
-SIM_ERROR_MODES = ("baseline", "group", "divided", "context", "context+arrival", "oracle", "context+sd", "oracle+sd")
+SIM_ERROR_MODES = ("plain-group", "plain-router", "plain-router-p2", "group", "divided", "context", "context+arrival",
+                   "oracle", "context+sd", "context+sd-fixed", "oracle+sd")
+
+
+def rebuildable(run: dict) -> bool:
+    """Whether the run's ``sim_check`` is the simulator's on a configuration it rebuilds: a run that
+    recorded its commit (``meta``), or one rechecked when results were still rewritten."""
+    return bool(run.get("meta") or run.get("sim_check_revision"))
 
 
 def sim_errors_table(results: Results) -> str:
@@ -373,7 +380,7 @@ def sim_errors_table(results: Results) -> str:
     repeat overran the profile on more than 5% of its steps measured the host, not the profile: it is
     shown, marked, and left out of the count."""
     checked = [s for s in pick(results, r"emulated_h100_.*") if results[s].get("sim_check")]
-    stems = [s for s in checked if results[s].get("sim_check_revision")]
+    stems = [s for s in checked if rebuildable(results[s])]
     old = [s for s in checked if s not in stems]  # configs older than what the rebuild needs
     rows, errors = [], []
     for stem in stems:
@@ -381,11 +388,11 @@ def sim_errors_table(results: Results) -> str:
         cfg, per_mode = run["config"], run["emulation"].get("per_mode", {})
         cells = []
         for mode in SIM_ERROR_MODES:
-            check = run["sim_check"].get(mode) or (run["sim_check"].get(canonical(mode)) if mode == "baseline" else None)
+            check = run["sim_check"].get(mode) or (run["sim_check"].get("baseline") if mode == PLAIN_GROUP else None)
             if check is None:
                 cells.append("-")
                 continue
-            if is_invalid(per_mode.get(mode, [])):
+            if is_invalid(per_mode.get(mode, []) or per_mode.get("baseline" if mode == PLAIN_GROUP else mode, [])):
                 cells.append("INVALID")
                 continue
             errors.append(check["error"])
