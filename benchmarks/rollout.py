@@ -461,6 +461,9 @@ def main() -> None:
                     "replayed text: the simulator's acceptance for the +sd modes (without it they are not simulated)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
     args = ap.parse_args()
+    # the instances' draft budget counts the batch's KV read: recorded, so the simulator rebuilds this run
+    # with it (runs without the key were made before it did)
+    args.budget_kv_read = True
     preset = PRESETS[args.workload]
     args.group_size = args.group_size or preset.group_size
     args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+from pathlib import Path
 
 from benchmarks.harness.baselines import canonical, is_plain
 from benchmarks.harness.emulation import emulation_settings
-from benchmarks.harness.manifest import moved, resolve
+from benchmarks.harness.manifest import Moved, moved, resolve
 from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
 from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
@@ -88,8 +89,10 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                          spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
     if spec is not None:
         drafter = mode_drafter(mode)
+        # runs made before the budget counted the KV read say nothing of it (``BUDGET_KV_READ``)
         spec = dataclasses.replace(spec, grouped=drafter in ("sd", FIXED_WIDTH),
-                                   budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget)
+                                   budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
+                                   budget_kv_read=getattr(args, "budget_kv_read", False))
     arrivals = client_arrivals(trace) if plain else None
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
                     plain=plain, arrival_s=arrivals)
@@ -98,9 +101,17 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
 def run_acceptance(args, seed: int):
     """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``), per sample where the
     run replayed the text that file was measured on (``SpecModel.from_replay``)."""
+    import json
+
     from seer_sglang.sim.spec_model import SpecModel
 
-    return SpecModel.from_replay(resolve(args.sim_acceptance), seed=seed, text=moved(getattr(args, "replay", None)))
+    acceptance = resolve(args.sim_acceptance)
+    text = moved(getattr(args, "replay", None))
+    measured_on = json.loads(acceptance.read_text())["config"].get("outputs")
+    if text is not None and measured_on and Path(resolve(measured_on)).resolve() == Path(resolve(text)).resolve():
+        # the same recording, named by its folder where the acceptance file names its former flat path
+        text = Moved(resolve(text), measured_on)
+    return SpecModel.from_replay(acceptance, seed=seed, text=text)
 
 
 def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:

@@ -357,7 +357,8 @@ class SeerSpecWorker(NGRAMWorker):
         # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
         # so all are verified.
         own = needs_own_sampler(batch.sampling_info)
-        gamma = self._gamma = 0 if own else self.budget.gamma_star(bs) if self.variable_width else full - 1
+        kv = int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(batch.seq_lens_sum or 0)
+        gamma = self._gamma = 0 if own else self.budget.gamma_star(bs, kv) if self.variable_width else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
                   for req in batch.reqs]
         orders = [draft.best_first() for draft in drafts]

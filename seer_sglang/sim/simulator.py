@@ -237,7 +237,8 @@ class Simulation:
         # On a replayed text: the instances' drafter over it, one verify step at a time (``TextDrafts``)
         self.text = spec.text_drafts(instances) if spec is not None else None
         # there each instance runs its own budget, as the emulated instances do (``make_budget``)
-        self.budgets = [make_budget(spec.budget_name, spec.gamma_max, None, model) for _ in range(instances)] \
+        self.budgets = [make_budget(spec.budget_name, spec.gamma_max, None, model, spec.budget_kv_read)
+                        for _ in range(instances)] \
             if self.text is not None else []
         self.pool = pool  # a global KV pool: a continuation elsewhere loads its whole pages instead
         self.model = model
@@ -591,7 +592,8 @@ class Simulation:
             high = high_priority([slot.priority for slot in running])
             made, verified, gamma = self.text.verify([(key, slot.sample.rid, slot.sample.generated)
                                                       for key, slot in zip(keys, running)], high,
-                                                     self.budgets[inst.index], inst.index, self.now)
+                                                     self.budgets[inst.index], inst.index, self.now,
+                                                     sum(slot.context for slot in running))
             width = 1 + max(verified, default=0)
             record = (len(running), gamma if width > 1 else 0, verified, [m - 1 for m in made])
             return [float(m) for m in made], len(running) * (width - 1), record
@@ -605,7 +607,8 @@ class Simulation:
             scores.append(self._scores[alpha])
         high = high_priority([slot.priority for slot in running])
         asks = [BudgetRequest(str(i), high[i], sc) for i, sc in enumerate(scores)]
-        given = self.draft_budget.allocate(asks, len(running)).per_request
+        given = self.draft_budget.allocate(asks, len(running),
+                                           kv_tokens=sum(slot.context for slot in running)).per_request
         counts = [given[str(i)] for i in range(len(running))]
         rates = [1.0 + sum(sc[:k]) for sc, k in zip(scores, counts)]
         return rates, sum(counts), None  # a ragged verify: the drafts given out

@@ -71,6 +71,9 @@ class SpecModel:
     # The instances' draft budget (``config.BUDGETS``): ``full`` verifies every draft at every batch
     # size, as the GPU path does today (its verify width is fixed).
     budget_name: str = DRAFT.budget
+    # Whether the adaptive budget counts the batch's KV read as memory time (``CostModel``), as the
+    # engine's does; False rebuilds runs made before it did.
+    budget_kv_read: bool = True
     # How long a token committed on one instance takes to reach the others' drafters: the writer's
     # next sync round pushes it to the draft server, the reader's next one fetches it (each every
     # ``sync_interval_s``, so one interval on average).
@@ -169,7 +172,8 @@ class SpecModel:
         if self.budget_name != "adaptive":
             return make_budget(self.budget_name, self.gamma_max)
         curve = CostModel.geometric_curve((self.own_alpha + self.group_alpha) / 2, self.gamma_max)
-        return DraftBudget(CostModel.from_step_model(model, curve, self.verify_per_token_s), self.gamma_max, self.lam)
+        return DraftBudget(CostModel.from_step_model(model, curve, self.verify_per_token_s, self.budget_kv_read),
+                           self.gamma_max, self.lam)
 
 
 def recorded_text(path: str | Path, seed: int) -> tuple[dict, dict]:

@@ -74,7 +74,8 @@ class TextDrafts:
             self._update(replica, key, rid, generated)
 
     def verify(self, requests: Sequence[tuple[tuple[int, int], str, int]], high: Sequence[bool],
-               budget, replica: int = 0, now: float = math.inf) -> tuple[list[int], list[int], int]:
+               budget, replica: int = 0, now: float = math.inf,
+               kv_tokens: int = 0) -> tuple[list[int], list[int], int]:
         """One verify step at ``now`` on instance ``replica`` over ``requests`` ((group, index), rid,
         output tokens committed), with the draft length ``budget`` (an instance's ``AdaptiveBudget`` or
         a ``DraftBudget``) picks for the batch: the tokens each request commits (its accepted path and
@@ -92,7 +93,7 @@ class TextDrafts:
             drafts.append(draft)
             orders.append(order)
             asks.append(BudgetRequest(rid, h, [scores[i] for i in order]))
-        gamma = budget.gamma_star(len(requests))
+        gamma = budget.gamma_star(len(requests), kv_tokens)
         given = budget.allocate(asks, len(requests), gamma).per_request if gamma else {}
         made, verified = [], []
         for (key, rid, pos), draft, order in zip(requests, drafts, orders):

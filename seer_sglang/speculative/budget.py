@@ -29,8 +29,10 @@ class CostModel:
     draft token i + 1 of a linear draft is accepted (non-increasing; zero past its end).
 
     With ``memory_s`` (a GPU profile's weight read) the token term is a roofline instead:
-    max(memory_s, per_token_s * B * n). A memory-bound decode step computes far less than it reads, so
-    drafts verify for free until their compute passes the read; a linear model would price every one."""
+    max(memory_s + kv_s_per_token * K, per_token_s * B * n) for a step that reads K KV tokens. A
+    memory-bound decode step computes far less than it reads, so drafts verify for free until their
+    compute passes the read; a linear model would price every one. The KV read is part of that read:
+    a batch of long contexts verifies more drafts for free than the weights alone would say."""
 
     base_s: float
     per_seq_s: float
@@ -39,22 +41,24 @@ class CostModel:
     verify_base_s: float = 0.0
     verify_per_seq_s: float = 0.0
     memory_s: float = 0.0
+    kv_s_per_token: float = 0.0  # memory time per KV token the step reads (with ``memory_s``)
 
-    def step_time(self, batch: int, tokens_per_request: float) -> float:
+    def step_time(self, batch: int, tokens_per_request: float, kv_tokens: int = 0) -> float:
         verify = self.verify_base_s + self.verify_per_seq_s * batch if tokens_per_request > 1 else 0.0
         tokens = self.per_token_s * batch * tokens_per_request
-        return self.base_s + self.per_seq_s * batch + max(self.memory_s, tokens) + verify
+        memory = self.memory_s + self.kv_s_per_token * kv_tokens if self.memory_s else 0.0
+        return self.base_s + self.per_seq_s * batch + max(memory, tokens) + verify
 
     @classmethod
     def from_step_model(cls, model: StepModel, accept_curve: Sequence[float],
-                        verify_per_token_s: float | None = None) -> "CostModel":
-        """The step-time terms of a ``StepModel``: a GPU profile's roofline (its decode step with the KV
-        read left out, so drafts look no freer than they are), or a CPU fit's linear step, whose
-        verified tokens each cost a prefill token (or ``verify_per_token_s``)."""
+                        verify_per_token_s: float | None = None, kv_read: bool = True) -> "CostModel":
+        """The step-time terms of a ``StepModel``: a GPU profile's roofline (weights and, with
+        ``kv_read``, the batch's KV read, as the profile's decode step has them), or a CPU fit's linear
+        step, whose verified tokens each cost a prefill token (or ``verify_per_token_s``)."""
         curve = tuple(float(p) for p in accept_curve)
         if model.compute_per_token_s and verify_per_token_s is None:
             return cls(model.decode_base_s, model.decode_per_seq_s, model.compute_per_token_s, curve,
-                       memory_s=model.weight_read_s)
+                       memory_s=model.weight_read_s, kv_s_per_token=model.decode_per_kv_token_s if kv_read else 0.0)
         per_token = model.prefill_per_token_s if verify_per_token_s is None else verify_per_token_s
         return cls(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token),
                    per_token, curve)
@@ -65,13 +69,13 @@ class CostModel:
         probs = self.accept_curve if scores is None else scores
         return float(sum(probs[:k]))
 
-    def tokens_per_second(self, batch: int, gamma: int) -> float:
+    def tokens_per_second(self, batch: int, gamma: int, kv_tokens: int = 0) -> float:
         """Expected emitted tokens per second of a batch that verifies gamma drafts per request."""
-        return batch * (1.0 + self.expected_accepted(gamma)) / self.step_time(batch, gamma + 1)
+        return batch * (1.0 + self.expected_accepted(gamma)) / self.step_time(batch, gamma + 1, kv_tokens)
 
-    def best_gamma(self, batch: int, gamma_max: int = 8) -> int:
+    def best_gamma(self, batch: int, gamma_max: int = 8, kv_tokens: int = 0) -> int:
         """argmax over gamma in [0, gamma_max] of tokens per second; ties go to the shorter draft."""
-        rates = [self.tokens_per_second(batch, g) for g in range(gamma_max + 1)]
+        rates = [self.tokens_per_second(batch, g, kv_tokens) for g in range(gamma_max + 1)]
         return int(np.argmax(np.asarray(rates) > max(rates) * (1 - 1e-12)))
 
     @classmethod
@@ -94,6 +98,13 @@ class CostModel:
     def geometric_curve(alpha: float, length: int = 8) -> tuple[float, ...]:
         """Curve of a draft whose tokens are each accepted with probability alpha."""
         return tuple(alpha ** (i + 1) for i in range(length))
+
+
+def kv_bucket(tokens: int) -> int:
+    """``tokens`` to its 4 leading bits (within 1/8 below it)."""
+    tokens = max(0, int(tokens))
+    drop = max(0, tokens.bit_length() - 4)
+    return tokens >> drop << drop
 
 
 HIGH_PRIORITY_SHARE = 0.25  # the batch's top quarter by router priority counts as long-tail
@@ -138,18 +149,22 @@ class DraftBudget:
         self.cost = cost
         self.gamma_max = gamma_max
         self.lam = lam
-        self._gamma_cache: dict[int, int] = {}
+        self._gamma_cache: dict[tuple[int, int], int] = {}
 
-    def gamma_star(self, batch_size: int) -> int:
-        if batch_size not in self._gamma_cache:
-            self._gamma_cache[batch_size] = self.cost.best_gamma(batch_size, self.gamma_max)
-        return self._gamma_cache[batch_size]
+    def gamma_star(self, batch_size: int, kv_tokens: int = 0) -> int:
+        """gamma* of a batch that reads ``kv_tokens`` KV tokens a step (counted where the cost model
+        prices the KV read, to its 4 leading bits: the answer moves little within that)."""
+        kv = kv_bucket(kv_tokens) if self.cost.kv_s_per_token else 0
+        key = (batch_size, kv)
+        if key not in self._gamma_cache:
+            self._gamma_cache[key] = self.cost.best_gamma(batch_size, self.gamma_max, kv)
+        return self._gamma_cache[key]
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
-                 gamma: int | None = None) -> BudgetDecision:
+                 gamma: int | None = None, kv_tokens: int = 0) -> BudgetDecision:
         """Split gamma * B draft tokens (gamma = gamma* of the batch size unless given)."""
         batch = len(requests) if batch_size is None else batch_size
-        gamma = self.gamma_star(batch) if gamma is None else gamma
+        gamma = self.gamma_star(batch, kv_tokens) if gamma is None else gamma
         if gamma == 0:
             return _off(requests, 0, f"best gamma is 0 at batch size {batch}")
         total = gamma * batch
@@ -193,11 +208,11 @@ class ThresholdSwitch:
                     seconds: float) -> None:
         """A fixed rule learns nothing from the steps it ran."""
 
-    def gamma_star(self, batch_size: int) -> int:
+    def gamma_star(self, batch_size: int, kv_tokens: int = 0) -> int:
         return self.gamma if batch_size <= self.max_batch else 0
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
-                 gamma: int | None = None) -> BudgetDecision:
+                 gamma: int | None = None, kv_tokens: int = 0) -> BudgetDecision:
         batch = len(requests) if batch_size is None else batch_size
         gamma = self.gamma_star(batch) if gamma is None else gamma
         if gamma == 0:
@@ -334,11 +349,12 @@ class MeasuredRates:
         return with_drafts is None or plain is None or with_drafts >= plain
 
 
-def exploration_loss(cost: CostModel, batch: int, chosen: int, trial: int) -> float:
+def exploration_loss(cost: CostModel, batch: int, chosen: int, trial: int, kv_tokens: int = 0) -> float:
     """Seconds a step that verifies ``trial`` drafts per request is expected to lose against one at the
     chosen length: its time, less the time the chosen length takes for the tokens the trial emits."""
     tokens = batch * (1.0 + cost.expected_accepted(trial))
-    return max(0.0, cost.step_time(batch, trial + 1) - tokens / cost.tokens_per_second(batch, chosen))
+    return max(0.0, cost.step_time(batch, trial + 1, kv_tokens)
+               - tokens / cost.tokens_per_second(batch, chosen, kv_tokens))
 
 
 class AdaptiveBudget:
@@ -390,20 +406,21 @@ class AdaptiveBudget:
         budget = self._fitted()
         return budget.cost if budget is not None else None
 
-    def gamma_star(self, batch_size: int) -> int:
+    def gamma_star(self, batch_size: int, kv_tokens: int = 0) -> int:
+        """This step's draft length for a batch that reads ``kv_tokens`` KV tokens."""
         budget = self._fitted()
         if self.online is None:
-            return budget.gamma_star(batch_size)
+            return budget.gamma_star(batch_size, kv_tokens)
         self._steps += 1
         if budget is None:
             return min(self.gamma_max, self.PROFILE_LENGTHS[self._steps % len(self.PROFILE_LENGTHS)])
-        chosen = budget.gamma_star(batch_size)
+        chosen = budget.gamma_star(batch_size, kv_tokens)
         # The measured rates check a fit of the host's steps; known step times (an emulated profile) need
         # no check, and the host's time is what they replace.
         if chosen and self.online.times is None and not self.rates.pays(batch_size, chosen):
             chosen = 0
         cost = budget.cost
-        step_s = cost.step_time(batch_size, chosen + 1)
+        step_s = cost.step_time(batch_size, chosen + 1, kv_tokens)
         self._credit_s = min(self._credit_s + self.EXPLORE_SHARE * step_s,
                              self.EXPLORE_SHARE * self.CREDIT_STEPS * step_s)
         if self._steps - self._last_explore < self.EXPLORE_EVERY:
@@ -413,7 +430,7 @@ class AdaptiveBudget:
             trial = min(self.gamma_max, self.EXPLORE_LENGTHS[n % len(self.EXPLORE_LENGTHS)])
         else:
             trial = 0 if n % 2 else min(self.gamma_max, 2 * chosen)
-        loss = exploration_loss(cost, batch_size, chosen, trial)
+        loss = exploration_loss(cost, batch_size, chosen, trial, kv_tokens)
         if loss > self._credit_s:
             return chosen
         self._credit_s -= loss
@@ -431,11 +448,11 @@ class AdaptiveBudget:
         self.rates.record(batch, gamma, batch + sum(accepted), seconds)
 
     def allocate(self, requests: Sequence[BudgetRequest], batch_size: int | None = None,
-                 gamma: int | None = None) -> BudgetDecision:
+                 gamma: int | None = None, kv_tokens: int = 0) -> BudgetDecision:
         """While profiling, every request drafts the profiled length; then Seer's split of gamma * B.
         ``gamma``: this step's ``gamma_star`` when the caller already asked (it counts steps)."""
         batch = len(requests) if batch_size is None else batch_size
-        gamma = self.gamma_star(batch) if gamma is None else gamma
+        gamma = self.gamma_star(batch, kv_tokens) if gamma is None else gamma
         budget = self._fitted()
         if budget is None:
             return BudgetDecision({r.rid: min(gamma, len(r.draft_scores)) for r in requests}, gamma, gamma > 0,
@@ -453,7 +470,8 @@ def load_cost(path: str) -> CostModel:
     data = json.loads(Path(path).read_text())
     if "per_token_s" in data:
         return CostModel(data["base_s"], data["per_seq_s"], data["per_token_s"], tuple(data["accept_curve"]),
-                         data.get("verify_base_s", 0.0), data.get("verify_per_seq_s", 0.0), data.get("memory_s", 0.0))
+                         data.get("verify_base_s", 0.0), data.get("verify_per_seq_s", 0.0), data.get("memory_s", 0.0),
+                         data.get("kv_s_per_token", 0.0))
     required = {f.name for f in fields(StepModel) if f.default is MISSING and f.name != "name"}
     if not required <= data.keys():
         raise ValueError(f"{path}: neither CostModel fields (base_s, per_seq_s, per_token_s, accept_curve) nor a "
@@ -462,13 +480,14 @@ def load_cost(path: str) -> CostModel:
     return CostModel.from_step_model(model, CostModel.geometric_curve(data.get("accept_rate", 0.6)))
 
 
-def make_budget(name: str, gamma_max: int, cost_path: str | None = None, times: StepModel | None = None):
+def make_budget(name: str, gamma_max: int, cost_path: str | None = None, times: StepModel | None = None,
+                kv_read: bool = True):
     """``adaptive`` (Seer's budget), ``threshold`` (fixed gamma below a batch size) or ``full`` (every
     draft token, every step): ``config.BUDGETS``, the names of ``launch_server --draft-budget``.
     ``times``: the step model an emulated instance runs on, whose step times the adaptive budget then
     takes instead of fitting them (it still learns acceptance)."""
     if name == "adaptive":
-        known = CostModel.from_step_model(times, ()) if times is not None and not cost_path else None
+        known = CostModel.from_step_model(times, (), kv_read=kv_read) if times is not None and not cost_path else None
         return AdaptiveBudget(load_cost(cost_path) if cost_path else None, gamma_max, times=known)
     if name == "threshold":
         return ThresholdSwitch(gamma=gamma_max)

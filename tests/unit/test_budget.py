@@ -315,3 +315,26 @@ def test_an_emulated_budget_takes_its_profiles_step_times_and_learns_acceptance(
     for _ in range(8):
         host_fit.record_step(16, 4, [4] * 16, [3] * 16, seconds=5.0)
     assert host_fit.current_model() is None  # a host fit needs plain steps too
+
+
+def test_the_kv_read_is_memory_time_that_drafts_verify_under():
+    """On a GPU profile's roofline the batch's KV read is memory time: a batch of long contexts computes
+    more draft tokens before the step stops being memory-bound, so its gamma* is larger; a budget built
+    without the KV read (stored runs') sees the weights alone."""
+    from seer_sglang.core.step_model import load_profile
+    from seer_sglang.speculative.budget import kv_bucket
+
+    model = load_profile("h100-70b")
+    curve = CostModel.geometric_curve(0.6)
+    with_kv = CostModel.from_step_model(model, curve)
+    without = CostModel.from_step_model(model, curve, kv_read=False)
+    assert with_kv.kv_s_per_token == model.decode_per_kv_token_s and without.kv_s_per_token == 0.0
+    batch, kv = 128, 128 * 4096
+    # the step is the profile's decode step less nothing: weights plus KV read against the tokens' compute
+    assert with_kv.step_time(batch, 1, kv) == pytest.approx(model.decode_step(batch, kv))
+    assert without.step_time(batch, 1, kv) == pytest.approx(model.decode_step(batch, 0))
+    assert with_kv.best_gamma(batch, 8, kv) > without.best_gamma(batch, 8, kv)
+    assert with_kv.best_gamma(batch, 8, 0) == without.best_gamma(batch, 8, 0)
+    budget = DraftBudget(with_kv, 8)
+    assert budget.gamma_star(batch, kv) == with_kv.best_gamma(batch, 8, kv_bucket(kv))
+    assert kv_bucket(0) == 0 and kv_bucket(15) == 15 and kv_bucket(1000) == 960 and kv_bucket(1024) == 1024
