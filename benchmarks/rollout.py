@@ -55,6 +55,10 @@ from pathlib import Path
 import httpx
 
 from benchmarks.harness import targets
+from benchmarks.harness.calibration import calib_batches, calibrate
+from benchmarks.harness.rollout_metrics import last_samples, metrics, summarise
+from benchmarks.harness.rollout_plot import plot
+from benchmarks.harness.telemetry import LoadPoller
 from benchmarks.harness.baselines import (ROUTER_POLICIES, bound, canonical, is_plain, ratio_keys,
                                           regime)
 from benchmarks.harness.manifest import resolve
@@ -75,35 +79,6 @@ from seer_sglang.core.step_model import StepModel
 from seer_sglang.sim.workload import PRESETS, TraceSample, kv_cap, save_trace, working_set
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-# ---- telemetry -------------------------------------------------------------------------------
-
-class LoadPoller:
-    """Polls ``/v1/loads`` of every instance; the baseline's timeline (seer modes use /timeline)."""
-
-    def __init__(self, urls: list[str], interval_s: float = 0.25):
-        self.urls, self.interval_s, self.points, self._task = urls, interval_s, [], None
-
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=5) as http:
-            while True:
-                for i, url in enumerate(self.urls):
-                    try:
-                        d = (await http.get(f"{url}/v1/loads")).json()["loads"][0]
-                        self.points.append({"t": time.time(), "instance": i, "kv_used": d["num_used_tokens"],
-                                            "kv_capacity": d["max_total_num_tokens"],
-                                            "running": d["num_running_reqs"], "waiting": d["num_waiting_reqs"]})
-                    except (httpx.HTTPError, KeyError, ValueError):
-                        pass
-                await asyncio.sleep(self.interval_s)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
 
 
 # ---- the two kinds of run --------------------------------------------------------------------
@@ -186,186 +161,6 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
     return {"start": start, "finish": finish, "timeline": data["summary"]["timeline"],
             "chunks": data["summary"]["chunks"], "kv": data["summary"].get("kv"), "spec": data["summary"].get("spec"),
             "last_samples": last_samples(data["samples"], start)}
-
-
-LAST_SAMPLES = 3
-
-
-def last_samples(samples: list[dict], start: float) -> list[dict]:
-    """The samples that ended the rollout, chunk by chunk (times from the rollout's start): where the
-    simulator misses a completion time, it misses these samples, and their chunks say why."""
-    ends = sorted(samples, key=lambda s: s["timing"]["submitted_at"] + s["timing"]["latency_s"])[-LAST_SAMPLES:]
-    return [{"rid": s["rid"], "tokens": s["completion_tokens"], "spec": s["spec"],
-             "end_s": s["timing"]["submitted_at"] + s["timing"]["latency_s"] - start,
-             "chunks": [{"instance": c["instance"], "start_s": c["start"] - start,
-                         "end_s": None if c["end"] is None else c["end"] - start, "tokens": c["tokens"],
-                         "spec": c.get("spec")} for c in s["chunks"]]} for s in ends]
-
-
-# ---- emulation -------------------------------------------------------------------------------
-
-
-# ---- metrics ---------------------------------------------------------------------------------
-
-def idle_shares(run: dict, instances: int, completion: float) -> list[float | None]:
-    """Per instance: the share of the rollout's time it ran nothing (telemetry points with no running request)."""
-    out = []
-    for i in range(instances):
-        pts = [p for p in run["timeline"] if p["instance"] == i and 0 <= p["t"] - run["start"] <= completion]
-        out.append(sum(1 for p in pts if p["running"] == 0) / len(pts) if len(pts) > 1 else None)
-    return out
-
-
-def metrics(run: dict, instances: int, calib: dict) -> dict:
-    """One rollout's figures. ``retractions`` is the instances' own counter over the rollout where
-    every instance gave it (``retractions_source`` says which); ``retractions_reported`` is what the
-    answers report of themselves, kept beside to compare."""
-    ends = sorted(f["t"] - run["start"] for f in run["finish"])
-    completion = ends[-1]
-    tokens = sum(f["tokens"] for f in run["finish"])
-    p90 = ends[max(0, int(0.9 * len(ends)) - 1)]
-    idle = idle_shares(run, instances, completion)
-    known = [x for x in idle if x is not None]
-    longest = max(f["tokens"] for f in run["finish"])
-    bound = max(tokens / calib["peak_tok_s"], longest * calib["min_step_s"])
-    reported = sum(f["retractions"] for f in run["finish"])
-    counted = (run.get("retraction_counter") or {}).get("total")
-    forced = [f["tokens"] == f["target"] for f in run["finish"] if f["target"] is not None]
-    return {"completion_s": completion, "throughput_tok_s": tokens / completion, "tail_s": completion - p90,
-            "idle_share": idle, "idle_s_per_instance": statistics.mean(known) * completion if known else None,
-            "retractions": reported if counted is None else counted, "retractions_reported": reported,
-            "retractions_source": "reported by the answers" if counted is None else "instances' counter " +
-            "(sglang:num_retracted_requests_total)",
-            **({"retractions_per_instance": run["retraction_counter"]["per_instance"]} if counted is not None else {}),
-            **({"on_target_share": sum(forced) / len(forced)} if forced else {}),
-            "samples": len(ends), "longest_tokens": longest, "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
-            "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
-            **({"last_samples": run["last_samples"]} if run.get("last_samples") else {}),
-            **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
-               if run.get("spec") and run["spec"]["draft_steps"] else {})}
-
-
-SUMMARISED = ("completion_s", "throughput_tok_s", "tail_s", "retractions", "idle_s_per_instance", "efficiency",
-              "mean_acceptance_length")
-
-
-def summarise(repeats: list[dict]) -> dict:
-    """A mode over its repeats: the mean of each figure, its spread (sample std, min, max), the per-instance
-    idle shares averaged, and every repeat's own figures."""
-    out: dict = {"repeats": [{k: v for k, v in r.items() if k != "finish_s"} for r in repeats],
-                 "finish_s": repeats[0]["finish_s"], "spread": {}}
-    for key in SUMMARISED:
-        values = [r[key] for r in repeats if r.get(key) is not None]
-        if not values:
-            continue
-        out[key] = statistics.mean(values)
-        out["spread"][key] = {"std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                              "min": min(values), "max": max(values)}
-    out["idle_share"] = [statistics.mean(x) if (x := [r["idle_share"][i] for r in repeats
-                                                      if r["idle_share"][i] is not None]) else None
-                         for i in range(len(repeats[0]["idle_share"]))]
-    for key in ("kv", "spec", "chunks", "samples", "output_tokens"):
-        if key in repeats[0]:
-            out[key] = repeats[0][key]
-    return out
-
-
-# ---- calibration -----------------------------------------------------------------------------
-
-def calibrate(urls: list[str], prompt: list[int], kv_cap: int, batches: tuple[int, ...] = (1, 4, 16, 64),
-              steps: int = 64) -> dict:
-    """Step times of the real engines, for the efficiency bound and the CPU step model."""
-
-    async def decode(batch: int, tokens: int, context: int = 0) -> float:
-        ids = (prompt * (context // len(prompt) + 1))[:max(context, len(prompt))]
-        async with httpx.AsyncClient(timeout=None) as http:
-            body = {"input_ids": [ids] * batch, "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
-                                                                    "ignore_eos": True}}
-            t0 = time.perf_counter()
-            await asyncio.gather(*(http.post(f"{u}/generate", json=body) for u in urls))
-            return time.perf_counter() - t0
-
-    async def prefill(length: int) -> float:
-        rng = random.Random(time.time())  # fresh tokens: no radix-cache hit
-        async with httpx.AsyncClient(timeout=None) as http:
-            t0 = time.perf_counter()
-            await asyncio.gather(*(http.post(f"{u}/generate", json={
-                "input_ids": [rng.randrange(3, 1000) for _ in range(length)],
-                "sampling_params": {"max_new_tokens": 1}}) for u in urls))
-            return time.perf_counter() - t0
-
-    asyncio.run(decode(1, 8))  # warm-up
-    per_batch = {}
-    for batch in batches:
-        elapsed = asyncio.run(decode(batch, steps))
-        per_batch[batch] = elapsed / steps  # every instance runs this batch at once, as in a rollout
-    xs = list(per_batch)
-    slope = (per_batch[xs[-1]] - per_batch[xs[0]]) / (xs[-1] - xs[0])
-    base = per_batch[1] - slope
-    mid = batches[len(batches) // 2]
-    context = min(1024, kv_cap // (2 * mid))  # a rollout's contexts, within half the KV at this batch
-    asyncio.run(decode(mid, 4, context))  # cache the long prompt: time decode, not prefill
-    long_step = asyncio.run(decode(mid, steps, context)) / steps
-    per_kv = max(0.0, (long_step - per_batch[mid]) / (mid * context))
-    pre = asyncio.run(prefill(2000)) / 2000
-    peak = max(b * len(urls) / t for b, t in per_batch.items())
-    # A one-token request on a cached prompt is all overhead but one forward: HTTP, tokenizing, scheduling.
-    overhead = statistics.median(asyncio.run(decode(1, 1)) for _ in range(5)) - per_batch[1]
-    # Each batch's step without the KV read of its short context: the fit's piecewise batch term.
-    points = [[b, max(1e-4, t - per_kv * b * len(prompt))] for b, t in sorted(per_batch.items())]
-    return {"step_s_by_batch": per_batch, "decode_batch_s": points, "min_step_s": per_batch[1], "peak_tok_s": peak,
-            "prefill_s_per_token": pre, "decode_base_s": max(base, 1e-4), "decode_per_seq_s": max(slope, 0.0),
-            "decode_per_kv_token_s": per_kv, "capacity_tokens": kv_cap, "request_overhead_s": max(0.0, overhead)}
-
-
-def calib_batches(args) -> tuple[int, ...]:
-    return tuple(int(b) for b in args.calib_batches.split(","))
-
-
-# ---- plots -----------------------------------------------------------------------------------
-
-def plot(report: dict, runs: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modes = list(runs)
-    fig = plt.figure(figsize=(15, 3.2 * (len(modes) + 1) / 2 + 3))
-    grid = fig.add_gridspec(len(modes) + 1, 2)
-    for row, mode in enumerate(modes):
-        run = runs[mode]
-        ax_kv, ax_run = fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1])
-        for inst in sorted({p["instance"] for p in run["timeline"]}):
-            pts = [p for p in run["timeline"] if p["instance"] == inst and p["t"] >= run["start"]]
-            ts = [p["t"] - run["start"] for p in pts]
-            ax_kv.plot(ts, [p["kv_used"] / max(1, p["kv_capacity"]) for p in pts], label=f"instance {inst}")
-            ax_run.plot(ts, [p["running"] for p in pts], label=f"instance {inst}")
-        ax_kv.set_ylabel(f"{mode}\nKV usage")
-        ax_run.set_ylabel("running requests")
-        ax_kv.set_ylim(0, 1.05)
-        if row == 0:
-            ax_kv.set_title("KV usage over time")
-            ax_run.set_title("running requests over time")
-            ax_kv.legend(fontsize=7)
-    ax_bar = fig.add_subplot(grid[len(modes), 0])
-    ratios = report["ratios"]
-    ax_bar.bar(list(ratios), [ratios[m]["throughput"] for m in ratios], color="tab:blue")
-    ax_bar.axhline(1.0, color="gray", lw=0.8)
-    ax_bar.set_title(f"throughput vs {report['reference']}")
-    ax_cdf = fig.add_subplot(grid[len(modes), 1])
-    for mode in modes:
-        ends = report["modes"][mode]["finish_s"]
-        ax_cdf.plot(ends, [(i + 1) / len(ends) for i in range(len(ends))], label=mode)
-    ax_cdf.set_title("samples finished over time")
-    ax_cdf.set_xlabel("seconds")
-    ax_cdf.legend(fontsize=7)
-    cfg = report["config"]
-    emulated = f"EMULATED {cfg['emulate']}, " if cfg.get("emulate") else ""
-    fig.suptitle(f"{emulated}{cfg['model']} x{cfg['instances']} instances, {cfg['prompts']}x{cfg['group_size']} "
-                 f"samples, max {cfg['max_tokens']} tokens ({cfg['machine']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
 
 
 # ---- main ------------------------------------------------------------------------------------

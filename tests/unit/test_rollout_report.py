@@ -7,7 +7,7 @@ from benchmarks.harness.manifest import by_label
 
 
 def test_last_samples_are_the_latest_to_end_with_their_chunks_from_the_rollouts_start():
-    from benchmarks.rollout import LAST_SAMPLES, last_samples
+    from benchmarks.harness.rollout_metrics import LAST_SAMPLES, last_samples
 
     def sample(rid: str, end: float, chunks: list[tuple[int, float, float, int]]) -> dict:
         return {"rid": rid, "completion_tokens": sum(c[3] for c in chunks), "spec": None,
