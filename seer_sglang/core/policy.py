@@ -162,6 +162,15 @@ class WholeGroupPolicy(SchedulingPolicy):
         return least_loaded(instances)
 
 
+def take_turn(policy, instances: list[InstanceView]) -> InstanceView | None:
+    """The next healthy instance in turn; ``policy.turn`` counts the turns taken."""
+    healthy = [v for v in instances if v.healthy]
+    if not healthy:
+        return None
+    policy.turn += 1
+    return healthy[(policy.turn - 1) % len(healthy)]
+
+
 class RoundRobinPolicy(WholeGroupPolicy):
     """veRL's dispatch, the benchmark's plain-SGLang baseline: group after group, whole and unchunked,
     to the next instance in turn, whatever its load."""
@@ -172,11 +181,7 @@ class RoundRobinPolicy(WholeGroupPolicy):
         self.turn = 0
 
     def pick(self, instances: list[InstanceView]) -> InstanceView | None:
-        healthy = [v for v in instances if v.healthy]
-        if not healthy:
-            return None
-        self.turn += 1
-        return healthy[(self.turn - 1) % len(healthy)]
+        return take_turn(self, instances)
 
 
 class PerSamplePolicy(SchedulingPolicy):
@@ -203,11 +208,7 @@ class PerSamplePolicy(SchedulingPolicy):
         return list(by_instance.values())
 
     def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
-        healthy = [v for v in instances if v.healthy]
-        if not healthy:
-            return None
-        self.turn += 1
-        return healthy[(self.turn - 1) % len(healthy)]
+        return take_turn(self, instances)
 
 
 class PowerOfTwoPolicy(PerSamplePolicy):
