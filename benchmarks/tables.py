@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 
 from benchmarks.harness import manifest
 from benchmarks.harness.baselines import PLAIN_GROUP, is_plain, reference_of
+from benchmarks.harness.heldout import is_held_out
 from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
 
@@ -408,6 +409,30 @@ def sim_errors_table(results: Results) -> str:
                   f"rebuild needs; their tables keep the simulator of their day." if old else "")
                + f" Source: {source(stems)}.")
     return "\n".join(table(["run", "workload", *[mode_name(m) for m in SIM_ERROR_MODES]], rows) + ["", caption])
+
+
+def sim_heldout_table(results: Results) -> str:
+    """The simulator on its held-out configurations (``benchmarks.sim_heldout``): their ``sim_check``, apart
+    from the runs above, which the simulator was corrected on."""
+    stems = sorted(s for s in results if is_held_out(s) and results[s].get("sim_check"))
+    if not stems:
+        return ("No held-out run is stored yet: `python -m benchmarks.sim_heldout --run` runs the configurations "
+                "`benchmarks/harness/heldout.py` fixes (seeds 9001-9003, every workload shape, Seer's load).")
+    rows, errors = [], []
+    for stem in stems:
+        run = results[stem]
+        cfg, per_mode = run["config"], run["emulation"].get("per_mode", {})
+        for mode, check in run["sim_check"].items():
+            valid = not is_invalid(per_mode.get(mode, []))
+            if valid:
+                errors.append(check["error"])
+            rows.append([f"`{stem}`", f"{cfg['workload']}, {cfg['instances']} instances, seed {cfg['seed']}",
+                         mode_name(mode), f"{check['error'] * 100:+.1f}%" if valid else "INVALID"])
+    within = sum(abs(e) <= 0.05 for e in errors)
+    caption = (f"HELD OUT: simulated against EMULATED runs of configurations fixed before they ran and used to "
+               f"tune nothing. {within} of {len(errors)} valid mode-runs within 5%"
+               + (f" (largest miss {max(errors, key=abs) * 100:+.1f}%)" if errors else "") + f". Source: {source(stems)}.")
+    return "\n".join(table(["run", "configuration", "mode", "simulator error"], rows) + ["", caption])
 
 
 def _recorded_at(replay: str) -> str:
@@ -1166,6 +1191,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "methodology": methodology_table,
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
     "sim_errors": sim_errors_table,
+    "sim_heldout": sim_heldout_table,
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "emulated_h100_qwen2vl_workloads_x20": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads_x20"),
