@@ -417,7 +417,7 @@ def main() -> None:
                          "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
               "modes": results, **keys,
               "sim_check": sim_check([w.trace for w in works], step_model, admission(emulation_config), args,
-                                     results)}
+                                     results, [w.prompts for w in works])}
     # the smallest step: the profile's lone short step where the steps are emulated, else the engines'
     # measured batch-1 step
     step_s, step_source = ((step_model.decode_step(1, 0), "the emulated profile's decode_step(1, 0)")
@@ -444,7 +444,7 @@ def main() -> None:
                             for m, runs in measured.emulation.items()}}
         print(f"EMULATION overrun share {share:.3f} (valid: {report['emulation']['valid']})", flush=True)
         found = targets.bounds(predict([w.trace for w in works], step_model, admission(emulation_config), args,
-                                       targets.bound_modes(results)))
+                                       targets.bound_modes(results), [w.prompts for w in works]))
         report["targets"] = {"bounds": found, "checks": targets.check(report, found)}
         for r in report["targets"]["checks"]:
             if r["met"] is False:

@@ -75,7 +75,8 @@ SIM_PLACEMENT = {"plain-group": "round-robin", "plain-router": "sample-cache-awa
                  "plain-router-p2": "sample-power-of-two"}
 
 
-def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None):
+def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None,
+                  prompts: list[list[int]] | None = None):
     """One simulated run of a benchmark mode on ``trace`` (a plain mode: plain SGLang fed as its trainer
     feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a
     ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
@@ -95,7 +96,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                                    budget_kv_read=getattr(args, "budget_kv_read", False))
     arrivals = client_arrivals(trace) if plain else None
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
-                    plain=plain, arrival_s=arrivals)
+                    plain=plain, arrival_s=arrivals, prompts=dict(enumerate(prompts)) if prompts else None)
 
 
 def run_acceptance(args, seed: int):
@@ -114,11 +115,15 @@ def run_acceptance(args, seed: int):
     return SpecModel.from_replay(acceptance, seed=seed, text=text)
 
 
-def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes) -> dict:
+def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes,
+            prompts: list[list[list[int]]] | None = None) -> dict:
     """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
     step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
     acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to. The
-    plain-router modes are simulated with ``SIM_PLACEMENT``'s model of sglang-router's placement."""
+    plain-router modes are simulated with ``SIM_PLACEMENT``'s model of sglang-router's placement, which
+    routes by the prompts' tokens: ``prompts`` (each trace's, by group; default the ``workload_prompts``
+    a rebuilt run's arguments carry) gives them."""
+    prompts = prompts or getattr(args, "workload_prompts", None)
     seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
     measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
     out = {}
@@ -130,16 +135,18 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
         sims = {}
         for trace, seed in zip(traces, seeds):
             if id(trace) not in sims:
-                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None)
+                sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None,
+                                                prompts[traces.index(trace)] if prompts else None)
         out[mode] = [sims[id(t)] for t in traces]
     return out
 
 
-def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict) -> dict:
+def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict,
+              prompts: list[list[list[int]]] | None = None) -> dict:
     """The simulator against the mean of the real runs: ``error`` is signed and relative
     (predicted / real - 1)."""
     out = {}
-    for mode, runs in predict(traces, model, rule, args, results).items():
+    for mode, runs in predict(traces, model, rule, args, results, prompts).items():
         real = results[mode]
         predicted = statistics.fmean(r.completion_s for r in runs)
         out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
@@ -151,13 +158,16 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
     return out
 
 
-def rebuild(config: dict, seeds: list[int]):
+def rebuild(config: dict, seeds: list[int], prompts: list | None = None):
     """The traces of ``seeds``, the step model, the KV capacity and the admission rule of a
-    ``benchmarks.rollout --emulate`` run."""
+    ``benchmarks.rollout --emulate`` run; each workload's prompts are appended to ``prompts`` when given."""
     args = argparse.Namespace(**config)
     spec = workload_shape(args)
     tokenizer = prompt_tokenizer(args)
-    traces = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec).trace for s in seeds]
+    works = [build_workload(argparse.Namespace(**{**config, "seed": s}), tokenizer, spec) for s in seeds]
+    traces = [w.trace for w in works]
+    if prompts is not None:
+        prompts.extend(w.prompts for w in works)
     emulated, length_scale = emulation_settings(args)
     if emulated is None:
         raise SystemExit("--from must be an emulated run (benchmarks.rollout --emulate)")
@@ -168,11 +178,15 @@ def rebuild(config: dict, seeds: list[int]):
 
 
 def rebuilt(run: dict):
-    """(each repeat's trace, step model, admission rule, the run's arguments) of a stored run."""
+    """(each repeat's trace, step model, admission rule, the run's arguments) of a stored run; the
+    arguments carry each repeat's prompts (``workload_prompts``) for the simulator's load balancers."""
     config = run["config"]
     args = argparse.Namespace(**config)
-    traces, model, rule = rebuild(config, workload_seeds(args))
-    return [traces[r % len(traces)] for r in range(config["repeats"])], model, rule, args
+    prompts: list = []
+    traces, model, rule = rebuild(config, workload_seeds(args), prompts)
+    repeats = range(config["repeats"])
+    args.workload_prompts = [prompts[r % len(prompts)] for r in repeats]
+    return [traces[r % len(traces)] for r in repeats], model, rule, args
 
 
 def recheck(run: dict) -> dict:

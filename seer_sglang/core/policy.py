@@ -3,6 +3,7 @@ plain ``Dispatch`` decisions; the engine (or the simulator) carries them out."""
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -229,19 +230,34 @@ class PowerOfTwoPolicy(PerSamplePolicy):
 
 
 class CacheAwarePolicy(PerSamplePolicy):
-    """sglang-router's ``cache_aware`` (its defaults): while the instances' requests in flight are
-    balanced, a request goes where its prompt was sent before (siblings share a prompt, so a group
-    stays together), a new prompt to the instance that was sent the fewest prompt tokens; once the
-    busiest instance has more than ``balance_abs`` requests over the idlest and ``balance_rel`` times
-    as many, to the idlest. Each placement records the prompt there. A model for the simulator: it
-    takes a prompt shared with other groups' (a chat template) as unmatched."""
+    """sglang-router's ``cache_aware`` (its defaults). The router keeps, per instance, the text of the
+    requests it sent there (a ``/generate`` with ``input_ids`` is their decimal ids joined by spaces).
+    While the instances' requests in flight are balanced, a request goes to the instance whose text
+    matches the longest part of its own, if that part is more than ``cache_threshold`` of it (siblings
+    share a prompt; so do prompts that share a chat template, where the template is that long), else to
+    the instance sent the least text; once the busiest instance has more than ``balance_abs`` requests
+    over the idlest and ``balance_rel`` times as many, to the idlest. Each placement records the text there."""
 
     name = "sample-cache-aware"
 
-    def __init__(self, balance_abs: int = 64, balance_rel: float = 1.5):
-        self.balance_abs, self.balance_rel = balance_abs, balance_rel
-        self.holders: dict[str, set[int]] = {}  # group -> instances its prompt was sent to
-        self.tree_tokens: dict[int, int] = {}  # instance -> prompt tokens sent there
+    def __init__(self, cache_threshold: float = 0.3, balance_abs: int = 64, balance_rel: float = 1.5):
+        self.cache_threshold, self.balance_abs, self.balance_rel = cache_threshold, balance_abs, balance_rel
+        self.sent: dict[int, set[str]] = {}  # instance -> the texts sent there
+        self.tree_chars: dict[int, int] = {}  # instance -> characters of text sent there
+
+    @staticmethod
+    def routing_text(sample: Sample) -> str:
+        return " ".join(map(str, sample.prompt_ids))
+
+    def matched(self, text: str, instances: list[InstanceView]) -> tuple[float, InstanceView | None]:
+        """The longest match of ``text`` among the healthy instances' texts, as a share of it."""
+        best, where = 0, None
+        for v in instances:
+            for other in self.sent.get(v.index, ()):
+                n = len(os.path.commonprefix([text, other]))
+                if n > best:
+                    best, where = n, v
+        return (best / len(text) if text else 0.0), where
 
     def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
         healthy = [v for v in instances if v.healthy]
@@ -249,20 +265,17 @@ class CacheAwarePolicy(PerSamplePolicy):
             return None
         idlest = min(healthy, key=lambda v: (v.inflight, v.index))
         busiest = max(v.inflight for v in healthy)
-        held = [v for v in healthy if v.index in self.holders.get(sample.group_id, ())]
+        text = self.routing_text(sample)
         if busiest - idlest.inflight > self.balance_abs and busiest > self.balance_rel * idlest.inflight:
             target = idlest
-        elif held:
-            target = held[0]
         else:
-            target = min(healthy, key=lambda v: (self.tree_tokens.get(v.index, 0), v.index))
-        if target.index not in self.holders.setdefault(sample.group_id, set()):
-            self.holders[sample.group_id].add(target.index)
-            self.tree_tokens[target.index] = self.tree_tokens.get(target.index, 0) + len(sample.prompt_ids)
+            rate, where = self.matched(text, healthy)
+            target = where if where is not None and rate > self.cache_threshold else \
+                min(healthy, key=lambda v: (self.tree_chars.get(v.index, 0), v.index))
+        if text not in self.sent.setdefault(target.index, set()):
+            self.sent[target.index].add(text)
+            self.tree_chars[target.index] = self.tree_chars.get(target.index, 0) + len(text)
         return target
-
-    def on_group_done(self, group_id: str) -> None:
-        self.holders.pop(group_id, None)
 
 
 def route_slo(instances: list[InstanceView], sample: Sample,

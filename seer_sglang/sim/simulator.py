@@ -25,7 +25,7 @@ import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..config import MIN_SHARED_PREFILL, SLO_CONFIG
 from ..core.migration import MigrationCost
@@ -226,7 +226,8 @@ class Simulation:
                  max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
                  admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (),
                  slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
-                 arrival_s: Mapping[tuple[int, int], float] | None = None):
+                 arrival_s: Mapping[tuple[int, int], float] | None = None,
+                 prompts: Mapping[int, Sequence[int]] | None = None):
         # A sample's first request reaches its instance this long after it is sent, by (group, sample
         # index) of the trace: a client that posts many requests at once delivers them over a while.
         self.arrival_s = dict(arrival_s or {})
@@ -273,7 +274,10 @@ class Simulation:
         self.trace_key: dict[str, tuple[int, int]] = {}  # rid -> (group, sibling) in the trace
         for gid, members in groups_of(trace).items():
             params = SamplingParams(max_new_tokens=max_tokens)
-            group = Group.make(f"g{gid}", [0] * members[0].prompt_len, len(members), params,
+            # a group's prompt tokens where the run's are given (a load balancer may route by them), else
+            # stand-ins of the prompt's length
+            prompt = list(prompts[gid]) if prompts and gid in prompts else [0] * members[0].prompt_len
+            group = Group.make(f"g{gid}", prompt, len(members), params,
                                [m.output_len for m in members])
             for s, m in zip(group.samples, members):
                 s.output_ids = TokenCount()  # type: ignore[assignment]
@@ -725,8 +729,10 @@ def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepMode
              max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
              admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (), slo_mechanism: bool = True,
              slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
-             arrival_s: Mapping[tuple[int, int], float] | None = None) -> SimResult:
+             arrival_s: Mapping[tuple[int, int], float] | None = None,
+             prompts: Mapping[int, Sequence[int]] | None = None) -> SimResult:
     """``plain``: the instances run SGLang without the seer plugin (the baseline). ``arrival_s``: when
-    each sample's first request reaches its instance, by (group, sample index); at once by default."""
+    each sample's first request reaches its instance, by (group, sample index); at once by default.
+    ``prompts``: each group's prompt tokens, by group id (default: stand-ins of the trace's lengths)."""
     return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission, slo_traffic,
-                      slo_mechanism, slo_headroom, plain, arrival_s).run()
+                      slo_mechanism, slo_headroom, plain, arrival_s, prompts).run()

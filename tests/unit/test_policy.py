@@ -121,23 +121,29 @@ def test_power_of_two_takes_the_instance_with_fewer_requests_in_flight():
         assert placements(policy.schedule(buf, [v.snapshot() for v in busy]))["b-0"] != 2
 
 
-def test_cache_aware_keeps_a_group_together_until_the_load_is_out_of_balance():
-    """sglang-router's cache_aware: a prompt it has sent goes back there, a new one to the instance sent
-    the fewest prompt tokens, and any request to the idlest once the busiest has more than 64 requests
-    over it and 1.5 times as many."""
+def test_cache_aware_follows_the_longest_text_match_until_the_load_is_out_of_balance():
+    """sglang-router's cache_aware: a request goes where the longest match of its text (ids joined by
+    spaces) was sent, if it is over 30% of it, else to the instance sent the least text; any request to
+    the idlest once the busiest has more than 64 requests over it and 1.5 times as many."""
+    def make(gid: str, n: int, prompt: list[int]) -> Group:
+        return Group.make(gid, prompt, n, SamplingParams(max_new_tokens=100))
+
+    template = [900 + i for i in range(8)]  # a chat template: 8 shared ids before each question
     buf = RequestBuffer()
-    buf.add_group(group("a", n=3, prompt_len=30))
-    buf.add_group(group("b", n=2, prompt_len=10))
-    buf.add_group(group("c", n=1, prompt_len=10))
+    buf.add_group(make("a", 3, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]))
+    buf.add_group(make("b", 2, [20, 21, 22]))
+    buf.add_group(make("c", 1, [30, 31, 32]))
     views = [InstanceView(i, capacity_tokens=10_000) for i in range(3)]
     policy = make_policy("sample-cache-aware")
+    # a's siblings follow a; b and c match nothing: each to the instance sent the least text
     assert placements(policy.schedule(buf, views)) == {"a-0": 0, "a-1": 0, "a-2": 0, "b-0": 1, "b-1": 1, "c-0": 2}
     later = RequestBuffer()
-    later.add_group(group("d", n=1, prompt_len=10))  # instance 0 was sent 30 prompt tokens, 1 and 2 ten each
-    assert placements(policy.schedule(later, views)) == {"d-0": 1}
+    later.add_group(make("d", 1, template + [40]))
+    later.add_group(make("e", 1, template + [50, 51]))  # shares 8 of its 10 ids with d: more than 30%
+    assert placements(policy.schedule(later, views)) == {"d-0": 1, "e-0": 1}
     # out of balance: 100 in flight on 0, 20 on 2 (> 64 more, > 1.5x): group a's next sibling goes to 2
     more = RequestBuffer()
-    more.add_group(group("a", n=1, prompt_len=30))
+    more.add_group(make("a", 1, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]))
     views[0].inflight, views[1].inflight, views[2].inflight = 100, 30, 20
     assert placements(policy.schedule(more, views)) == {"a-0": 2}
 
