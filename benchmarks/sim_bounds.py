@@ -8,8 +8,9 @@ shape, bound policies the real benchmark did not run, and speculation at other a
         --out benchmarks/results/sim_bounds_qwen2vl_sd.json
 
 The step model, KV capacity, admission rule and workload generator are those of the result file
-(``benchmarks.rollout`` rebuilt from its config), and the policies are as they are now: with the file's
-own seeds each mode's prediction is its ``sim_check`` where the run measured the same policies.
+(``benchmarks.rollout`` rebuilt from its config, its prompts included), and the policies and the draft
+budget are as they are now: with the file's own seeds each mode's prediction is its ``sim_check`` where
+the run measured the same policies and budget.
 ``group-oracle`` knows each group's true longest sample from the start, and ``late-oracle`` from the
 moment its first sample finishes (``context`` with a perfect estimate): together, the most a group-level
 length estimate (``context``'s) can know, and when. Acceptance for ``+sd`` modes: ``measured`` is the file's
@@ -95,10 +96,12 @@ def main() -> None:
 
     source = load_run(args.source)
     config = source["config"]
-    run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES})  # the policies as they are now
+    # the policies and the draft budget as they are now
+    run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES, "budget_kv_read": True})
     own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
-    traces, model, rule = rebuild(config, seeds)
+    prompts: list = []
+    traces, model, rule = rebuild(config, seeds, prompts)
     specs: dict[str, Callable[[int], SpecModel]] = {}  # acceptance name -> the SpecModel for a workload seed
     modes = args.modes.split(",")
     for name in args.acceptance.split(",") if any(mode_drafter(m) for m in modes) else []:
@@ -115,8 +118,8 @@ def main() -> None:
     for mode in ["baseline", *modes]:
         for acc in (specs if mode_drafter(mode) else [None]):
             key = mode if acc is None else f"{mode} ({acc})"
-            runs[key] = [simulate_mode(mode, t, model, rule, run_args, None if acc is None else specs[acc](seed))
-                         for t, seed in zip(traces, seeds)]
+            runs[key] = [simulate_mode(mode, t, model, rule, run_args, None if acc is None else specs[acc](seed), p)
+                         for t, seed, p in zip(traces, seeds, prompts)]
             print(f"{key}: {statistics.fmean(r.completion_s for r in runs[key]):.1f} s", flush=True)
 
     base = runs["baseline"]

@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 from benchmarks.harness import manifest
 from benchmarks.harness.baselines import PLAIN_GROUP, is_plain, reference_of
 from benchmarks.harness.heldout import is_held_out
+from benchmarks.harness.result import RESULT
 from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
 
@@ -85,6 +86,15 @@ def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
 
 # label -> the run's folder, relative to the repository (``load_results`` fills it from the manifest)
 RUN_PATHS: dict[str, str] = {}
+
+
+def label_of(path: str) -> str:
+    """A stored run's label from a path to it: its flat file's stem, or its folder's label
+    (``<date>-<label>/`` or ``<date>-<label>/result.json``)."""
+    p = Path(path)
+    if p.name == RESULT:
+        p = p.parent
+    return p.name.split("-", 3)[-1] if p.suffix != ".json" else p.stem
 
 
 def source(stems: Iterable[str]) -> str:
@@ -274,7 +284,7 @@ def emulated_table(results: Results, stem: str) -> str:
                   f"random order; mean (min–max) over them; throughput: total over the repeats, with the range "
                   f"of the per-workload ratios. ")
                + (f"Every sample replays SmolLM2's recorded text{_recorded_at(cfg['replay'])} "
-                  f"({source([Path(cfg['replay']).stem])}), so drafts are accepted as on that text"
+                  f"({source([label_of(cfg['replay'])])}), so drafts are accepted as on that text"
                   + (" (its tokens mapped one to one into the model's 4,096-id vocabulary)"
                      if cfg["model"] == "tiny-smollm2-4k" else "") + ". "
                   if cfg.get("replay") else "")
@@ -492,7 +502,7 @@ def sim_bounds_table(results: Results, stem: str) -> str:
     span = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
     acceptance = "; ".join(f"`{k}`: {v}" for k, v in cfg.get("acceptance", {}).items())
     caption = (f"SIMULATED, not measured: the simulator over the step model, KV ({cfg['kv_tokens']:,} tokens per "
-               f"instance), admission rule and workload shape of {source([Path(cfg['from']).stem])} "
+               f"instance), admission rule and workload shape of {source([label_of(cfg['from'])])} "
                f"(`{cfg['emulate']}` profile, times x{cfg['emulate_time_scale']:g}; {cfg['instances']} instances, "
                f"{cfg['prompts']} x {cfg['group_size']} {cfg['workload']}-shaped samples up to {cfg['max_tokens']} "
                f"tokens, chunk {cfg['chunk_size']}), {len(seeds)} workload{'s' if len(seeds) > 1 else ''} ({span}). "
@@ -604,7 +614,7 @@ def sim_spec_table(results: Results, stems: list[str]) -> str:
     cfg = runs[0]["config"]
     if cfg.get("acceptance"):
         what = (f"acceptance measured on recorded SmolLM2 text by the number of finished siblings "
-                f"({source([Path(cfg['acceptance']).stem])}, through the instances' own drafters)")
+                f"({source([label_of(cfg['acceptance'])])}, through the instances' own drafters)")
     else:
         what = (f"assumed acceptance, not calibrated on a real rollout: a draft token is accepted with probability "
                 f"{cfg['spec_own_alpha']} from the request's own history, rising to {cfg['spec_group_alpha']} as its "
@@ -1170,7 +1180,7 @@ def text_acceptance_table(results: Results, stem: str) -> str:
     rows = [[f"`{drafter}`"] + [f"{curve[n]:.2f}" for n in ns] for drafter, curve in curves.items()]
     caption = (f"Replayed on the CPU through the instances' own drafters ({d['config']['draft_tokens']} draft tokens, "
                f"{d['config']['draft_paths']} paths) over the recorded SmolLM2-135M text{_recorded_at(d['config']['outputs'])} "
-               f"that the emulated run replays ({source([Path(d['config']['outputs']).stem])}); each sample decoded alone after n of its "
+               f"that the emulated run replays ({source([label_of(d['config']['outputs'])])}); each sample decoded alone after n of its "
                f"siblings finished. Cells: tokens per verify step. Source: {source([stem])}.")
     return "\n".join(table(["drafter"] + [f"n = {n}" for n in ns], rows) + ["", caption])
 
@@ -1190,6 +1200,8 @@ TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_qwen2vl_wor
 TABLES: dict[str, Callable[[Results], str]] = {
     "methodology": methodology_table,
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
+    "emulated_h100_qwen2vl_seerload_x30": lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_x30"),
+    "sim_bounds_qwen2vl_seerload": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_seerload"),
     "sim_errors": sim_errors_table,
     "sim_heldout": sim_heldout_table,
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
