@@ -83,7 +83,8 @@ class FrontendConfig:
 @dataclass(frozen=True)
 class InstancesConfig:
     num_instances: Optional[int] = flag(None, "--num-instances",
-                                        f"SGLang instances to start (default: one per GPU, or {CPU_INSTANCES} on CPU)")
+                                        f"SGLang instances to start (default: one per GPU, or {CPU_INSTANCES} on CPU; "
+                                        "0: none, the engines register with POST /workers, as slime's do)")
     instance_urls: Optional[tuple] = flag(None, "--instance-urls", "attach to these running SGLang instances "
                                           "instead of starting any", nargs="+")
     instance_host: str = flag(LOOPBACK, "--instance-host", "bind address of started instances")

@@ -27,14 +27,21 @@ from .tokenizer import PromptTokenizer
 logger = logging.getLogger("seer_sglang.frontend")
 
 
-async def describe_model(client: InstanceClient, model_path: str | None) -> ModelInfo:
-    try:
-        info = await client.server_info()
-    except Exception as e:  # the instance may be down now and come back later
+async def describe_model(client: InstanceClient | None, model_path: str | None) -> ModelInfo:
+    """The model from the first instance's server info, or from ``model_path`` where that instance does
+    not answer or there is none yet (a server whose instances register with ``POST /workers``)."""
+    if client is None:
         if model_path is None:
-            raise RuntimeError(f"cannot reach {client.url} to learn the model; pass --model-path") from e
-        logger.warning("cannot reach %s (%s); describing the model from %s", client.url, e, model_path)
+            raise RuntimeError("no instance to learn the model from; pass --model-path")
         info = {}
+    else:
+        try:
+            info = await client.server_info()
+        except Exception as e:  # the instance may be down now and come back later
+            if model_path is None:
+                raise RuntimeError(f"cannot reach {client.url} to learn the model; pass --model-path") from e
+            logger.warning("cannot reach %s (%s); describing the model from %s", client.url, e, model_path)
+            info = {}
     path = model_path or info.get("model_path")
     context = info.get("context_length")
     if not context:
@@ -63,7 +70,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         keys = {"api_key": config.frontend.api_key, "admin_api_key": config.frontend.admin_api_key,
                 "config": config.rollout}
         clients = [InstanceClient(url, i, **keys) for i, url in enumerate(instance_urls)]
-        model = await describe_model(clients[0], model_path)
+        model = await describe_model(clients[0] if clients else None, model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
         policy = make_policy(config.scheduler.name, page_size=model.page_size, **config.scheduler.policy_kwargs())
         def weights_changed(version: str) -> None:

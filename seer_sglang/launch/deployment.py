@@ -88,8 +88,8 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
     config = dataclasses.replace(config, frontend=dataclasses.replace(config.frontend, **keys))
     dep = Deployment(config, model_path, [])
     try:
-        if inst.instance_urls:
-            dep.urls = [u.rstrip("/") for u in inst.instance_urls]
+        if inst.instance_urls or inst.num_instances == 0:  # attached, or registered later (POST /workers)
+            dep.urls = [u.rstrip("/") for u in inst.instance_urls or ()]
             dep.pool = start_kv_pool(config.kv_pool, sglang_args, None, model_path, cpu=True,
                                      with_plugin=not inst.no_plugin)
             return dep

@@ -113,3 +113,31 @@ def test_an_engine_registered_as_slime_does_takes_chunks_and_leaves(seer_url, pl
         httpx.post(f"{seer_url}/remove_worker", params={"url": plain_url}, timeout=30)
         httpx.post(f"{seer_url}/scheduler", json=before, timeout=30)
     assert httpx.get(f"{plain_url}/health", timeout=10).status_code == 200  # removal leaves it running
+
+
+def test_a_server_started_without_instances_serves_the_engines_that_register(plain_url, tiny_model, tmp_path):
+    """slime's own engines and seer as its router: the server starts with no SGLang instance of its own
+    (``--num-instances 0``), answers 503 on /health until an engine registers, then serves it."""
+    from seer_sglang.launch.seer_process import start_seer, stop_seer, wait_seer
+
+    server = start_seer(tiny_model, tmp_path / "seer0", "--num-instances", "0", "--scheduler", "context",
+                        "--chunk-size", str(CHUNK))
+    try:
+        wait_seer(server, status=503)
+        listed = httpx.get(f"{server.url}/workers", timeout=10).json()
+        assert [w["url"] for w in listed["workers"]] == [server.url]  # the frontend alone
+        _slime_register(server.url, plain_url)
+        wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).status_code == 200, 60, 0.2,
+                   "healthy once an engine registered")
+        ids = [(5 * i) % 900 + 30 for i in range(20)]
+        params = {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}
+        got = httpx.post(f"{server.url}/generate", json={"input_ids": ids, "sampling_params": params},
+                         timeout=300).json()
+        want = httpx.post(f"{plain_url}/generate", json={"input_ids": ids, "sampling_params": params},
+                          timeout=300).json()
+        assert got["output_ids"] == want["output_ids"]  # in three chunks of 16
+        _slime_deregister(server.url, plain_url)
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 503
+    finally:
+        stop_seer(server)
+    assert httpx.get(f"{plain_url}/health", timeout=10).status_code == 200
