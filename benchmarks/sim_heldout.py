@@ -19,9 +19,8 @@ import json
 import subprocess
 import sys
 
-from benchmarks.harness.emulation import is_invalid
-from benchmarks.harness.heldout import HELD_OUT, LABEL_PREFIX
-from benchmarks.harness.manifest import read
+from benchmarks.harness.heldout import HELD_OUT, LABEL_PREFIX, checks
+from benchmarks.harness.manifest import folder_label, read
 from benchmarks.harness.result import RESULT, RESULTS, ROOT
 
 SIM_ERROR = 0.05
@@ -38,17 +37,6 @@ def run(names: list[str]) -> None:
         subprocess.run(cmd, check=True)
 
 
-def checks(runs: list[tuple[str, dict]]) -> list[dict]:
-    """One row per mode of each held-out run: its error, and whether it counts (a valid mode)."""
-    rows = []
-    for label, result in runs:
-        per_mode = result.get("emulation", {}).get("per_mode", {})
-        for mode, check in result.get("sim_check", {}).items():
-            rows.append({"run": label, "mode": mode, "error": check["error"],
-                         "valid": not is_invalid(per_mode.get(mode, []))})
-    return rows
-
-
 def stored() -> list[tuple[str, dict]]:
     """The held-out runs stored: every ``heldout_*`` rollout folder the manifest does not mark superseded
     (a run just made is not listed yet)."""
@@ -56,7 +44,7 @@ def stored() -> list[tuple[str, dict]]:
     out = []
     for folder in sorted((RESULTS / "rollout").glob(f"*-{LABEL_PREFIX}*")):
         if str(folder.relative_to(ROOT)) not in superseded and (folder / RESULT).is_file():
-            out.append((folder.name.split("-", 3)[-1], json.loads((folder / RESULT).read_text())))
+            out.append((folder_label(folder), json.loads((folder / RESULT).read_text())))
     return out
 
 

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 
 from benchmarks.harness import manifest
 from benchmarks.harness.baselines import PLAIN_GROUP, is_plain, reference_of
-from benchmarks.harness.heldout import is_held_out
+from benchmarks.harness.heldout import checks as heldout_checks, is_held_out
 from benchmarks.harness.result import RESULT
 from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
 from benchmarks.harness.manifest import resolve
@@ -94,7 +94,7 @@ def label_of(path: str) -> str:
     p = Path(path)
     if p.name == RESULT:
         p = p.parent
-    return p.name.split("-", 3)[-1] if p.suffix != ".json" else p.stem
+    return manifest.folder_label(p) if p.suffix != ".json" else p.stem
 
 
 def source(stems: Iterable[str]) -> str:
@@ -428,16 +428,13 @@ def sim_heldout_table(results: Results) -> str:
     if not stems:
         return ("No held-out run is stored yet: `python -m benchmarks.sim_heldout --run` runs the configurations "
                 "`benchmarks/harness/heldout.py` fixes (seeds 9001-9003, every workload shape, Seer's load).")
-    rows, errors = [], []
-    for stem in stems:
-        run = results[stem]
-        cfg, per_mode = run["config"], run["emulation"].get("per_mode", {})
-        for mode, check in run["sim_check"].items():
-            valid = not is_invalid(per_mode.get(mode, []))
-            if valid:
-                errors.append(check["error"])
-            rows.append([f"`{stem}`", f"{cfg['workload']}, {cfg['instances']} instances, seed {cfg['seed']}",
-                         mode_name(mode), f"{check['error'] * 100:+.1f}%" if valid else "INVALID"])
+    rows = []
+    checked = heldout_checks([(stem, results[stem]) for stem in stems])
+    for c in checked:
+        cfg = results[c["run"]]["config"]
+        rows.append([f"`{c['run']}`", f"{cfg['workload']}, {cfg['instances']} instances, seed {cfg['seed']}",
+                     mode_name(c["mode"]), f"{c['error'] * 100:+.1f}%" if c["valid"] else "INVALID"])
+    errors = [c["error"] for c in checked if c["valid"]]
     within = sum(abs(e) <= 0.05 for e in errors)
     caption = (f"HELD OUT: simulated against EMULATED runs of configurations fixed before they ran and used to "
                f"tune nothing. {within} of {len(errors)} valid mode-runs within 5%"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchmarks.harness.emulation import is_invalid
+
 # the modes a held-out run measures: the plain baselines the simulator models and seer's policies
 HELD_OUT_MODES = "plain-group,plain-router,plain-router-p2,divided,context,oracle"
 LABEL_PREFIX = "heldout_"
@@ -54,3 +56,15 @@ HELD_OUT = (
 
 def is_held_out(label: str) -> bool:
     return label.startswith(LABEL_PREFIX)
+
+
+def checks(runs: list[tuple[str, dict]]) -> list[dict]:
+    """One row per mode of each held-out run (label, result): the simulator's error, and whether the mode
+    counts (its steps kept up with the profile)."""
+    rows = []
+    for label, result in runs:
+        per_mode = result.get("emulation", {}).get("per_mode", {})
+        for mode, check in result.get("sim_check", {}).items():
+            rows.append({"run": label, "mode": mode, "error": check["error"],
+                         "valid": not is_invalid(per_mode.get(mode, []))})
+    return rows

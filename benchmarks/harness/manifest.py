@@ -90,7 +90,12 @@ class Moved(str):
         return self
 
     def __eq__(self, other) -> bool:
-        return str(self) == other or other == self.former
+        if str(self) == other or other == self.former:
+            return True
+        try:  # another name of the same stored file: a folder path where a run recorded its flat path
+            return isinstance(other, str) and Path(resolve(other)).resolve() == Path(str(self)).resolve()
+        except FileNotFoundError:
+            return False
 
     __hash__ = str.__hash__
 
@@ -109,6 +114,11 @@ SIMULATED = ("sim", "sim_bounds")  # benchmarks whose runs run no engine
 RECORDINGS = ("record_text",)  # benchmarks whose runs are inputs of later runs
 
 
+def folder_label(folder: Path) -> str:
+    """A run folder's label: its name without the date (``<yyyy>-<mm>-<dd>-<label>``)."""
+    return folder.name.split("-", 3)[-1]
+
+
 def new_entry(folder: Path) -> dict:
     """A manifest entry for a run folder the manifest does not list yet: current until a later run
     replaces it, its regime from the run's own ``meta``."""
@@ -122,8 +132,7 @@ def new_entry(folder: Path) -> dict:
         regime = "GPU-measured"
     else:
         regime = "CPU-measured"
-    label = folder.name.split("-", 3)[-1]  # <yyyy>-<mm>-<dd>-<label>
-    return {"path": folder.relative_to(ROOT).as_posix(), "benchmark": benchmark, "label": label,
+    return {"path": folder.relative_to(ROOT).as_posix(), "benchmark": benchmark, "label": folder_label(folder),
             "kind": "recording" if benchmark in RECORDINGS else "result", "regime": regime, "status": "current",
             "former": {}}
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-from pathlib import Path
 
 from benchmarks.harness.baselines import canonical, is_plain
 from benchmarks.harness.emulation import emulation_settings
-from benchmarks.harness.manifest import Moved, moved, resolve
+from benchmarks.harness.manifest import moved, resolve
 from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
 from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
@@ -90,7 +89,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                          spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
     if spec is not None:
         drafter = mode_drafter(mode)
-        # runs made before the budget counted the KV read say nothing of it (``BUDGET_KV_READ``)
+        # a run's config says ``budget_kv_read`` since the budget counts the KV read; older runs ran without
         spec = dataclasses.replace(spec, grouped=drafter in ("sd", FIXED_WIDTH),
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
                                    budget_kv_read=getattr(args, "budget_kv_read", False))
@@ -102,17 +101,9 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
 def run_acceptance(args, seed: int):
     """The simulator's acceptance for a run's ``+sd`` modes (``--sim-acceptance``), per sample where the
     run replayed the text that file was measured on (``SpecModel.from_replay``)."""
-    import json
-
     from seer_sglang.sim.spec_model import SpecModel
 
-    acceptance = resolve(args.sim_acceptance)
-    text = moved(getattr(args, "replay", None))
-    measured_on = json.loads(acceptance.read_text())["config"].get("outputs")
-    if text is not None and measured_on and Path(resolve(measured_on)).resolve() == Path(resolve(text)).resolve():
-        # the same recording, named by its folder where the acceptance file names its former flat path
-        text = Moved(resolve(text), measured_on)
-    return SpecModel.from_replay(acceptance, seed=seed, text=text)
+    return SpecModel.from_replay(resolve(args.sim_acceptance), seed=seed, text=moved(getattr(args, "replay", None)))
 
 
 def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes,
@@ -133,10 +124,10 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
             continue
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         sims = {}
-        for trace, seed in zip(traces, seeds):
+        for r, (trace, seed) in enumerate(zip(traces, seeds)):
             if id(trace) not in sims:
                 sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None,
-                                                prompts[traces.index(trace)] if prompts else None)
+                                                prompts[r] if prompts else None)
         out[mode] = [sims[id(t)] for t in traces]
     return out
 

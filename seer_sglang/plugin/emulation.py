@@ -63,15 +63,19 @@ def note_host(kind: str, model_s: float, host_s: float) -> None:
     entry["host_s"] += host_s
 
 
+def batch_kv_tokens(batch) -> int:
+    """The KV tokens a decode or verify step over a ScheduleBatch reads: its requests' lengths."""
+    return int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(batch.seq_lens_sum or 0)
+
+
 def batch_step_s(model: StepModel, batch) -> float:
     """The modelled time of one forward step over a ScheduleBatch."""
     mode = batch.forward_mode
     bs = len(batch.reqs)
     if mode.is_extend() and not mode.is_target_verify():
         return model.prefill_batch(list(batch.extend_lens or []), list(batch.prefix_lens or []))
-    kv = int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(batch.seq_lens_sum or 0)
     tokens = verify_tokens(batch) if mode.is_target_verify() else bs
-    return model.decode_step(bs, kv, tokens)
+    return model.decode_step(bs, batch_kv_tokens(batch), tokens)
 
 
 def verify_tokens(batch) -> int:

@@ -46,6 +46,7 @@ from ..core.step_model import emulated_model
 from ..speculative.budget import BudgetRequest, high_priority, make_budget
 from ..speculative.draft import Draft, Drafter
 from ..wire import CASCADE_BACKEND, DEPTH_PARAM, parse_chunk_rid
+from .emulation import batch_kv_tokens
 
 logger = logging.getLogger("seer_sglang.plugin")
 GROUP_TTL_S = DRAFT.group_ttl_s  # a group with no request here for this long leaves the local drafter
@@ -357,8 +358,8 @@ class SeerSpecWorker(NGRAMWorker):
         # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
         # so all are verified.
         own = needs_own_sampler(batch.sampling_info)
-        kv = int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(batch.seq_lens_sum or 0)
-        gamma = self._gamma = 0 if own else self.budget.gamma_star(bs, kv) if self.variable_width else full - 1
+        gamma = self._gamma = 0 if own else self.budget.gamma_star(bs, batch_kv_tokens(batch)) \
+            if self.variable_width else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
                   for req in batch.reqs]
         orders = [draft.best_first() for draft in drafts]

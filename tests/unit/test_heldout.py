@@ -33,7 +33,7 @@ def test_held_out_runs_cover_every_shape_at_seers_load():
 
 
 def test_the_report_reads_each_runs_sim_check_and_leaves_invalid_modes_out(tmp_path):
-    from benchmarks.sim_heldout import checks
+    from benchmarks.harness.heldout import checks
 
     run = {"sim_check": {"plain-group": {"error": 0.02}, "context": {"error": -0.08}},
            "emulation": {"per_mode": {"plain-group": [{"overrun_share": 0.0}], "context": [{"overrun_share": 0.2}]}}}
