@@ -70,6 +70,15 @@ def weight_namespace(weight_version: str) -> str:
     return f"weight_version={weight_version}"
 
 
+def routing_namespace(rid: str, regenerations: int) -> str:
+    """The cache key part (``extra_key``) of a sample that wants its prompt's expert routings. SGLang
+    keeps a token's routings beside its KV slot on the device only: a prompt whose KV came from the
+    host tier or the pool would answer stale rows. In its own namespace the sample's first chunk
+    computes its whole prompt; its continuations still find their own earlier pages (the rows they
+    ask for are never cached: a chunk's context ends with the token the last chunk sampled)."""
+    return f"routed_experts={rid}.{regenerations}"
+
+
 # ---- custom params --------------------------------------------------------------------------------
 # Added to a custom logit processor's params on each verify-tree row: the row's distance from the
 # request's last committed token (0 on the SEER worker's plain decode rows).
@@ -109,6 +118,8 @@ class ChunkRequest:
     extra_key: str | None = None
     cache_salt: str | None = None
     token_ids_logprob: list[int] | None = None
+    lora_path: str | None = None
+    routed_experts_start_len: int | None = None  # None: no routings asked
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rid": self.rid, "input_ids": self.input_ids,
@@ -123,9 +134,12 @@ class ChunkRequest:
             body["priority"] = self.priority
         if self.custom_logit_processor:
             body["custom_logit_processor"] = self.custom_logit_processor
-        for name in ("extra_key", "cache_salt"):
+        for name in ("extra_key", "cache_salt", "lora_path"):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
+        if self.routed_experts_start_len is not None:
+            body["return_routed_experts"] = True
+            body["routed_experts_start_len"] = self.routed_experts_start_len
         return body
 
 
@@ -146,6 +160,7 @@ class ChunkAnswer:
     accepted_drafts: int = 0  # spec_num_correct_drafts
     proposed_drafts: int = 0  # spec_num_proposed_drafts
     retractions: int = 0  # num_retractions
+    routed_experts: str | None = None  # base64 of int32 [positions, layers, top-k], when asked
     # SGLang's logprob lists as they came ([logprob, token id, text] entries), read by position below:
     # a stream repeats them whole in every event, so only the new positions are converted.
     raw_output_logprobs: list[Any] = field(default_factory=list)
@@ -171,6 +186,7 @@ class ChunkAnswer:
             accepted_drafts=int(meta.get("spec_num_correct_drafts") or 0),
             proposed_drafts=int(meta.get("spec_num_proposed_drafts") or 0),
             retractions=int(meta.get("num_retractions") or 0),
+            routed_experts=meta.get("routed_experts"),
             raw_output_logprobs=meta.get("output_token_logprobs") or [],
             raw_output_top_logprobs=meta.get("output_top_logprobs") or [],
             raw_input_logprobs=meta.get("input_token_logprobs") or [],
@@ -252,6 +268,8 @@ class SampleJSON:
     # [version, start, end) runs of output tokens; more than one only with --mixed-weight-versions
     weight_versions: list[list[Any]] | None = None
     regenerations: int = 0  # restarts from the prompt because the weights changed under the sample
+    # with return_routed_experts: base64 of int32 [prompt + output - 1, layers, top-k], as SGLang's
+    routed_experts: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -263,6 +281,7 @@ class SampleJSON:
                        "latency_s": self.latency_s},
             "spec": self.spec, "weight_version": self.weight_version, "weight_versions": self.weight_versions,
             "regenerations": self.regenerations,
+            **({"routed_experts": self.routed_experts} if self.routed_experts is not None else {}),
             "chunks": [c.__dict__.copy() for c in self.chunks],
         }
 
@@ -277,7 +296,8 @@ class SampleJSON:
                    chunks=[ChunkJSON(**c) for c in d.get("chunks") or []], error=d.get("error"),
                    rid=d.get("rid", ""), spec=d.get("spec"), top_logprobs=d.get("top_logprobs"),
                    submitted_at=timing.get("submitted_at", 0.0), weight_version=d.get("weight_version"),
-                   weight_versions=d.get("weight_versions"), regenerations=d.get("regenerations", 0))
+                   weight_versions=d.get("weight_versions"), regenerations=d.get("regenerations", 0),
+                   routed_experts=d.get("routed_experts"))
 
 # ---- SLO requests ------------------------------------------------------------------------------------
 # Sent in a chunk's custom params when its request carries an ``slo``: the TPOT and TTFT objectives in

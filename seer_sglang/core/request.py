@@ -175,6 +175,17 @@ class Sample:
     custom_params: dict[str, Any] | None = None  # for the custom logit processor; opaque to policies
     # SGLang's cache namespaces the caller gave (``extra_key``, ``cache_salt``), sent with every chunk
     cache_scope: dict[str, str] | None = None
+    # The LoRA adapter every chunk runs under (SGLang's ``lora_path``: an adapter's name), and the
+    # frontend's count of loads and unloads of that adapter when the sample's tokens began: a sample
+    # whose chunks ran under two versions of its adapter is generated again, as for the model's weights.
+    lora_path: str | None = None
+    adapter_version: int | None = None
+    # Routing replay (SGLang's ``return_routed_experts``): the first position whose routings the caller
+    # wants (``routed_experts_start_len``), None when it wants none; then the routings so far, one
+    # row per position, as SGLang's bytes (int32 [layers, top-k] per row) concatenated over chunks.
+    routed_experts_start: int | None = None
+    routed_experts: bytearray = field(default_factory=bytearray)
+    routed_experts_rows: int = 0
     # The instance that ran the trajectory's previous turn (its prefix is cached there), for a new
     # sample: the policy places it there when that instance has room, as a continuation stays put.
     affinity: int | None = None
@@ -241,6 +252,30 @@ class Sample:
                 self.token_versions.append((version, start, end))
         return len({v for v, _, _ in self.token_versions}) > 1
 
+    def routed_experts_from(self) -> int | None:
+        """Where the next chunk's routings start (its ``routed_experts_start_len``), or None. A chunk
+        answers for positions [start, its context + new tokens - 1): the last token it samples has not
+        been through the model yet. So a continuation starts at its context's last position, the
+        token the previous chunk sampled, and the chunks' rows join end to end."""
+        if self.routed_experts_start is None:
+            return None
+        return self.routed_experts_start if self.generated == 0 else self.context_len - 1
+
+    def add_routed_experts(self, raw: bytes) -> None:
+        """Append a chunk's routings, read after its tokens were added: the sample then holds the rows
+        of positions [start, context - 1)."""
+        self.routed_experts += raw
+        self.routed_experts_rows = max(0, self.context_len - 1 - (self.routed_experts_start or 0))
+
+    def routed_experts_bytes(self) -> bytes:
+        """The routings of positions [start, prompt + output - 1), as one unchunked request answers
+        them; rows past the last output token are dropped (a stop string found across chunks)."""
+        if not self.routed_experts_rows:
+            return b""
+        row = len(self.routed_experts) // self.routed_experts_rows
+        want = max(0, self.context_len - 1 - (self.routed_experts_start or 0))
+        return bytes(self.routed_experts[:row * min(want, self.routed_experts_rows)])
+
     def restart(self) -> None:
         """Drop every generated token: the sample is generated again from its prompt (its seed stays,
         so on the same weights it would draw the same tokens)."""
@@ -249,6 +284,9 @@ class Sample:
         self.top_logprobs.clear()
         self.token_ids_logprobs.clear()
         self.token_versions.clear()
+        self.routed_experts.clear()
+        self.routed_experts_rows = 0
+        self.adapter_version = None
         self.finish_reason = self.matched_stop = None
         self.pool_tokens = 0
         self.regenerations += 1

@@ -20,7 +20,7 @@ from .kv_pool import PoolAccess, janitor
 from .metrics import Metrics
 from .middleware import BoundBody, CountRequests
 from .openapi import install_schema
-from .routes import admin, benchmarking, discovery, native, observability, openai, rollout, weights, workers
+from .routes import admin, benchmarking, discovery, lora, native, observability, openai, rollout, weights, workers
 from .state import Frontend, ModelInfo
 from .tokenizer import PromptTokenizer
 
@@ -50,7 +50,9 @@ async def describe_model(client: InstanceClient | None, model_path: str | None) 
         config = AutoConfig.from_pretrained(path)
         context = getattr(config, "max_position_embeddings", None) or 4096
     return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context),
-                     tp_size=int(info.get("tp_size") or 1), page_size=info.get("page_size"))
+                     tp_size=int(info.get("tp_size") or 1), page_size=info.get("page_size"),
+                     lora=bool(info.get("enable_lora") or info.get("lora_paths")) if info else None,
+                     routed_experts=bool(info.get("enable_return_routed_experts")) if info else None)
 
 
 def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,
@@ -112,11 +114,11 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
 
     app = FastAPI(title="seer_sglang", lifespan=lifespan)
     install_error_handlers(app)
-    for routes in (openai, native, rollout, admin, weights, workers, discovery, observability, benchmarking):
+    for routes in (openai, native, rollout, admin, weights, lora, workers, discovery, observability, benchmarking):
         # The routes themselves, not an included router: SGLang's auth middleware finds a route's auth
         # level on the app's own routes.
         app.router.routes.extend(routes.router.routes)
-    install_schema(app, {r.path for routes in (admin, weights) for r in routes.router.routes})
+    install_schema(app, {r.path for routes in (admin, weights, lora) for r in routes.router.routes})
     if config.frontend.api_key or config.frontend.admin_api_key:
         # SGLang's own rules: the API key for every route, the admin key (if set) for admin routes;
         # /health and /metrics stay open for probes and scrapers.

@@ -11,6 +11,7 @@ simulator drives the same router.
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import dataclasses
 import logging
@@ -22,7 +23,8 @@ from ..core.buffer import RequestBuffer
 from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import ChunkRecord, Group, Sample, SampleState
 from ..core.router import Launch, Router
-from ..wire import SLO_PARAM, SLO_REJECTED, ChunkAnswer, ChunkRequest, chunk_rid, group_of_sample, slo_param
+from ..wire import (SLO_PARAM, SLO_REJECTED, ChunkAnswer, ChunkRequest, chunk_rid, group_of_sample, routing_namespace,
+                    slo_param)
 from .instance_client import InstanceClient, InstanceRejected, InstanceUnavailable
 from .instances import Instances
 
@@ -76,6 +78,8 @@ class RolloutEngine:
         self.mixed_weight_versions = mixed_weight_versions
         # the latest versions chunks reported (bounded: a long job updates its weights thousands of times)
         self.weight_versions_seen: collections.deque[str] = collections.deque(maxlen=64)
+        # LoRA adapter name -> loads and unloads of it through this frontend (the admin routes count them)
+        self.adapter_versions: dict[str, int] = {}
         self.paused = False
         self.pause_returns = False  # the pause answers resendable samples (set_paused)
         self._group_done: dict[str, asyncio.Event] = {}
@@ -308,21 +312,29 @@ class RolloutEngine:
             deadline = None if slo.ttft_s is None else sample.submitted_at + slo.ttft_s
             params["custom_params"] = {**params.get("custom_params", {}),
                                        SLO_PARAM: slo_param(slo.tpot_s, slo.ttft_s, deadline)}
+        scope = dict(sample.cache_scope or {})
+        routed_from = sample.routed_experts_from()
+        if sample.routed_experts_start is not None and sample.routed_experts_start < len(sample.prompt_ids) - 1:
+            own = routing_namespace(sample.rid, sample.regenerations)
+            scope["extra_key"] = f"{scope['extra_key']};{own}" if "extra_key" in scope else own
         return ChunkRequest(
             rid=chunk_rid(sample.rid, len(sample.chunks) - 1), input_ids=sample.context_ids, sampling_params=params,
             return_logprob=sample.params.logprobs,
             # output tokens only, except on the chunk that prefills the prompt of a sample that asked for it
             logprob_start_len=sample.input_logprob_start if sample.generated == 0 else -1,
             top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
-            custom_logit_processor=sample.params.custom_logit_processor, **(sample.cache_scope or {}),
-            token_ids_logprob=sample.params.token_ids_logprob)
+            custom_logit_processor=sample.params.custom_logit_processor, **scope,
+            token_ids_logprob=sample.params.token_ids_logprob, lora_path=sample.lora_path,
+            routed_experts_start_len=routed_from)
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
         client = self.instances.clients[instance]
         base = sample.generated
+        adapter = self.adapter_versions.get(sample.lora_path) if sample.lora_path is not None else None
         finish: dict[str, Any] | None = None
         answer: ChunkAnswer | None = None
+        routed: str | None = None
         try:
             payload = self._request(sample, max_new).to_json()
             # an SLO sample streams from its instance, so that its first token's time is known
@@ -331,6 +343,7 @@ class RolloutEngine:
                     answer = ChunkAnswer.parse(event)
                     self._absorb(sample, base, answer)
                     finish = answer.finish or finish
+                    routed = answer.routed_experts or routed
                     self._chunk_meta(chunk, instance, answer)
             else:
                 answer = ChunkAnswer.parse(await client.generate(payload))
@@ -340,6 +353,7 @@ class RolloutEngine:
                     sample.input_top_logprobs = answer.input_top_logprobs()
                     sample.input_token_ids_logprobs = answer.input_token_ids_logprobs()
                 finish = answer.finish
+                routed = answer.routed_experts
                 self._chunk_meta(chunk, instance, answer)
         except InstanceUnavailable as e:
             self.router.instance_down(instance)
@@ -353,6 +367,10 @@ class RolloutEngine:
             return
         except InstanceRejected as e:
             self._settle(launch)
+            if adapter is not None and self.adapter_versions.get(sample.lora_path) != adapter:
+                # its adapter was unloaded or loaded again while the chunk was on its way
+                self._regenerate(sample, f"adapter {sample.lora_path!r} changed")
+                return
             sample.error, sample.error_status, sample.finish_reason = str(e), e.status_code, "error"
             self._complete(sample, SampleState.FAILED)
             return
@@ -368,9 +386,38 @@ class RolloutEngine:
             return
         self._settle(launch)
         sample.crashed_on.clear()
+        if sample.routed_experts_start is not None and sample.generated > base:
+            if routed is None:
+                sample.error, sample.error_status, sample.finish_reason = (
+                    f"instance {instance} returned no expert routings: start its SGLang with "
+                    "--enable-return-routed-experts", 400, "error")
+                self._complete(sample, SampleState.FAILED)
+                return
+            sample.add_routed_experts(base64.b64decode(routed))
         if answer is not None and not self._versions_agree(sample, base, chunk, answer):
             return
+        if adapter is not None and not self._adapter_agrees(sample, adapter):
+            return
         self._after_chunk(sample, finish)
+
+    def _adapter_agrees(self, sample: Sample, version: int) -> bool:
+        """A sample's tokens all come from one version of its LoRA adapter (the frontend counts each
+        load and unload of it); one whose chunks ran under two is generated again from its prompt."""
+        if sample.adapter_version is None or sample.adapter_version == version:
+            sample.adapter_version = version
+            return True
+        self._regenerate(sample, f"adapter {sample.lora_path!r} changed")
+        return False
+
+    def _regenerate(self, sample: Sample, why: str) -> None:
+        if sample.on_tokens is not None and sample.generated:  # streamed tokens cannot be taken back
+            sample.error, sample.error_status, sample.finish_reason = (
+                f"{why} while this sample streamed; send it again", 409, "error")
+            self._complete(sample, SampleState.FAILED)
+            return
+        logger.info("%s under %s: generating it again from its prompt", why, sample.rid)
+        sample.restart()
+        self.router.requeue(sample)
 
     def _fail_poison(self, sample: Sample, why: str) -> None:
         """The instances the sample last ran on each died under it: it is not sent to another."""
@@ -399,16 +446,8 @@ class RolloutEngine:
                         self.hooks.on_weight_version(seen)
         if not sample.add_versions(spans) or self.mixed_weight_versions:
             return True
-        if sample.on_tokens is not None:  # streamed tokens cannot be taken back
-            sample.error, sample.error_status, sample.finish_reason = (
-                f"the model's weights changed while this sample streamed (versions "
-                f"{sorted({v for v, _, _ in sample.token_versions})}); send it again", 409, "error")
-            self._complete(sample, SampleState.FAILED)
-            return False
-        logger.info("weights changed under %s (%s): generating it again from its prompt", sample.rid,
-                    " -> ".join(v for v, _, _ in sample.token_versions))
-        sample.restart()
-        self.router.requeue(sample)
+        self._regenerate(sample, f"the model's weights changed (versions "
+                                 f"{' -> '.join(v for v, _, _ in sample.token_versions)})")
         return False
 
     def _chunk_meta(self, chunk: ChunkRecord, instance: int, answer: ChunkAnswer) -> None:

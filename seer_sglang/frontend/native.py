@@ -8,6 +8,7 @@ on what is sampled, or is refused with a 400 that names it: nothing is dropped s
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
@@ -24,7 +25,8 @@ from .errors import APIError
 # Top-level fields seer applies (see ``parse_generate``).
 _APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
             "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
-            "return_prompt_token_ids", "token_ids_logprob"}
+            "return_prompt_token_ids", "token_ids_logprob", "lora_path", "return_routed_experts",
+            "routed_experts_start_len"}
 # Top-level fields sent with every chunk of the sample: cache namespaces, which decide what KV a
 # chunk may reuse and never what it samples.
 _PASSED = ("extra_key", "cache_salt")
@@ -65,6 +67,8 @@ class NativeSample:
     # the agent trajectory it continues (session_id, routing_key or the gateway's routing-key header):
     # its turn goes where the trajectory's last turn ran, when that instance has room
     trajectory: str | None = None
+    lora_path: str | None = None  # the LoRA adapter (its name) every chunk runs under
+    routed_experts_start: int | None = None  # routing replay: the first position whose routings it wants
     # Set by the route before the sample joins a group (the engine streams chunks when on_tokens is set).
     on_tokens: Callable[[Sample, list[int]], None] | None = None
     on_done: Callable[[Sample], None] | None = None
@@ -234,6 +238,12 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
     scopes = {name: _per_prompt(body.get(name), b, name) for name in _PASSED}
     trajectory = next((str(v) for v in (body.get("session_id"), body.get("routing_key"), routing_key)
                        if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v)), None)
+    adapters = _per_prompt(body.get("lora_path"), b, "lora_path")
+    if any(a is not None and (not isinstance(a, str) or not a) for a in adapters):
+        raise APIError("lora_path names a loaded LoRA adapter (a non-empty string), or is null", param="lora_path")
+    routed = body.get("routed_experts_start_len") or 0 if body.get("return_routed_experts") else None
+    if routed is not None and (isinstance(routed, bool) or not isinstance(routed, int)):
+        raise APIError("routed_experts_start_len must be an integer", param="routed_experts_start_len")
     raw_rid = body.get("rid")
     if isinstance(raw_rid, list) and len(raw_rid) != b:
         raise APIError(f"rid has {len(raw_rid)} entries for {b} prompts", param="rid")
@@ -245,6 +255,9 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
         ids = encode(prompt) if isinstance(prompt, str) else list(prompt)
         max_new = context_length - len(ids) if sp.max_new_tokens is None else sp.max_new_tokens
         check_prompt(ids, max_new, "text" if isinstance(prompt, str) else "input_ids", f"{param}.max_new_tokens")
+        if routed is not None and not 0 <= routed <= len(ids):
+            raise APIError(f"routed_experts_start_len {routed} is outside [0, {len(ids)}] (the prompt's tokens)",
+                           param="routed_experts_start_len")
         if not -1 <= start[i] <= len(ids):
             raise APIError(f"logprob_start_len {start[i]} is outside [-1, {len(ids)}]", param="logprob_start_len")
         if sp.min_new_tokens > max_new:
@@ -280,7 +293,7 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             samples.append(NativeSample(position=k, rid=rid, prompt_ids=ids, params=params, sampling_seed=seed,
                                         logprob_start=int(start[i]) if logprob[i] else -1,
                                         custom_params=sp.custom_params, cache_scope=scope or None,
-                                        trajectory=trajectory))
+                                        trajectory=trajectory, lora_path=adapters[i], routed_experts_start=routed))
     return NativeRequest(single=single, stream=bool(obj.stream), samples=samples,
                          text_in_logprobs=bool(body.get("return_text_in_logprobs")),
                          return_prompt_ids=bool(body.get("return_prompt_token_ids")))
@@ -292,7 +305,7 @@ def group_key(native: NativeSample, explicit: str | None) -> str:
     settings = dataclasses.asdict(native.params)
     settings.pop("seed", None)
     text = json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params,
-                       native.cache_scope], sort_keys=True, default=str)
+                       native.cache_scope, native.lora_path, native.routed_experts_start], sort_keys=True, default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()  # kept while the group runs: small
 
 
@@ -362,6 +375,8 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
         if s.params.token_ids_logprob:
             meta["output_token_ids_logprobs"] = output_steps(s.token_ids_logprobs)
             meta["input_token_ids_logprobs"] = input_steps(s.input_token_ids_logprobs)
+    if s.routed_experts_start is not None:  # SGLang's encoding: base64 of int32 [positions, layers, top-k]
+        meta["routed_experts"] = base64.b64encode(s.routed_experts_bytes()).decode()
     out = {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}
     if req.return_prompt_ids:  # beside meta_info, where SGLang puts it
         out["prompt_token_ids"] = list(s.prompt_ids)

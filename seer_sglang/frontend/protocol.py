@@ -54,6 +54,9 @@ class SamplingFields(BaseModel):
     # OpenAI's: token id (as a string) -> bias added to its logit before sampling, in [-100, 100].
     logit_bias: Optional[dict[str, float]] = None
     slo: Optional[SLOField] = None
+    # SGLang's: the LoRA adapter (a loaded adapter's name) the samples run under; ``model:
+    # "<model>:<adapter>"`` names one too, and wins, as in SGLang
+    lora_path: Optional[str] = Field(None, min_length=1)
 
     @field_validator("logit_bias")
     @classmethod
@@ -103,7 +106,6 @@ _NOT_HONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
     "custom_params": ((None,), "use POST /v1/rollout, which passes it to every chunk"),
     "best_of": ((None, 1), "use n"),
     "suffix": ((None, ""), "insertion is not supported"),
-    "lora_path": ((None,), "LoRA adapters are not supported"),
     "tools": ((None, []), "tool calling is not supported"),
     "chat_template_kwargs": ((None, {}), "the chat template takes no arguments here"),
     "continue_final_message": ((False, None), "the prompt always ends with a new assistant turn here"),
@@ -229,6 +231,9 @@ class RolloutRequest(SamplingFields):
     skip_special_tokens: bool = True
     return_timeline: bool = False  # add the per-instance telemetry recorded during the rollout
     custom_logit_processor: Optional[str] = None  # SGLang CustomLogitProcessor.to_str()
+    # routing replay: each sample's expert routings from its first position (SGLang's
+    # return_routed_experts), in ``routed_experts``; the instances run --enable-return-routed-experts
+    return_routed_experts: bool = False
 
 
 class AbortRequest(BaseModel):

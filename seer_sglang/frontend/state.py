@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import itertools
 import logging
@@ -34,6 +35,9 @@ class ModelInfo:
     context_length: int
     tp_size: int = 1  # GPUs (TP ranks) per instance: a weight update addresses K x tp_size ranks
     page_size: int | None = None  # tokens per KV page on the instances: chunk ends are aligned to it
+    # What the instances were started with (None: not known yet, the instance's answer decides)
+    lora: bool | None = None  # --enable-lora / --lora-paths
+    routed_experts: bool | None = None  # --enable-return-routed-experts
 
     def aliases(self) -> set[str]:
         return {self.served_name, self.model_path, os.path.basename(self.model_path.rstrip("/"))}
@@ -66,6 +70,9 @@ class Frontend:
         # The trainer's weights since launch: None while the instances run the launch weights; else the
         # last update's route and body (a restarted instance loads them again when they came from disk).
         self.last_update: tuple[str, dict[str, Any]] | None = None
+        # LoRA adapters loaded through this frontend (name -> SGLang's load body), for instances that
+        # start later: a restarted or newly registered instance loads them before it takes work
+        self.adapters: dict[str, dict[str, Any]] = {}
         self.held: dict[int, str] = {}  # instances out of dispatch after a restart, and why
         self.shutting_down = False
 
@@ -99,9 +106,23 @@ class Frontend:
                 logger.error("instance %d: %s", index, self.held[index])
                 return
             logger.info("instance %d reloaded weights %s after its restart", index, body.get("weight_version"))
+        problem = await self.load_adapters(client)
+        if problem is not None:
+            self.held[index] = f"restarted, but {problem}"
+            logger.error("instance %d: %s", index, self.held[index])
+            return
         del self.held[index]
         await self.engine.instances.readmit(index)
         logger.info("instance %d takes work again after its restart", index)
+
+    async def load_adapters(self, client) -> str | None:
+        """Load the adapters loaded through this frontend on an instance that started after them; returns
+        what failed, or None."""
+        for name, body in self.adapters.items():
+            status, answer = await client.post_admin("/load_lora_adapter", body)
+            if status != 200:
+                return f"loading LoRA adapter {name!r} failed: {answer}"
+        return None
 
     def begin_shutdown(self) -> None:
         """The server was told to stop: every sample still running fails with a 503 that says so, and new
@@ -111,14 +132,40 @@ class Frontend:
         logger.warning("shutting down: %d unfinished samples answered with 503", failed)
 
     # ---- validation ------------------------------------------------------------------------
-    def check_model(self, name: str | None) -> None:
-        """Any model name means the served model, as in SGLang: clients send ``default`` or a label of
-        their own. SGLang reads ``<model>:<adapter>`` as a LoRA adapter, which seer does not serve."""
-        if not name or name in self.model.aliases() or ":" not in name:
-            return
-        raise APIError(f"`{name}` names a LoRA adapter (SGLang's `<model>:<adapter>`); this server serves "
-                       f"`{self.model.served_name}` without adapters", 400, param="model",
-                       code="lora_not_supported")
+    def check_model(self, name: str | None, lora_path: str | None = None) -> str | None:
+        """The LoRA adapter a request runs under, as SGLang reads it: any model name means the served
+        model (clients send ``default`` or a label of their own), and ``<model>:<adapter>`` names an
+        adapter, before the request's own ``lora_path``."""
+        adapter = lora_path
+        if name and ":" in name and name not in self.model.aliases():
+            served = self.model.served_name
+            adapter = (name[len(served) + 1:] if name.startswith(f"{served}:") else name.split(":", 1)[1]).strip() \
+                or lora_path
+        self.check_adapters([adapter])
+        return adapter
+
+    def check_adapters(self, adapters: Iterable[str | None]) -> None:
+        """Adapters only where the instances run LoRA (SGLang's ``--enable-lora``)."""
+        used = next((a for a in adapters if a is not None), None)
+        if used is not None:
+            self.check_lora_enabled(f"LoRA adapter {used!r} asked for")
+
+    def check_lora_enabled(self, what: str = "a LoRA adapter call") -> None:
+        if self.model.lora is False:
+            raise APIError(f"{what}, but the instances run without LoRA: start the server with --enable-lora "
+                           "(and --lora-paths, or load adapters with POST /load_lora_adapter)", 400,
+                           param="lora_path", code="lora_not_enabled")
+
+    def check_native(self, natives: list[NativeSample]) -> None:
+        """What a ``/generate`` body asks of the instances that they were started without."""
+        self.check_adapters(n.lora_path for n in natives)
+        self.check_routed_experts(any(n.routed_experts_start is not None for n in natives))
+
+    def check_routed_experts(self, asked: bool) -> None:
+        if asked and self.model.routed_experts is False:
+            raise APIError("return_routed_experts asked for, but the instances run without it: start the server "
+                           "with --enable-return-routed-experts", 400, param="return_routed_experts",
+                           code="routed_experts_not_enabled")
 
     def check_open(self) -> None:
         if self.shutting_down:
@@ -179,14 +226,18 @@ class Frontend:
 
     def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str, *,
                    position: int, requested_id: str | None = None, oracle_lengths: list[int] | None = None,
-                   custom_params: list[dict[str, Any]] | None = None) -> Group:
+                   custom_params: list[dict[str, Any]] | None = None, lora_path: str | None = None,
+                   routed_experts_start: int | None = None) -> Group:
         """The group of the prompt at ``position`` in its request; its seeds are keyed by the group id the
         caller asked for, else by that position and the prompt (``core.request.group_seed_key``)."""
         for name, values in (("oracle_lengths", oracle_lengths), ("custom_params", custom_params)):
             if values is not None and len(values) != n:
                 raise APIError(f"{name} has {len(values)} entries for n={n}", param=name)
-        return Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params,
-                          group_seed_key(prompt_ids, position, requested_id))
+        group = Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params,
+                           group_seed_key(prompt_ids, position, requested_id))
+        for sample in group.samples:
+            sample.lora_path, sample.routed_experts_start = lora_path, routed_experts_start
+        return group
 
     def form_group(self, key: str, natives: list[NativeSample]) -> Group:
         """Per-sample ``/generate`` requests with the same prompt and settings (``key``) as one group:
@@ -217,7 +268,8 @@ class Frontend:
             n.sample = Sample(rid=sample_rid(gid, k), group_id=gid, index=k, prompt_ids=list(n.prompt_ids),
                               params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,
                               custom_params=n.custom_params, input_logprob_start=n.logprob_start,
-                              cache_scope=n.cache_scope, ends_on_pause=True,
+                              cache_scope=n.cache_scope, ends_on_pause=True, lora_path=n.lora_path,
+                              routed_experts_start=n.routed_experts_start,
                               affinity=self.trajectories.get(n.trajectory) if n.trajectory is not None else None,
                               on_tokens=n.on_tokens, on_done=n.on_done)
         return [n.sample for n in natives]
@@ -312,6 +364,8 @@ class Frontend:
             first_token_s=(sample.first_token_at - sample.submitted_at) if sample.first_token_at else None,
             latency_s=end - sample.submitted_at, spec=spec_totals([sample]),
             weight_version=sample.weight_version, regenerations=sample.regenerations,
+            routed_experts=(base64.b64encode(sample.routed_experts_bytes()).decode()
+                            if sample.routed_experts_start is not None else None),
             weight_versions=[list(span) for span in sample.token_versions] if len(sample.token_versions) > 1 else None,
             chunks=[ChunkJSON(instance=c.instance, start=c.start, end=c.end, tokens=c.new_tokens,
                               cached_tokens=c.cached_tokens, kv=chunk_sources(c),

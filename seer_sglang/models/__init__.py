@@ -8,6 +8,10 @@
   benchmarks run it and force its outputs to replay recorded SmolLM2 text
   (``benchmarking/force_length.py``), so the drafters and the verify path see real text while each
   step costs what the emulated profile says and the real work per step stays small.
+- ``tiny-moe``: a small random Qwen3-MoE (8 experts, 2 per token, every layer sparse) over the tiny
+  model's tokenizer: SGLang's MoE path and its expert-routing capture (routing replay) on CPU.
+- ``tiny-lora``: two random LoRA adapters for ``tiny`` (rank 8, every linear layer), in ``a/`` and
+  ``b/`` (PEFT's layout), far from zero so that each changes the greedy tokens.
 - ``tiny-smollm2-4k``: the same over only the first 4,096 ids of SmolLM2's vocabulary (its tokenizer
   cut to them, so any text still tokenizes). Emulated benchmarks build their prompts with SmolLM2's
   whole tokenizer and map each workload's tokens one to one into those ids (a few thousand distinct tokens),
@@ -24,10 +28,11 @@ from pathlib import Path
 
 from ..config import cache_root
 
-MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k")
+MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k", "tiny-moe", "tiny-lora")
 _READY = ".seer_ready"
 # Bumped when a recipe changes, so cached models are rebuilt.
-RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1", "tiny-smollm2-4k": "1"}
+RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1", "tiny-smollm2-4k": "1", "tiny-moe": "1",
+                  "tiny-lora": "1"}
 COMPACT_VOCAB = 4096  # tiny-smollm2-4k
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -190,5 +195,54 @@ def _build_tiny_smollm2(out: Path, vocab_size: int | None = None) -> None:
     _tiny_llama(out, vocab_size or config.vocab_size, config.bos_token_id, config.eos_token_id, config.pad_token_id)
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+
+
+def _build_tiny_moe(out: Path) -> None:
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    tiny = prepare("tiny")
+    for name in _TOKENIZER_FILES:
+        if (tiny / name).exists():
+            shutil.copy(tiny / name, out / name)
+    config = Qwen3MoeConfig(
+        vocab_size=2048, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+        decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, max_position_embeddings=4096,
+        tie_word_embeddings=False, initializer_range=0.3, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    Qwen3MoeForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+
+
+# tiny's linear layers: (input, output) features
+_TINY_LINEARS = {"self_attn.q_proj": (128, 128), "self_attn.k_proj": (128, 64), "self_attn.v_proj": (128, 64),
+                 "self_attn.o_proj": (128, 128), "mlp.gate_proj": (128, 256), "mlp.up_proj": (128, 256),
+                 "mlp.down_proj": (256, 128)}
+
+
+def _build_tiny_lora(out: Path, rank: int = 8) -> None:
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    for seed, name in enumerate(("a", "b"), start=1):
+        g = torch.Generator().manual_seed(seed)
+        weights = {}
+        for layer in range(2):
+            for module, (fan_in, fan_out) in _TINY_LINEARS.items():
+                key = f"base_model.model.model.layers.{layer}.{module}"
+                weights[f"{key}.lora_A.weight"] = torch.randn(rank, fan_in, generator=g) * 0.3
+                weights[f"{key}.lora_B.weight"] = torch.randn(fan_out, rank, generator=g) * 0.3
+        (out / name).mkdir()
+        save_file(weights, str(out / name / "adapter_model.safetensors"))
+        (out / name / "adapter_config.json").write_text(json.dumps({
+            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0,
+            "bias": "none", "base_model_name_or_path": "tiny",
+            "target_modules": sorted({m.split(".")[1] for m in _TINY_LINEARS})}))
+
+
 BUILDERS = {"tiny": _build_tiny, "smollm2": _build_smollm2, "tiny-smollm2": _build_tiny_smollm2,
-            "tiny-smollm2-4k": lambda out: _build_tiny_smollm2(out, COMPACT_VOCAB)}
+            "tiny-smollm2-4k": lambda out: _build_tiny_smollm2(out, COMPACT_VOCAB), "tiny-moe": _build_tiny_moe,
+            "tiny-lora": _build_tiny_lora}

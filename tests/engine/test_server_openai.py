@@ -117,7 +117,7 @@ def test_any_model_name_is_the_served_model_as_in_sglang(seer_url, plain_url):
         answers[url] = r.json()["choices"][0]["message"]["content"]
     assert answers[seer_url] == answers[plain_url]
     r = httpx.post(f"{seer_url}/v1/chat/completions", json={**body, "model": "default:my-adapter"}, timeout=60)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "lora_not_supported", r.text
+    assert r.status_code == 400 and r.json()["error"]["code"] == "lora_not_enabled", r.text
     assert r.json()["error"]["param"] == "model"
     plain = httpx.post(f"{plain_url}/v1/chat/completions", json={**body, "model": "default:my-adapter"}, timeout=60)
     assert 400 <= plain.status_code < 500  # SGLang refuses it too (no adapter loaded)

@@ -68,6 +68,7 @@ async def generate(request: Request):
                          context_length=fe.model.context_length, slo=slo,
                          routing_key=request.headers.get(ROUTING_KEY_HEADER))
     fe.check_rids(req.samples)
+    fe.check_native(req.samples)
     if slo is not None:  # no wait for siblings from other calls: the request's own samples form its group
         explicit, size = f"slo-{uuid.uuid4().hex}", len(req.samples)
     if req.stream:

@@ -136,7 +136,7 @@ async def _events(fe: Frontend, groups: list[Group], queue: asyncio.Queue, held:
 @router.post("/v1/completions")
 async def completions(req: CompletionRequest, request: Request):
     fe = frontend(request)
-    fe.check_model(req.model)
+    adapter = fe.check_model(req.model, req.lora_path)
     fe.check_available()
     _refuse_unhonoured(req)
     prompts = req.prompt
@@ -152,7 +152,8 @@ async def completions(req: CompletionRequest, request: Request):
         ids = fe.tokenizer.encode_text(prompt) if isinstance(prompt, str) else list(prompt)
         fe.check_prompt(ids, max_tokens)
         gid = fe.new_group_id(req.group_id, f"-{i}" if len(prompts) > 1 else "")
-        groups.append(fe.make_group(ids, req.n, params, gid, position=i, requested_id=req.group_id))
+        groups.append(fe.make_group(ids, req.n, params, gid, position=i, requested_id=req.group_id,
+                                    lora_path=adapter))
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:
@@ -205,7 +206,7 @@ def _chat_logprobs(fe: Frontend, sample: Sample) -> dict[str, Any]:
 @router.post("/v1/chat/completions")
 async def chat_completions(req: ChatCompletionRequest, request: Request):
     fe = frontend(request)
-    fe.check_model(req.model)
+    adapter = fe.check_model(req.model, req.lora_path)
     fe.check_available()
     _refuse_unhonoured(req)
     fe.check_samples(req.n)
@@ -214,7 +215,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     fe.check_prompt(ids, max_tokens, param="messages")
     params = _params(fe, req, max_tokens, req.logprobs, req.top_logprobs or 0)
     groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id), position=0,
-                            requested_id=req.group_id)]
+                            requested_id=req.group_id, lora_path=adapter)]
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:

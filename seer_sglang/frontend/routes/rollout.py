@@ -32,6 +32,8 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
     # counted from the body before any prompt is encoded or any sample built
     fe.check_samples(sum((p.n if isinstance(p, RolloutPrompt) and p.n else req.n) for p in req.prompts))
     groups, prompt_index = [], {}
+    adapter = fe.check_model(req.model, req.lora_path)
+    fe.check_routed_experts(req.return_routed_experts)
     for i, raw in enumerate(req.prompts):
         prompt = RolloutPrompt.model_construct(text=raw) if isinstance(raw, str) else raw  # checked below
         given = [k for k in ("text", "messages", "input_ids") if getattr(prompt, k) is not None]
@@ -52,7 +54,8 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         if gid in prompt_index:
             raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")
         groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, position=i, requested_id=prompt.group_id,
-                                    oracle_lengths=prompt.oracle_lengths, custom_params=prompt.custom_params))
+                                    oracle_lengths=prompt.oracle_lengths, custom_params=prompt.custom_params,
+                                    lora_path=adapter, routed_experts_start=0 if req.return_routed_experts else None))
         prompt_index[gid] = i
     return groups, prompt_index
 
@@ -94,7 +97,6 @@ def _summary(fe: Frontend, req: RolloutRequest, groups: list[Group], started: fl
 @router.post("/v1/rollout")
 async def rollout(req: RolloutRequest, request: Request):
     fe: Frontend = request.app.state.frontend
-    fe.check_model(req.model)
     fe.check_available()
     groups, prompt_index = _build_groups(fe, req)
     rollout_id, started = f"rollout-{uuid.uuid4().hex[:12]}", time.time()

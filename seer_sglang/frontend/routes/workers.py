@@ -193,6 +193,10 @@ async def _join(fe, url: str) -> tuple[int, str]:
     if refusal is not None:
         await client.close()
         raise refusal
+    problem = await fe.load_adapters(client)
+    if problem is not None:
+        await client.close()
+        raise APIError(f"{url}: {problem}", param="url", code="worker_setup_failed")
     await fe.engine.instances.add(client)
     logger.info("worker added: instance %d is %s", index, url)
     return index, "added"

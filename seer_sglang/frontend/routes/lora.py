@@ -1,0 +1,67 @@
+"""SGLang's LoRA adapter calls, fanned out to every instance: a sample may continue on any of them, so
+each holds the same adapters under the same names.
+
+Loading or unloading an adapter changes what its samples sample, as a weight update does: the
+frontend counts each change per adapter, and a sample whose chunks ran under two versions of its
+adapter is generated again from its prompt (``RolloutEngine._adapter_agrees``). SGLang unloads an
+adapter only once the requests running under it end, so one chunk never spans two versions. A trainer
+that swaps an adapter's weights (unload, then load under the same name) pauses generation first, as
+with plain SGLang, where a request naming an unloaded adapter is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from sglang.srt.utils.auth import AuthLevel, auth_level
+
+from ..errors import APIError
+from .admin import fan_out
+from .common import frontend, json_body
+
+router = APIRouter()
+
+
+def _name(body: Any, *more: str) -> str:
+    if not isinstance(body, dict):
+        raise APIError("the body must be a JSON object")
+    for field in ("lora_name", *more):
+        value = body.get(field)
+        if not isinstance(value, str) or not value.strip():
+            raise APIError(f"{field} must be a non-empty string", param=field)
+    if ":" in body["lora_name"]:
+        raise APIError("lora_name must not contain ':' (requests name an adapter as <model>:<adapter>)",
+                       param="lora_name")
+    if not isinstance(body.get("pinned", False), bool):
+        raise APIError("pinned must be a boolean", param="pinned")
+    return body["lora_name"]
+
+
+@router.post("/load_lora_adapter")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
+async def load_lora_adapter(request: Request):
+    """SGLang's ``/load_lora_adapter`` on every instance; instances restarted or registered later load
+    it too."""
+    fe = frontend(request)
+    fe.check_lora_enabled()
+    body = await json_body(request)
+    name = _name(body, "lora_path")
+    response = await fan_out(fe, "/load_lora_adapter", body)
+    if response.status_code == 200:
+        fe.adapters[name] = dict(body)
+    fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
+    return response
+
+
+@router.post("/unload_lora_adapter")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
+async def unload_lora_adapter(request: Request):
+    fe = frontend(request)
+    fe.check_lora_enabled()
+    body = await json_body(request)
+    name = _name(body)
+    response = await fan_out(fe, "/unload_lora_adapter", body)
+    fe.adapters.pop(name, None)
+    fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
+    return response
