@@ -331,7 +331,7 @@ class RolloutEngine:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
         client = self.instances.clients[instance]
         base = sample.generated
-        adapter = self.adapter_versions.get(sample.lora_path) if sample.lora_path is not None else None
+        adapter = self.adapter_versions.get(sample.lora_path, 0) if sample.lora_path is not None else None
         finish: dict[str, Any] | None = None
         answer: ChunkAnswer | None = None
         routed: str | None = None
@@ -367,7 +367,7 @@ class RolloutEngine:
             return
         except InstanceRejected as e:
             self._settle(launch)
-            if adapter is not None and self.adapter_versions.get(sample.lora_path) != adapter:
+            if adapter is not None and self.adapter_versions.get(sample.lora_path, 0) != adapter:
                 # its adapter was unloaded or loaded again while the chunk was on its way
                 self._regenerate(sample, f"adapter {sample.lora_path!r} changed")
                 return

@@ -103,7 +103,8 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         dep.pool = start_kv_pool(config.kv_pool, sglang_args, log_dir, model_path, cpu=not gpu,
                                  with_plugin=not inst.no_plugin, instances=k, emulation=config.emulation,
                                  chunk_size=config.scheduler.chunk_size)
-        dep.drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin)
+        dep.drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin,
+                                    sglang_args=sglang_args)
         plugin = PluginConfig(**{**dep.pool.plugin_settings(), **dep.drafts.plugin_settings(),
                                  **emulation.plugin_settings(config.emulation),
                                  "slo_headroom": config.slo.headroom})

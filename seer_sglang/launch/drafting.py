@@ -68,8 +68,18 @@ class RunningDrafts:
         stop_processes(self.processes, grace_s=5)
 
 
-def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_plugin: bool = True) -> RunningDrafts:
-    """Start the draft server on loopback (when we start the instances); ``none`` starts nothing."""
+def lora_enabled(sglang_args: list[str]) -> bool:
+    from .sglang_args import has_flag
+
+    return has_flag(sglang_args, "--enable-lora") or has_flag(sglang_args, "--lora-paths")
+
+
+def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_plugin: bool = True,
+                   sglang_args: list[str] = ()) -> RunningDrafts:
+    """Start the draft server on loopback (when we start the instances); ``none`` starts nothing.
+
+    Instances that run LoRA run without speculation: SGLang's LoRA layers lay a verify batch out with
+    one draft width for every request, and the budget gives each request its own."""
     if config.drafter not in DRAFT_MODES:
         raise ValueError(f"--draft must be one of {DRAFT_MODES}, got {config.drafter!r}")
     if config.draft_tokens < 1 or config.draft_paths < 1:
@@ -83,6 +93,9 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
     drafter = config.drafter
     if log_dir is None or not with_plugin:
         drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
+    elif drafter != "none" and lora_enabled(list(sglang_args)):
+        logger.warning("LoRA is on: the instances run without speculative decoding (--draft %s is ignored)", drafter)
+        drafter = "none"
     drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
                            cost_path=config.cost_path, server_timeout_s=config.server_timeout_s)
     if not drafts.enabled:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
-from .admin import fan_out
+from .admin import answer, fan_out
 from .common import frontend, json_body
 
 router = APIRouter()
@@ -57,11 +57,19 @@ async def load_lora_adapter(request: Request):
 @router.post("/unload_lora_adapter")
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def unload_lora_adapter(request: Request):
+    """SGLang's ``/unload_lora_adapter`` on every instance; one that does not hold the adapter counts
+    as done."""
     fe = frontend(request)
     fe.check_lora_enabled()
     body = await json_body(request)
     name = _name(body)
-    response = await fan_out(fe, "/unload_lora_adapter", body)
+    per_instance = await fe.engine.instances.broadcast("/unload_lora_adapter", body)
+    for entry in per_instance:
+        # SGLang loads an unloaded adapter again for a request that names it, on the instance that got
+        # the request only: an instance without the adapter already has what the call asks for
+        if 400 <= entry["status"] < 500 and "does not exist" in str(entry.get("body")):
+            entry.update(status=200, absent=True)
+    response = answer(per_instance)
     fe.adapters.pop(name, None)
     fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
     return response

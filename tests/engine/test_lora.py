@@ -1,0 +1,164 @@
+"""LoRA through divided rollout, on the tiny model with two local random adapters: a sample keeps its
+adapter in every chunk on every instance, so its greedy tokens are plain SGLang's with that adapter
+(and not the base model's); adapters load and unload on every instance; and swapping an adapter's
+weights in the middle of a rollout regenerates the samples that had tokens from the old ones."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import BackgroundRollout, start_healthy, start_seer, stop_instances, stop_seer, wait_seer, wait_until
+from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda
+from seer_sglang.models import prepare
+
+CHUNK = 16
+PROMPTS = [[7 + i, 300 + 11 * i, 41, 12, 990 - i, 5, 77, 1500 + i, 3, 64] for i in range(4)]
+
+
+def _lora_args(adapters) -> list[str]:
+    return ["--dtype", "float32", "--enable-lora", "--lora-backend", "torch_native", "--max-loras-per-batch", "2",
+            "--max-lora-rank", "8", "--lora-target-modules", "all", "--lora-paths", f"a={adapters}/a"]
+
+
+@pytest.fixture(scope="module")
+def lora(tiny_model, tmp_path_factory):
+    """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
+    adapters = prepare("tiny-lora")
+    logs = tmp_path_factory.mktemp("lora")
+    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", *_lora_args(adapters))
+    plain = None
+    try:
+        plain = start_healthy(InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(),
+                                           with_plugin=False, sglang_args=[*_lora_args(adapters), "--sleep-on-idle"],
+                                           log_path=logs / "plain.log", cpu_threads=cpu_threads_per_instance(3)))
+        wait_seer(seer)
+        _scheduler(seer.url)
+        yield seer.url, plain.url, adapters
+    finally:
+        stop_seer(seer)
+        if plain is not None:
+            stop_instances([plain])
+
+
+def _scheduler(url: str, **settings) -> None:
+    body = {"name": "context", "chunk_size": CHUNK, "align_to_pages": False, "kv_headroom": 0.95, "whole_tail": False,
+            **settings}
+    r = httpx.post(f"{url}/scheduler", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def _generated(url: str) -> float:
+    """Tokens the server has generated (its Prometheus counter)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "seer_generation_tokens"
+               for s in f.samples if s.name.endswith("_total"))
+
+
+def _plain(url: str, prompt: list[int], adapter: str | None, tokens: int = 48) -> list[int]:
+    r = httpx.post(f"{url}/generate", json={"input_ids": prompt, "lora_path": adapter, "sampling_params": {
+        "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()["output_ids"]
+
+
+def test_adapter_tokens_over_chunks_and_instances_equal_plain_sglang_with_it(lora):
+    seer_url, plain_url, _ = lora
+    want = [_plain(plain_url, p, "a") for p in PROMPTS]
+    base = [_plain(plain_url, p, None) for p in PROMPTS]
+    assert all(w != b for w, b in zip(want, base))  # the adapter changes the greedy tokens
+    _scheduler(seer_url, kv_headroom=0.001)  # one chunk per instance at a time: chunks move
+    try:
+        r = httpx.post(f"{seer_url}/v1/rollout", json={"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2,
+                                                       "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                                                       "lora_path": "a"}, timeout=600)
+    finally:
+        _scheduler(seer_url)
+    assert r.status_code == 200, r.text
+    samples = r.json()["samples"]
+    assert any(len({c["instance"] for c in s["chunks"]}) > 1 for s in samples), "no sample moved"
+    for s in samples:
+        assert len(s["chunks"]) == 3 and s["output_ids"] == want[s["prompt_index"]], \
+            (s["prompt_index"], [(c["instance"], c["tokens"]) for c in s["chunks"]], s["output_ids"], s["error"])
+    # SGLang's own forms: lora_path on /generate, <model>:<adapter> on the OpenAI routes; none = the base
+    got = httpx.post(f"{seer_url}/generate", json={"input_ids": PROMPTS, "lora_path": ["a", None, "a", None],
+                                                   "sampling_params": {"max_new_tokens": 48, "temperature": 0,
+                                                                       "ignore_eos": True}}, timeout=300).json()
+    assert [g["output_ids"] for g in got] == [want[0], base[1], want[2], base[3]], got
+    r = httpx.post(f"{seer_url}/v1/completions", json={"prompt": PROMPTS[1], "model": "default:a", "max_tokens": 48,
+                                                        "temperature": 0, "ignore_eos": True}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == httpx.post(f"{plain_url}/v1/completions", json={
+        "prompt": PROMPTS[1], "model": "default:a", "max_tokens": 48, "temperature": 0, "ignore_eos": True},
+        timeout=300).json()["choices"][0]["text"]
+    r = httpx.post(f"{seer_url}/generate", json={"input_ids": PROMPTS[0], "lora_path": "nope",
+                                                 "sampling_params": {"max_new_tokens": 4}}, timeout=60)
+    assert 400 <= r.status_code < 500, r.text
+
+
+def test_adapters_load_and_unload_on_every_instance(lora):
+    seer_url, plain_url, adapters = lora
+    body = {"lora_name": "b", "lora_path": str(adapters / "b")}
+    r = httpx.post(f"{seer_url}/load_lora_adapter", json=body, timeout=120)
+    assert r.status_code == 200 and len(r.json()["instances"]) == 2, r.text
+    assert httpx.post(f"{plain_url}/load_lora_adapter", json=body, timeout=120).status_code == 200
+    try:
+        want = _plain(plain_url, PROMPTS[2], "b")
+        got = httpx.post(f"{seer_url}/v1/rollout", json={"prompts": [{"input_ids": PROMPTS[2]}], "n": 4,
+                                                         "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                                                         "lora_path": "b"}, timeout=600).json()["samples"]
+        assert all(s["output_ids"] == want for s in got)
+    finally:
+        assert httpx.post(f"{seer_url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=120).status_code == 200
+        httpx.post(f"{plain_url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=120)
+    # an adapter unloaded by name: SGLang 0.5.23 loads it again for a request that names it, and so do
+    # seer's instances
+    body = {"input_ids": PROMPTS[2], "lora_path": "b", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+    plain = httpx.post(f"{plain_url}/generate", json=body, timeout=60)
+    r = httpx.post(f"{seer_url}/generate", json=body, timeout=60)
+    assert r.status_code == plain.status_code == 200 and r.json()["output_ids"] == plain.json()["output_ids"]
+    for url in (seer_url, plain_url):  # one of seer's instances loaded it again: unloading leaves none
+        assert httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=120).status_code == 200
+    r = httpx.post(f"{seer_url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=120)
+    assert r.status_code == 200 and all(i.get("absent") for i in r.json()["instances"]), r.text
+    r = httpx.post(f"{seer_url}/load_lora_adapter", json={"lora_name": "x:y", "lora_path": "/tmp"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "lora_name"
+
+
+def test_swapping_an_adapters_weights_mid_rollout_regenerates_its_samples(lora):
+    """As a trainer updates a LoRA policy: pause, unload the adapter, load its new weights under the same
+    name, continue. Every sample's tokens then come from one version of the adapter: those that had
+    tokens from the old one are generated again, on the new one."""
+    seer_url, plain_url, adapters = lora
+    old = [_plain(plain_url, p, "a", 160) for p in PROMPTS]
+    load_b = {"lora_name": "a-new", "lora_path": str(adapters / "b")}
+    assert httpx.post(f"{plain_url}/load_lora_adapter", json=load_b, timeout=120).status_code == 200
+    new = [_plain(plain_url, p, "a-new", 160) for p in PROMPTS]
+    _scheduler(seer_url, kv_headroom=0.001)
+    try:
+        run = BackgroundRollout(seer_url, {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2, "max_tokens": 160,
+                                           "temperature": 0, "ignore_eos": True, "lora_path": "a"})
+        start = _generated(seer_url)
+        wait_until(lambda: _generated(seer_url) - start >= 3 * CHUNK, 300, 0.05, "a few chunks done")
+        assert httpx.post(f"{seer_url}/pause_generation", json={}, timeout=60).status_code == 200
+        assert httpx.post(f"{seer_url}/unload_lora_adapter", json={"lora_name": "a"}, timeout=120).status_code == 200
+        r = httpx.post(f"{seer_url}/load_lora_adapter", json={"lora_name": "a", "lora_path": str(adapters / "b")},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        assert httpx.post(f"{seer_url}/continue_generation", json={}, timeout=60).status_code == 200
+        r = run.wait(600)
+    finally:
+        _scheduler(seer_url)
+        httpx.post(f"{plain_url}/unload_lora_adapter", json={"lora_name": "a-new"}, timeout=120)
+    assert r.status_code == 200, r.text
+    samples = r.json()["samples"]
+    def diverge(a, b):
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    bad = [(s["prompt_index"], s["regenerations"], [(c["instance"], c["tokens"]) for c in s["chunks"]],
+            diverge(s["output_ids"], old[s["prompt_index"]]), diverge(s["output_ids"], new[s["prompt_index"]]))
+           for s in samples if s["output_ids"] not in (old[s["prompt_index"]], new[s["prompt_index"]])]
+    assert not bad, bad
+    regenerated = [s for s in samples if s["regenerations"]]
+    assert regenerated and all(s["output_ids"] == new[s["prompt_index"]] for s in regenerated)
