@@ -120,6 +120,7 @@ class ChunkRequest:
     token_ids_logprob: list[int] | None = None
     lora_path: str | None = None
     routed_experts_start_len: int | None = None  # None: no routings asked
+    media: dict[str, Any] | None = None  # image_data, video_data, audio_data, modalities
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rid": self.rid, "input_ids": self.input_ids,
@@ -137,6 +138,7 @@ class ChunkRequest:
         for name in ("extra_key", "cache_salt", "lora_path"):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
+        body.update(self.media or {})
         if self.routed_experts_start_len is not None:
             body["return_routed_experts"] = True
             body["routed_experts_start_len"] = self.routed_experts_start_len
@@ -161,6 +163,7 @@ class ChunkAnswer:
     proposed_drafts: int = 0  # spec_num_proposed_drafts
     retractions: int = 0  # num_retractions
     routed_experts: str | None = None  # base64 of int32 [positions, layers, top-k], when asked
+    prompt_tokens: int | None = None  # the chunk's input as the instance counts it (media expanded)
     # SGLang's logprob lists as they came ([logprob, token id, text] entries), read by position below:
     # a stream repeats them whole in every event, so only the new positions are converted.
     raw_output_logprobs: list[Any] = field(default_factory=list)
@@ -187,6 +190,7 @@ class ChunkAnswer:
             proposed_drafts=int(meta.get("spec_num_proposed_drafts") or 0),
             retractions=int(meta.get("num_retractions") or 0),
             routed_experts=meta.get("routed_experts"),
+            prompt_tokens=None if meta.get("prompt_tokens") is None else int(meta["prompt_tokens"]),
             raw_output_logprobs=meta.get("output_token_logprobs") or [],
             raw_output_top_logprobs=meta.get("output_top_logprobs") or [],
             raw_input_logprobs=meta.get("input_token_logprobs") or [],

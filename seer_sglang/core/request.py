@@ -180,6 +180,11 @@ class Sample:
     # whose chunks ran under two versions of its adapter is generated again, as for the model's weights.
     lora_path: str | None = None
     adapter_version: int | None = None
+    # Image, video or audio inputs (SGLang's fields, as one request sends them), sent with every chunk;
+    # the instance expands the prompt's placeholders from them, so its prompt holds more tokens there
+    # than ``prompt_ids``: ``reported_prompt_tokens`` is its count, from the chunk that prefilled it.
+    media: dict[str, Any] | None = None
+    reported_prompt_tokens: int | None = None
     # Routing replay (SGLang's ``return_routed_experts``): the first position whose routings the caller
     # wants (``routed_experts_start_len``), None when it wants none; then the routings so far, one
     # row per position, as SGLang's bytes (int32 [layers, top-k] per row) concatenated over chunks.
@@ -219,6 +224,11 @@ class Sample:
     @property
     def remaining(self) -> int:
         return self.params.max_new_tokens - self.generated
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens as the instances count them (media placeholders expanded)."""
+        return self.reported_prompt_tokens or len(self.prompt_ids)
 
     @property
     def context_len(self) -> int:

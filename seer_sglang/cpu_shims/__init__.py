@@ -12,7 +12,7 @@ SHIM_DIR = Path(__file__).resolve().parent / "site"
 
 def pth_text() -> str:
     # Appended to sys.path, so a real sgl_kernel installed later still wins.
-    return f"{SHIM_DIR}\nimport seer_torchvision_fix\nimport seer_host_memory_fix\n"
+    return f"{SHIM_DIR}\nimport seer_torchvision_fix\nimport seer_import_fixes\n"
 
 
 def install(site_packages: str) -> Path:

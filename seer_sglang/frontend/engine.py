@@ -325,7 +325,7 @@ class RolloutEngine:
             top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
             custom_logit_processor=sample.params.custom_logit_processor, **scope,
             token_ids_logprob=sample.params.token_ids_logprob, lora_path=sample.lora_path,
-            routed_experts_start_len=routed_from)
+            routed_experts_start_len=routed_from, media=sample.media)
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
@@ -386,6 +386,8 @@ class RolloutEngine:
             return
         self._settle(launch)
         sample.crashed_on.clear()
+        if base == 0 and sample.media and answer is not None and answer.prompt_tokens:
+            sample.reported_prompt_tokens = answer.prompt_tokens
         if sample.routed_experts_start is not None and sample.generated > base:
             if routed is None:
                 sample.error, sample.error_status, sample.finish_reason = (

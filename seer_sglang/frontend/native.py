@@ -26,7 +26,11 @@ from .errors import APIError
 _APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
             "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
             "return_prompt_token_ids", "token_ids_logprob", "lora_path", "return_routed_experts",
-            "routed_experts_start_len"}
+            "routed_experts_start_len", "image_data", "video_data", "audio_data", "modalities"}
+# A prompt's media, sent with every chunk of its samples: a continuation is the prompt's tokens (its
+# media placeholders as the caller gave them) plus the output so far, and SGLang expands the
+# placeholders from the media again, so every chunk sees what one unchunked request sees.
+MEDIA = ("image_data", "video_data", "audio_data", "modalities")
 # Top-level fields sent with every chunk of the sample: cache namespaces, which decide what KV a
 # chunk may reuse and never what it samples.
 _PASSED = ("extra_key", "cache_salt")
@@ -68,6 +72,7 @@ class NativeSample:
     # its turn goes where the trajectory's last turn ran, when that instance has room
     trajectory: str | None = None
     lora_path: str | None = None  # the LoRA adapter (its name) every chunk runs under
+    media: dict[str, Any] | None = None  # the prompt's MEDIA fields, as one request would send them
     routed_experts_start: int | None = None  # routing replay: the first position whose routings it wants
     # Set by the route before the sample joins a group (the engine streams chunks when on_tokens is set).
     on_tokens: Callable[[Sample, list[int]], None] | None = None
@@ -154,6 +159,28 @@ def _sglang_generate_input(body: dict[str, Any]):
     except ValueError as e:
         raise APIError(str(e)) from e
     return obj
+
+
+def _one_prompt(body: dict[str, Any]) -> bool:
+    text, ids = body.get("text"), body.get("input_ids")
+    return isinstance(text, str) or (isinstance(ids, list) and bool(ids) and isinstance(ids[0], int))
+
+
+def _media(body: dict[str, Any], obj: Any, b: int) -> list[dict[str, Any] | None]:
+    """Each prompt's media fields. One prompt: as the caller sent them. A batch: each prompt's entry of
+    SGLang's own normalisation (prompt i is entry i: SGLang repeats the batch for ``n``)."""
+    if _one_prompt(body):
+        return [{k: body[k] for k in MEDIA if not _empty(body.get(k))} or None]
+    out = []
+    for i in range(b):
+        given = {}
+        for k in MEDIA:
+            values = getattr(obj, k, None)
+            value = values[i] if isinstance(values, list) and i < len(values) else None
+            if not _empty(value):
+                given[k] = [value] if k == "modalities" else value
+        out.append(given if set(given) - {"modalities"} else None)
+    return out
 
 
 def _per_prompt(value: Any, b: int, name: str) -> list[Any]:
@@ -244,6 +271,10 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
     routed = body.get("routed_experts_start_len") or 0 if body.get("return_routed_experts") else None
     if routed is not None and (isinstance(routed, bool) or not isinstance(routed, int)):
         raise APIError("routed_experts_start_len must be an integer", param="routed_experts_start_len")
+    media = _media(body, obj, b)
+    if routed is not None and any(media):
+        raise APIError("return_routed_experts is not supported with image, video or audio inputs here",
+                       param="return_routed_experts")
     raw_rid = body.get("rid")
     if isinstance(raw_rid, list) and len(raw_rid) != b:
         raise APIError(f"rid has {len(raw_rid)} entries for {b} prompts", param="rid")
@@ -293,7 +324,8 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             samples.append(NativeSample(position=k, rid=rid, prompt_ids=ids, params=params, sampling_seed=seed,
                                         logprob_start=int(start[i]) if logprob[i] else -1,
                                         custom_params=sp.custom_params, cache_scope=scope or None,
-                                        trajectory=trajectory, lora_path=adapters[i], routed_experts_start=routed))
+                                        trajectory=trajectory, lora_path=adapters[i], routed_experts_start=routed,
+                                        media=media[i]))
     return NativeRequest(single=single, stream=bool(obj.stream), samples=samples,
                          text_in_logprobs=bool(body.get("return_text_in_logprobs")),
                          return_prompt_ids=bool(body.get("return_prompt_token_ids")))
@@ -305,7 +337,8 @@ def group_key(native: NativeSample, explicit: str | None) -> str:
     settings = dataclasses.asdict(native.params)
     settings.pop("seed", None)
     text = json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params,
-                       native.cache_scope, native.lora_path, native.routed_experts_start], sort_keys=True, default=str)
+                       native.cache_scope, native.lora_path, native.routed_experts_start, native.media],
+                      sort_keys=True, default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()  # kept while the group runs: small
 
 
@@ -333,11 +366,11 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
     meta: dict[str, Any] = {
         "id": native.rid,
         "finish_reason": finish_reason(s),
-        "prompt_tokens": len(s.prompt_ids),
+        "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.generated,
         # SGLang's: prompt tokens found cached (a trainer's prefix-hit rate divides it by prompt_tokens);
         # the chunk that prefilled the prompt says it. Every chunk's cached context is seer's own key.
-        "cached_tokens": min(chunks[0].cached_tokens, len(s.prompt_ids)) if chunks else 0,
+        "cached_tokens": min(chunks[0].cached_tokens, s.prompt_tokens) if chunks else 0,
         "seer_cached_context_tokens": sum(c.cached_tokens for c in chunks),
         "weight_version": s.weight_version,
         "weight_versions": [{"version": v, "start": a, "end": e} for v, a, e in s.token_versions],

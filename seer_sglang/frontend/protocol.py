@@ -204,6 +204,10 @@ class RolloutPrompt(BaseModel):
     input_ids: Optional[list[Annotated[int, Field(ge=0)]]] = Field(None, min_length=1)
     n: Optional[int] = Field(None, ge=1, le=1024)
     group_id: Optional[str] = Field(None, min_length=1, max_length=256)
+    # SGLang's media inputs (a URL, a file path or base64 each), for a prompt whose text or ids hold
+    # their placeholders; images in ``messages`` are taken from their image_url parts
+    image_data: Optional[list[str]] = Field(None, min_length=1)
+    video_data: Optional[list[str]] = Field(None, min_length=1)
     # Benchmarks only: the true length of each sample, read by the oracle policy and nobody else.
     oracle_lengths: Optional[list[int]] = None
     # One dict per sample for the request's custom logit processor; passed through untouched.

@@ -224,10 +224,32 @@ class Frontend:
         except Exception as e:  # template errors are the caller's input
             raise APIError(f"cannot apply the chat template: {e}", param=param) from e
 
+    @staticmethod
+    def media_of(messages: list[Any], image_data: list[str] | None = None,
+                 video_data: list[str] | None = None) -> dict[str, Any] | None:
+        """The media of a prompt: ``image_data`` and ``video_data`` given beside it, after the images and
+        videos of its messages' ``image_url`` and ``video_url`` parts in order (OpenAI's form, which
+        SGLang's chat route reads)."""
+        found: dict[str, list[str]] = {"image_data": [], "video_data": []}
+        for message in messages or []:
+            content = message.content if hasattr(message, "content") else message.get("content")
+            for part in content if isinstance(content, list) else []:
+                for kind, field in (("image_url", "image_data"), ("video_url", "video_data")):
+                    if isinstance(part, dict) and part.get("type") == kind:
+                        ref = part.get(kind)
+                        url = ref.get("url") if isinstance(ref, dict) else ref
+                        if not isinstance(url, str) or not url:
+                            raise APIError(f"a {kind} part needs {kind}.url", param="messages")
+                        found[field].append(url)
+        found["image_data"] += image_data or []
+        found["video_data"] += video_data or []
+        media = {k: v for k, v in found.items() if v}
+        return media or None
+
     def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str, *,
                    position: int, requested_id: str | None = None, oracle_lengths: list[int] | None = None,
                    custom_params: list[dict[str, Any]] | None = None, lora_path: str | None = None,
-                   routed_experts_start: int | None = None) -> Group:
+                   routed_experts_start: int | None = None, media: dict[str, Any] | None = None) -> Group:
         """The group of the prompt at ``position`` in its request; its seeds are keyed by the group id the
         caller asked for, else by that position and the prompt (``core.request.group_seed_key``)."""
         for name, values in (("oracle_lengths", oracle_lengths), ("custom_params", custom_params)):
@@ -236,7 +258,7 @@ class Frontend:
         group = Group.make(group_id, prompt_ids, n, params, oracle_lengths, custom_params,
                            group_seed_key(prompt_ids, position, requested_id))
         for sample in group.samples:
-            sample.lora_path, sample.routed_experts_start = lora_path, routed_experts_start
+            sample.lora_path, sample.routed_experts_start, sample.media = lora_path, routed_experts_start, media
         return group
 
     def form_group(self, key: str, natives: list[NativeSample]) -> Group:
@@ -269,7 +291,7 @@ class Frontend:
                               params=n.params, is_probe=(k == 0), sampling_seed=n.sampling_seed,
                               custom_params=n.custom_params, input_logprob_start=n.logprob_start,
                               cache_scope=n.cache_scope, ends_on_pause=True, lora_path=n.lora_path,
-                              routed_experts_start=n.routed_experts_start,
+                              routed_experts_start=n.routed_experts_start, media=n.media,
                               affinity=self.trajectories.get(n.trajectory) if n.trajectory is not None else None,
                               on_tokens=n.on_tokens, on_done=n.on_done)
         return [n.sample for n in natives]

@@ -10,6 +10,9 @@
   step costs what the emulated profile says and the real work per step stays small.
 - ``tiny-moe``: a small random Qwen3-MoE (8 experts, 2 per token, every layer sparse) over the tiny
   model's tokenizer: SGLang's MoE path and its expert-routing capture (routing replay) on CPU.
+- ``tiny-vl``: a small random Qwen2-VL (2-layer vision tower, 2-layer language model with M-RoPE) over
+  the tiny tokenizer and its vision tokens, with Qwen2-VL's image processor (images of at most 112 x
+  112 pixels: 4 to 16 image tokens) and a chat template that places images: image-conditioned RL on CPU.
 - ``tiny-lora``: two random LoRA adapters for ``tiny`` (rank 8, every linear layer), in ``a/`` and
   ``b/`` (PEFT's layout), far from zero so that each changes the greedy tokens.
 - ``tiny-smollm2-4k``: the same over only the first 4,096 ids of SmolLM2's vocabulary (its tokenizer
@@ -28,11 +31,11 @@ from pathlib import Path
 
 from ..config import cache_root
 
-MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k", "tiny-moe", "tiny-lora")
+MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k", "tiny-moe", "tiny-vl", "tiny-lora")
 _READY = ".seer_ready"
 # Bumped when a recipe changes, so cached models are rebuilt.
 RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1", "tiny-smollm2-4k": "1", "tiny-moe": "1",
-                  "tiny-lora": "1"}
+                  "tiny-vl": "1", "tiny-lora": "1"}
 COMPACT_VOCAB = 4096  # tiny-smollm2-4k
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -215,6 +218,40 @@ def _build_tiny_moe(out: Path) -> None:
     Qwen3MoeForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
 
 
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] in ('image', 'image_url') %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _build_tiny_vl(out: Path) -> None:
+    import torch
+    from transformers import (PreTrainedTokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
+                              Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
+
+    tok = PreTrainedTokenizerFast.from_pretrained(prepare("tiny"))
+    tok.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
+    start, end, image, video = tok.convert_tokens_to_ids(list(VISION_TOKENS))
+    tok.chat_template = VL_TEMPLATE
+    text = dict(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=False,
+                initializer_range=0.3, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id, rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]})
+    # in_chans: the name SGLang's Qwen2-VL reads (transformers says in_channels)
+    vision = dict(depth=2, embed_dim=64, hidden_size=128, num_heads=4, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2, in_channels=3, in_chans=3)
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, vision_start_token_id=start, vision_end_token_id=end,
+                           image_token_id=image, video_token_id=video, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    Qwen2VLForConditionalGeneration(config).to(torch.bfloat16).save_pretrained(out)
+    images = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
+    Qwen2VLProcessor(image_processor=images, tokenizer=tok, video_processor=Qwen2VLVideoProcessor(),
+                     chat_template=VL_TEMPLATE).save_pretrained(out)
+
+
 # tiny's linear layers: (input, output) features
 _TINY_LINEARS = {"self_attn.q_proj": (128, 128), "self_attn.k_proj": (128, 64), "self_attn.v_proj": (128, 64),
                  "self_attn.o_proj": (128, 128), "mlp.gate_proj": (128, 256), "mlp.up_proj": (128, 256),
@@ -245,4 +282,4 @@ def _build_tiny_lora(out: Path, rank: int = 8) -> None:
 
 BUILDERS = {"tiny": _build_tiny, "smollm2": _build_smollm2, "tiny-smollm2": _build_tiny_smollm2,
             "tiny-smollm2-4k": lambda out: _build_tiny_smollm2(out, COMPACT_VOCAB), "tiny-moe": _build_tiny_moe,
-            "tiny-lora": _build_tiny_lora}
+            "tiny-vl": _build_tiny_vl, "tiny-lora": _build_tiny_lora}

@@ -215,7 +215,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     fe.check_prompt(ids, max_tokens, param="messages")
     params = _params(fe, req, max_tokens, req.logprobs, req.top_logprobs or 0)
     groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id), position=0,
-                            requested_id=req.group_id, lora_path=adapter)]
+                            requested_id=req.group_id, lora_path=adapter, media=fe.media_of(req.messages))]
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:

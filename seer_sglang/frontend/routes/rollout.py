@@ -47,6 +47,10 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         else:
             ids = list(prompt.input_ids)
         fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
+        media = fe.media_of(prompt.messages, prompt.image_data, prompt.video_data)
+        if media is not None and req.return_routed_experts:
+            raise APIError("return_routed_experts is not supported with image or video inputs here",
+                           param="return_routed_experts")
         params = req.sampling_params(req.max_tokens, fe.tokenizer.vocab_size, logprobs=req.logprobs,
                                      top_logprobs=req.top_logprobs, skip_special_tokens=req.skip_special_tokens,
                                      custom_logit_processor=req.custom_logit_processor)
@@ -55,7 +59,8 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
             raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")
         groups.append(fe.make_group(ids, prompt.n or req.n, params, gid, position=i, requested_id=prompt.group_id,
                                     oracle_lengths=prompt.oracle_lengths, custom_params=prompt.custom_params,
-                                    lora_path=adapter, routed_experts_start=0 if req.return_routed_experts else None))
+                                    lora_path=adapter, routed_experts_start=0 if req.return_routed_experts else None,
+                                    media=media))
         prompt_index[gid] = i
     return groups, prompt_index
 

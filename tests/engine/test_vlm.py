@@ -1,0 +1,120 @@
+"""Image-conditioned rollout through chunks, on the local random Qwen2-VL (``tiny-vl``): a sample keeps
+its images in every chunk on every instance, so its greedy tokens are plain SGLang's answer to the
+unchunked request, in each form the trainers send it (slime: the templated text and ``image_data``;
+AReaL and veRL: ``input_ids`` and ``image_data``; OpenAI chat: image_url parts)."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import start_healthy, start_seer, stop_instances, stop_seer, wait_seer
+from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda
+from seer_sglang.models import prepare
+
+CHUNK = 16
+TOKENS = 48
+QUESTION = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What is in the picture {}?<|im_end|>\n" \
+           "<|im_start|>assistant\n"
+
+
+def _png(seed: int, size=(64, 48)) -> str:
+    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    """(seer with 2 instances, a plain SGLang instance), both of the tiny Qwen2-VL."""
+    model = str(prepare("tiny-vl"))
+    logs = tmp_path_factory.mktemp("vlm")
+    seer = start_seer(model, logs / "seer", "--num-instances", "2", "--dtype", "float32")
+    plain = None
+    try:
+        plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
+                                           sglang_args=["--dtype", "float32", "--sleep-on-idle"],
+                                           log_path=logs / "plain.log", cpu_threads=cpu_threads_per_instance(3)))
+        wait_seer(seer)
+        _scheduler(seer.url)
+        yield seer.url, plain.url, model
+    finally:
+        stop_seer(seer)
+        if plain is not None:
+            stop_instances([plain])
+
+
+def _scheduler(url: str, **settings) -> None:
+    body = {"name": "context", "chunk_size": CHUNK, "align_to_pages": False, "kv_headroom": 0.95, "whole_tail": False,
+            **settings}
+    r = httpx.post(f"{url}/scheduler", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def _generate(url: str, body: dict) -> dict:
+    r = httpx.post(f"{url}/generate", json={**body, "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0,
+                                                                         "ignore_eos": True}}, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_image_conditioned_tokens_over_chunks_and_instances_equal_plain_sglang(vlm):
+    seer_url, plain_url, model = vlm
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    texts = [QUESTION.format(i) for i in range(4)]
+    images = [_png(i) for i in range(4)]
+    want = [_generate(plain_url, {"text": t, "image_data": [im]}) for t, im in zip(texts, images)]
+    # the image conditions the tokens: another image, or none, gives others
+    assert want[0]["output_ids"] != _generate(plain_url, {"text": texts[0], "image_data": [images[1]]})["output_ids"]
+    assert want[0]["output_ids"] != _generate(plain_url, {"text": texts[0]})["output_ids"]
+    assert want[0]["meta_info"]["prompt_tokens"] > len(tokenizer.encode(texts[0]))  # the image's tokens
+
+    _scheduler(seer_url, kv_headroom=0.001)  # one chunk per instance at a time: chunks move
+    try:
+        r = httpx.post(f"{seer_url}/v1/rollout", json={
+            "prompts": [{"input_ids": tokenizer.encode(t), "image_data": [im]} for t, im in zip(texts, images)],
+            "n": 2, "max_tokens": TOKENS, "temperature": 0, "ignore_eos": True}, timeout=600)
+        slime = _generate(seer_url, {"text": texts[1], "image_data": [images[1]]})
+        areal = _generate(seer_url, {"input_ids": tokenizer.encode(texts[2]), "image_data": [images[2]]})
+        batch = httpx.post(f"{seer_url}/generate", json={
+            "text": texts[:2], "image_data": images[:2],
+            "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
+    finally:
+        _scheduler(seer_url)
+    assert r.status_code == 200, r.text
+    samples = r.json()["samples"]
+    assert any(len({c["instance"] for c in s["chunks"]}) > 1 for s in samples), "no sample moved"
+    for s in samples:
+        assert len(s["chunks"]) == 3 and s["output_ids"] == want[s["prompt_index"]]["output_ids"], s["prompt_index"]
+    assert slime["output_ids"] == want[1]["output_ids"] and areal["output_ids"] == want[2]["output_ids"]
+    assert slime["meta_info"]["prompt_tokens"] == want[1]["meta_info"]["prompt_tokens"]  # counted as SGLang counts
+    assert [b["output_ids"] for b in batch] == [want[0]["output_ids"], want[1]["output_ids"]]
+
+
+def test_chat_image_parts_and_seeded_sampling(vlm):
+    seer_url, plain_url, _ = vlm
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png(7)}},
+                                             {"type": "text", "text": "Describe it."}]}]
+    body = {"messages": messages, "max_tokens": 40, "temperature": 0}
+    got = httpx.post(f"{seer_url}/v1/chat/completions", json=body, timeout=300)
+    want = httpx.post(f"{plain_url}/v1/chat/completions", json=body, timeout=300)
+    assert got.status_code == want.status_code == 200, got.text
+    assert got.json()["choices"][0]["message"]["content"] == want.json()["choices"][0]["message"]["content"]
+    # temperature 1, seeded: chunked and moved, a sample draws what it draws in one request
+    seeded = {"text": QUESTION.format(9), "image_data": [_png(9)],
+              "sampling_params": {"max_new_tokens": TOKENS, "temperature": 1.0, "sampling_seed": 5, "ignore_eos": True}}
+    _scheduler(seer_url, chunk_size=TOKENS + 1)
+    try:
+        whole = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
+    finally:
+        _scheduler(seer_url)
+    chunked = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
+    assert chunked["output_ids"] == whole["output_ids"]
