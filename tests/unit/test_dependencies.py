@@ -19,7 +19,7 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 # import name -> distribution name, where the two differ
 DISTRIBUTION = {"zmq": "pyzmq", "prometheus_client": "prometheus-client", "flashinfer": "flashinfer-python",
-                "sklearn": "scikit-learn", "yaml": "pyyaml"}
+                "sklearn": "scikit-learn", "yaml": "pyyaml", "PIL": "pillow"}
 # installed by scripts/setup.sh outside the declared lists: the Mooncake transfer engine (a CUDA and a
 # non-CUDA wheel under different names) and the trainers' clients (veRL, AReaL: without their dependencies)
 SETUP_INSTALLED = {"mooncake", "verl", "areal"}

@@ -1,0 +1,58 @@
+"""What a sample carries beyond text into every chunk: its expert routings joined across chunks, and its
+media found in OpenAI-style messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seer_sglang.core.request import Sample, SamplingParams
+from seer_sglang.frontend.errors import APIError
+from seer_sglang.frontend.state import Frontend
+
+LAYERS, TOP_K = 2, 3
+
+
+def _rows(start: int, end: int) -> bytes:
+    """Stand-in routings whose values name their position: row p is all p."""
+    return np.repeat(np.arange(start, end, dtype=np.int32), LAYERS * TOP_K).tobytes()
+
+
+def _chunk(sample: Sample, tokens: int) -> None:
+    """One chunk as the engine takes it: its start, then its tokens, then the instance's rows."""
+    start = sample.routed_experts_from()
+    sample.output_ids.extend(range(100, 100 + tokens))
+    sample.add_routed_experts(_rows(start, sample.context_len - 1))
+
+
+@pytest.mark.parametrize("start", [0, 3, 5])
+def test_routings_join_over_chunks_as_one_request_answers_them(start):
+    sample = Sample(rid="g-0", group_id="g", index=0, prompt_ids=list(range(6)),
+                    params=SamplingParams(max_new_tokens=40), routed_experts_start=start)
+    for tokens in (16, 16, 8):
+        _chunk(sample, tokens)
+    rows = np.frombuffer(sample.routed_experts_bytes(), dtype=np.int32).reshape(-1, LAYERS, TOP_K)
+    assert rows[:, 0, 0].tolist() == list(range(start, 6 + 40 - 1))  # every position once, in order
+    del sample.output_ids[30:]  # a stop string found across chunks trims the output
+    rows = np.frombuffer(sample.routed_experts_bytes(), dtype=np.int32).reshape(-1, LAYERS, TOP_K)
+    assert rows[:, 0, 0].tolist() == list(range(start, 6 + 30 - 1))
+    sample.restart()
+    assert sample.routed_experts_bytes() == b"" and sample.routed_experts_from() == start
+
+
+def test_a_sample_without_routings_asks_for_none():
+    sample = Sample(rid="g-0", group_id="g", index=0, prompt_ids=[1, 2], params=SamplingParams(max_new_tokens=4))
+    assert sample.routed_experts_from() is None and sample.routed_experts_bytes() == b""
+
+
+def test_media_come_from_image_and_video_parts_then_the_fields_beside_them():
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:a"}},
+                                             {"type": "text", "text": "and"},
+                                             {"type": "image_url", "image_url": "data:b"},
+                                             {"type": "video_url", "video_url": {"url": "v.mp4"}}]}]
+    assert Frontend.media_of(messages, ["data:c"]) == {"image_data": ["data:a", "data:b", "data:c"],
+                                                       "video_data": ["v.mp4"]}
+    assert Frontend.media_of([{"role": "user", "content": "text only"}]) is None
+    with pytest.raises(APIError):
+        Frontend.media_of([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])
