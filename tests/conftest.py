@@ -3,6 +3,7 @@ tiny local model, started once per session and in parallel."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,48 @@ class BackgroundRollout:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"the rollout did not end within {timeout_s} s"
         return self.response
+
+
+@contextlib.contextmanager
+def seer_beside_plain(model: str, logs: Path, sglang_args: list[str]):
+    """A seer server with 2 instances and a plain SGLang instance (no plugin) of the same model and
+    SGLang arguments, started side by side: (seer, plain), stopped again on the way out."""
+    seer = start_seer(model, logs / "seer", "--num-instances", "2", *sglang_args)
+    plain = None
+    try:
+        plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
+                                           sglang_args=[*sglang_args, "--sleep-on-idle"], log_path=logs / "plain.log",
+                                           cpu_threads=cpu_threads_per_instance(3)))
+        wait_seer(seer)
+        yield seer, plain
+    finally:
+        stop_seer(seer)
+        if plain is not None:
+            stop_instances([plain])
+
+
+def chunked(url: str, chunk_size: int, **settings) -> None:
+    """The context policy in chunks of exactly ``chunk_size`` (``kv_headroom=0.001``: one chunk per
+    instance at a time, so chunks move between instances)."""
+    body = {"name": "context", "chunk_size": chunk_size, "align_to_pages": False, "kv_headroom": 0.95,
+            "whole_tail": False, **settings}
+    r = httpx.post(f"{url}/scheduler", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def moved_rollout(url: str, body: dict, chunk_size: int) -> list[dict]:
+    """A ``/v1/rollout`` in chunks of ``chunk_size`` with room for one chunk per instance at a time, so
+    that samples move between instances (at least one does); its samples. The chunked policy with the
+    usual headroom is set again afterwards."""
+    chunked(url, chunk_size, kv_headroom=0.001)
+    try:
+        r = httpx.post(f"{url}/v1/rollout", json=body, timeout=600)
+    finally:
+        chunked(url, chunk_size)
+    assert r.status_code == 200, r.text
+    samples = r.json()["samples"]
+    assert any(len({c["instance"] for c in s["chunks"]}) > 1 for s in samples), "no sample moved"
+    return samples
 
 
 @dataclass

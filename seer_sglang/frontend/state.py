@@ -136,25 +136,25 @@ class Frontend:
         """The LoRA adapter a request runs under, as SGLang reads it: any model name means the served
         model (clients send ``default`` or a label of their own), and ``<model>:<adapter>`` names an
         adapter, before the request's own ``lora_path``."""
-        adapter = lora_path
+        adapter, param = lora_path, "lora_path"
         if name and ":" in name and name not in self.model.aliases():
             served = self.model.served_name
-            adapter = (name[len(served) + 1:] if name.startswith(f"{served}:") else name.split(":", 1)[1]).strip() \
-                or lora_path
-        self.check_adapters([adapter])
+            named = (name[len(served) + 1:] if name.startswith(f"{served}:") else name.split(":", 1)[1]).strip()
+            adapter, param = (named, "model") if named else (lora_path, param)
+        self.check_adapters([adapter], param)
         return adapter
 
-    def check_adapters(self, adapters: Iterable[str | None]) -> None:
+    def check_adapters(self, adapters: Iterable[str | None], param: str = "lora_path") -> None:
         """Adapters only where the instances run LoRA (SGLang's ``--enable-lora``)."""
         used = next((a for a in adapters if a is not None), None)
         if used is not None:
-            self.check_lora_enabled(f"LoRA adapter {used!r} asked for")
+            self.check_lora_enabled(f"LoRA adapter {used!r} asked for", param)
 
-    def check_lora_enabled(self, what: str = "a LoRA adapter call") -> None:
+    def check_lora_enabled(self, what: str = "a LoRA adapter call", param: str | None = None) -> None:
         if self.model.lora is False:
             raise APIError(f"{what}, but the instances run without LoRA: start the server with --enable-lora "
                            "(and --lora-paths, or load adapters with POST /load_lora_adapter)", 400,
-                           param="lora_path", code="lora_not_enabled")
+                           param=param, code="lora_not_enabled")
 
     def check_native(self, natives: list[NativeSample]) -> None:
         """What a ``/generate`` body asks of the instances that they were started without."""

@@ -9,8 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import BackgroundRollout, start_healthy, start_seer, stop_instances, stop_seer, wait_seer, wait_until
-from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda
+from conftest import BackgroundRollout, chunked, moved_rollout, seer_beside_plain, wait_until
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -27,26 +26,13 @@ def lora(tiny_model, tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
     adapters = prepare("tiny-lora")
     logs = tmp_path_factory.mktemp("lora")
-    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", *_lora_args(adapters))
-    plain = None
-    try:
-        plain = start_healthy(InstanceSpec(model_path=tiny_model, port=free_port(), cpu=not has_cuda(),
-                                           with_plugin=False, sglang_args=[*_lora_args(adapters), "--sleep-on-idle"],
-                                           log_path=logs / "plain.log", cpu_threads=cpu_threads_per_instance(3)))
-        wait_seer(seer)
+    with seer_beside_plain(tiny_model, logs, _lora_args(adapters)) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, adapters
-    finally:
-        stop_seer(seer)
-        if plain is not None:
-            stop_instances([plain])
 
 
 def _scheduler(url: str, **settings) -> None:
-    body = {"name": "context", "chunk_size": CHUNK, "align_to_pages": False, "kv_headroom": 0.95, "whole_tail": False,
-            **settings}
-    r = httpx.post(f"{url}/scheduler", json=body, timeout=30)
-    assert r.status_code == 200, r.text
+    chunked(url, CHUNK, **settings)
 
 
 def _generated(url: str) -> float:
@@ -68,16 +54,8 @@ def test_adapter_tokens_over_chunks_and_instances_equal_plain_sglang_with_it(lor
     want = [_plain(plain_url, p, "a") for p in PROMPTS]
     base = [_plain(plain_url, p, None) for p in PROMPTS]
     assert all(w != b for w, b in zip(want, base))  # the adapter changes the greedy tokens
-    _scheduler(seer_url, kv_headroom=0.001)  # one chunk per instance at a time: chunks move
-    try:
-        r = httpx.post(f"{seer_url}/v1/rollout", json={"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2,
-                                                       "max_tokens": 48, "temperature": 0, "ignore_eos": True,
-                                                       "lora_path": "a"}, timeout=600)
-    finally:
-        _scheduler(seer_url)
-    assert r.status_code == 200, r.text
-    samples = r.json()["samples"]
-    assert any(len({c["instance"] for c in s["chunks"]}) > 1 for s in samples), "no sample moved"
+    samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2, "max_tokens": 48,
+                                       "temperature": 0, "ignore_eos": True, "lora_path": "a"}, CHUNK)
     for s in samples:
         assert len(s["chunks"]) == 3 and s["output_ids"] == want[s["prompt_index"]], \
             (s["prompt_index"], [(c["instance"], c["tokens"]) for c in s["chunks"]], s["output_ids"], s["error"])

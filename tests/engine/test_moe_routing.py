@@ -11,8 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import start_healthy, start_seer, stop_instances, stop_seer, wait_seer
-from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda
+from conftest import chunked, moved_rollout, seer_beside_plain
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -25,26 +24,13 @@ def moe(tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance), both of the tiny MoE with routing capture."""
     model = str(prepare("tiny-moe"))
     logs = tmp_path_factory.mktemp("moe")
-    seer = start_seer(model, logs / "seer", "--num-instances", "2", *ROUTING_ARGS)
-    plain = None
-    try:
-        plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
-                                           sglang_args=[*ROUTING_ARGS, "--sleep-on-idle"],
-                                           log_path=logs / "plain.log", cpu_threads=cpu_threads_per_instance(3)))
-        wait_seer(seer)
+    with seer_beside_plain(model, logs, list(ROUTING_ARGS)) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url
-    finally:
-        stop_seer(seer)
-        if plain is not None:
-            stop_instances([plain])
 
 
 def _scheduler(url: str, **settings) -> None:
-    body = {"name": "context", "chunk_size": CHUNK, "align_to_pages": False, "kv_headroom": 0.95, "whole_tail": False,
-            **settings}
-    r = httpx.post(f"{url}/scheduler", json=body, timeout=30)
-    assert r.status_code == 200, r.text
+    chunked(url, CHUNK, **settings)
 
 
 def _rows(answer: dict) -> np.ndarray:
@@ -85,18 +71,8 @@ def test_routed_experts_over_chunks_and_instances_equal_the_unchunked_answer(moe
 def test_a_rollout_returns_routings_for_samples_moved_between_instances(moe):
     seer_url, plain_url = moe
     prompts = [_prompt(i) for i in range(4)]
-    # room for one chunk per instance at a time: each chunk goes to whichever instance is free
-    _scheduler(seer_url, kv_headroom=0.001, whole_tail=False)
-    try:
-        r = httpx.post(f"{seer_url}/v1/rollout", json={
-            "prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": 48, "temperature": 0,
-            "ignore_eos": True, "return_routed_experts": True}, timeout=600)
-    finally:
-        _scheduler(seer_url)
-    assert r.status_code == 200, r.text
-    samples = r.json()["samples"]
-    moved = [s for s in samples if len({c["instance"] for c in s["chunks"]}) > 1]
-    assert moved, "no sample ran on both instances"
+    samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": 48,
+                                       "temperature": 0, "ignore_eos": True, "return_routed_experts": True}, CHUNK)
     plain = [httpx.post(f"{plain_url}/generate", json={
         "input_ids": p, "return_routed_experts": True,
         "sampling_params": {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}}, timeout=300).json()

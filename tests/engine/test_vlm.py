@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import start_healthy, start_seer, stop_instances, stop_seer, wait_seer
-from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda
+from conftest import chunked, moved_rollout, seer_beside_plain
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -35,26 +34,13 @@ def vlm(tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance), both of the tiny Qwen2-VL."""
     model = str(prepare("tiny-vl"))
     logs = tmp_path_factory.mktemp("vlm")
-    seer = start_seer(model, logs / "seer", "--num-instances", "2", "--dtype", "float32")
-    plain = None
-    try:
-        plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
-                                           sglang_args=["--dtype", "float32", "--sleep-on-idle"],
-                                           log_path=logs / "plain.log", cpu_threads=cpu_threads_per_instance(3)))
-        wait_seer(seer)
+    with seer_beside_plain(model, logs, ["--dtype", "float32"]) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, model
-    finally:
-        stop_seer(seer)
-        if plain is not None:
-            stop_instances([plain])
 
 
 def _scheduler(url: str, **settings) -> None:
-    body = {"name": "context", "chunk_size": CHUNK, "align_to_pages": False, "kv_headroom": 0.95, "whole_tail": False,
-            **settings}
-    r = httpx.post(f"{url}/scheduler", json=body, timeout=30)
-    assert r.status_code == 200, r.text
+    chunked(url, CHUNK, **settings)
 
 
 def _generate(url: str, body: dict) -> dict:
@@ -77,21 +63,14 @@ def test_image_conditioned_tokens_over_chunks_and_instances_equal_plain_sglang(v
     assert want[0]["output_ids"] != _generate(plain_url, {"text": texts[0]})["output_ids"]
     assert want[0]["meta_info"]["prompt_tokens"] > len(tokenizer.encode(texts[0]))  # the image's tokens
 
-    _scheduler(seer_url, kv_headroom=0.001)  # one chunk per instance at a time: chunks move
-    try:
-        r = httpx.post(f"{seer_url}/v1/rollout", json={
-            "prompts": [{"input_ids": tokenizer.encode(t), "image_data": [im]} for t, im in zip(texts, images)],
-            "n": 2, "max_tokens": TOKENS, "temperature": 0, "ignore_eos": True}, timeout=600)
-        slime = _generate(seer_url, {"text": texts[1], "image_data": [images[1]]})
-        areal = _generate(seer_url, {"input_ids": tokenizer.encode(texts[2]), "image_data": [images[2]]})
-        batch = httpx.post(f"{seer_url}/generate", json={
-            "text": texts[:2], "image_data": images[:2],
-            "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
-    finally:
-        _scheduler(seer_url)
-    assert r.status_code == 200, r.text
-    samples = r.json()["samples"]
-    assert any(len({c["instance"] for c in s["chunks"]}) > 1 for s in samples), "no sample moved"
+    samples = moved_rollout(seer_url, {
+        "prompts": [{"input_ids": tokenizer.encode(t), "image_data": [im]} for t, im in zip(texts, images)],
+        "n": 2, "max_tokens": TOKENS, "temperature": 0, "ignore_eos": True}, CHUNK)
+    slime = _generate(seer_url, {"text": texts[1], "image_data": [images[1]]})
+    areal = _generate(seer_url, {"input_ids": tokenizer.encode(texts[2]), "image_data": [images[2]]})
+    batch = httpx.post(f"{seer_url}/generate", json={
+        "text": texts[:2], "image_data": images[:2],
+        "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
     for s in samples:
         assert len(s["chunks"]) == 3 and s["output_ids"] == want[s["prompt_index"]]["output_ids"], s["prompt_index"]
     assert slime["output_ids"] == want[1]["output_ids"] and areal["output_ids"] == want[2]["output_ids"]
@@ -111,7 +90,7 @@ def test_chat_image_parts_and_seeded_sampling(vlm):
     # temperature 1, seeded: chunked and moved, a sample draws what it draws in one request
     seeded = {"text": QUESTION.format(9), "image_data": [_png(9)],
               "sampling_params": {"max_new_tokens": TOKENS, "temperature": 1.0, "sampling_seed": 5, "ignore_eos": True}}
-    _scheduler(seer_url, chunk_size=TOKENS + 1)
+    chunked(seer_url, TOKENS + 1)
     try:
         whole = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
     finally:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
-from .admin import answer, fan_out
+from .admin import answer
 from .common import frontend, json_body
 
 router = APIRouter()
@@ -38,19 +38,27 @@ def _name(body: Any, *more: str) -> str:
     return body["lora_name"]
 
 
+async def _on_every_instance(request: Request, path: str, *fields: str):
+    """The adapter call on every instance; the adapter's version counts one more change whatever the
+    answer (an instance may have changed before another refused)."""
+    fe = frontend(request)
+    fe.check_lora_enabled()
+    body = await json_body(request)
+    name = _name(body, *fields)
+    per_instance = await fe.engine.instances.broadcast(path, body)
+    fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
+    return fe, name, body, per_instance
+
+
 @router.post("/load_lora_adapter")
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def load_lora_adapter(request: Request):
     """SGLang's ``/load_lora_adapter`` on every instance; instances restarted or registered later load
     it too."""
-    fe = frontend(request)
-    fe.check_lora_enabled()
-    body = await json_body(request)
-    name = _name(body, "lora_path")
-    response = await fan_out(fe, "/load_lora_adapter", body)
+    fe, name, body, per_instance = await _on_every_instance(request, "/load_lora_adapter", "lora_path")
+    response = answer(per_instance)
     if response.status_code == 200:
         fe.adapters[name] = dict(body)
-    fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
     return response
 
 
@@ -58,18 +66,11 @@ async def load_lora_adapter(request: Request):
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def unload_lora_adapter(request: Request):
     """SGLang's ``/unload_lora_adapter`` on every instance; one that does not hold the adapter counts
-    as done."""
-    fe = frontend(request)
-    fe.check_lora_enabled()
-    body = await json_body(request)
-    name = _name(body)
-    per_instance = await fe.engine.instances.broadcast("/unload_lora_adapter", body)
+    as done: SGLang loads an unloaded adapter again for a request that names it, on the instance that
+    got the request only."""
+    fe, name, _, per_instance = await _on_every_instance(request, "/unload_lora_adapter")
     for entry in per_instance:
-        # SGLang loads an unloaded adapter again for a request that names it, on the instance that got
-        # the request only: an instance without the adapter already has what the call asks for
         if 400 <= entry["status"] < 500 and "does not exist" in str(entry.get("body")):
             entry.update(status=200, absent=True)
-    response = answer(per_instance)
     fe.adapters.pop(name, None)
-    fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
-    return response
+    return answer(per_instance)
