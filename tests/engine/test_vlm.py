@@ -87,7 +87,7 @@ def test_chat_image_parts_and_seeded_sampling(vlm):
     want = httpx.post(f"{plain_url}/v1/chat/completions", json=body, timeout=300)
     assert got.status_code == want.status_code == 200, got.text
     assert got.json()["choices"][0]["message"]["content"] == want.json()["choices"][0]["message"]["content"]
-    # temperature 1, seeded: chunked and moved, a sample draws what it draws in one request
+    # temperature 1, seeded: in chunks, a sample draws what it draws in one request
     seeded = {"text": QUESTION.format(9), "image_data": [_png(9)],
               "sampling_params": {"max_new_tokens": TOKENS, "temperature": 1.0, "sampling_seed": 5, "ignore_eos": True}}
     chunked(seer_url, TOKENS + 1)
@@ -95,5 +95,5 @@ def test_chat_image_parts_and_seeded_sampling(vlm):
         whole = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
     finally:
         _scheduler(seer_url)
-    chunked = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
-    assert chunked["output_ids"] == whole["output_ids"]
+    in_chunks = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
+    assert in_chunks["output_ids"] == whole["output_ids"] and len(whole["output_ids"]) == TOKENS
