@@ -72,10 +72,11 @@ class BackgroundRollout:
 
 
 @contextlib.contextmanager
-def seer_beside_plain(model: str, logs: Path, sglang_args: list[str]):
+def seer_beside_plain(model: str, logs: Path, sglang_args: list[str], seer_args: tuple[str, ...] = ()):
     """A seer server with 2 instances and a plain SGLang instance (no plugin) of the same model and
-    SGLang arguments, started side by side: (seer, plain), stopped again on the way out."""
-    seer = start_seer(model, logs / "seer", "--num-instances", "2", *sglang_args)
+    SGLang arguments, started side by side: (seer, plain), stopped again on the way out. ``seer_args``:
+    seer's own flags."""
+    seer = start_seer(model, logs / "seer", "--num-instances", "2", *seer_args, *sglang_args)
     plain = None
     try:
         plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,

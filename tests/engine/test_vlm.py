@@ -34,7 +34,8 @@ def vlm(tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance), both of the tiny Qwen2-VL."""
     model = str(prepare("tiny-vl"))
     logs = tmp_path_factory.mktemp("vlm")
-    with seer_beside_plain(model, logs, ["--dtype", "float32"]) as (seer, plain):
+    # --kv-pool file: a moved continuation's pages come from the pool (the tiny model's default is none)
+    with seer_beside_plain(model, logs, ["--dtype", "float32"], ("--kv-pool", "file")) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, model
 
@@ -97,3 +98,26 @@ def test_chat_image_parts_and_seeded_sampling(vlm):
         _scheduler(seer_url)
     in_chunks = httpx.post(f"{seer_url}/generate", json=seeded, timeout=300).json()
     assert in_chunks["output_ids"] == whole["output_ids"] and len(whole["output_ids"]) == TOKENS
+
+
+def test_a_moved_continuation_loads_its_image_kv_from_the_pool_keyed_by_the_image(vlm):
+    """The pool's pages of an image prompt are keyed by the image: a continuation on the other instance
+    loads them (and samples what one unchunked request samples), and the same text with another
+    image finds none of them."""
+    seer_url, plain_url, model = vlm
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(model).encode(QUESTION.format("kept in the pool " * 8))
+    a, b = [i["url"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]]
+    first = _generate(a, {"input_ids": ids, "image_data": [_png(21)]})
+    context = ids + first["output_ids"]
+    moved = _generate(b, {"input_ids": context, "image_data": [_png(21)]})
+    stored = (moved["meta_info"].get("cached_tokens_details") or {}).get("storage", 0)
+    expanded = first["meta_info"]["prompt_tokens"] + TOKENS  # the context as the instance counts it
+    assert stored >= expanded - 1 - 2 * 16, moved["meta_info"]  # every whole page but the last
+    whole = httpx.post(f"{plain_url}/generate", json={"input_ids": ids, "image_data": [_png(21)], "sampling_params": {
+        "max_new_tokens": 2 * TOKENS, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
+    assert first["output_ids"] + moved["output_ids"] == whole["output_ids"]
+    other = _generate(b, {"input_ids": context, "image_data": [_png(22)]})
+    assert (other["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) == 0, other["meta_info"]
+    assert other["meta_info"]["cached_tokens"] < 16
