@@ -26,7 +26,7 @@ def lora(tiny_model, tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
     adapters = prepare("tiny-lora")
     logs = tmp_path_factory.mktemp("lora")
-    with seer_beside_plain(tiny_model, logs, _lora_args(adapters)) as (seer, plain):
+    with seer_beside_plain(tiny_model, logs, _lora_args(adapters), ("--kv-pool", "file")) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, adapters
 
@@ -140,3 +140,27 @@ def test_swapping_an_adapters_weights_mid_rollout_regenerates_its_samples(lora):
     assert not bad, bad
     regenerated = [s for s in samples if s["regenerations"]]
     assert regenerated and all(s["output_ids"] == new[s["prompt_index"]] for s in regenerated)
+
+
+def test_a_moved_continuation_loads_its_adapters_pages_from_the_pool(lora):
+    """Pool pages are keyed by adapter (SGLang adds a launch-time adapter's stable id to the cache key):
+    a continuation under ``a`` on the other instance loads them, and the same tokens under the base
+    model find none."""
+    seer_url, plain_url, _ = lora
+    a, b = [i["url"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]]
+    prompt = [(37 * i) % 1900 + 40 for i in range(70)]
+
+    def generate(url, ids, adapter):
+        r = httpx.post(f"{url}/generate", json={"input_ids": ids, "lora_path": adapter, "sampling_params": {
+            "max_new_tokens": 32, "temperature": 0, "ignore_eos": True}}, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first = generate(a, prompt, "a")["output_ids"]
+    context = prompt + first
+    moved = generate(b, context, "a")
+    assert (moved["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) >= len(context) - 2 * 16, \
+        moved["meta_info"]
+    assert first + moved["output_ids"] == _plain(plain_url, prompt, "a", 64)
+    base = generate(b, context, None)
+    assert base["meta_info"]["cached_tokens"] == 0, base["meta_info"]
