@@ -102,6 +102,9 @@ POOL_MARKER = ".seer-kv-pool"
 
 
 # ---- chunk messages: the frontend's /generate call for one chunk, and what it reads back -------------
+MEDIA = ("image_data", "video_data", "audio_data", "modalities")  # SGLang's media fields of a request
+
+
 @dataclass
 class ChunkRequest:
     """The body of one chunk's ``/generate`` call (SGLang's ``GenerateReqInput`` fields it sets): the
@@ -120,7 +123,11 @@ class ChunkRequest:
     token_ids_logprob: list[int] | None = None
     lora_path: str | None = None
     routed_experts_start_len: int | None = None  # None: no routings asked
-    media: dict[str, Any] | None = None  # image_data, video_data, audio_data, modalities
+    # the prompt's media, sent with every chunk (SGLang expands the prompt's placeholders from them)
+    image_data: Any = None
+    video_data: Any = None
+    audio_data: Any = None
+    modalities: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"rid": self.rid, "input_ids": self.input_ids,
@@ -138,7 +145,7 @@ class ChunkRequest:
         for name in ("extra_key", "cache_salt", "lora_path"):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
-        body.update(self.media or {})
+        body.update({name: getattr(self, name) for name in MEDIA if getattr(self, name) is not None})
         if self.routed_experts_start_len is not None:
             body["return_routed_experts"] = True
             body["routed_experts_start_len"] = self.routed_experts_start_len

@@ -99,14 +99,30 @@ def chunked(url: str, chunk_size: int, **settings) -> None:
     assert r.status_code == 200, r.text
 
 
+def generated_tokens(url: str) -> float:
+    """Tokens a seer server has generated (its Prometheus counter)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "seer_generation_tokens"
+               for s in f.samples if s.name.endswith("_total"))
+
+
 def moved_rollout(url: str, body: dict, chunk_size: int) -> list[dict]:
-    """A ``/v1/rollout`` in chunks of ``chunk_size`` with room for one chunk per instance at a time, so
-    that samples move between instances (at least one does); its samples. The chunked policy with the
-    usual headroom is set again afterwards."""
+    """A ``/v1/rollout`` in chunks of ``chunk_size`` whose samples move between two instances: each
+    instance runs one chunk at a time, and once the first chunk is back instance 0 leaves (its running
+    chunk finishes there), so the samples it started go on on instance 1; it joins again afterwards.
+    Its samples, at least one of them moved."""
     chunked(url, chunk_size, kv_headroom=0.001)
+    first = httpx.get(f"{url}/instances", timeout=10).json()["instances"][0]["url"]
+    start = generated_tokens(url)
     try:
-        r = httpx.post(f"{url}/v1/rollout", json=body, timeout=600)
+        run = BackgroundRollout(url, body)
+        wait_until(lambda: generated_tokens(url) - start >= chunk_size, 300, 0.02, "a first chunk back")
+        assert httpx.post(f"{url}/remove_worker", params={"url": first}, timeout=30).status_code == 200
+        r = run.wait(600)
     finally:
+        httpx.post(f"{url}/add_worker", params={"url": first}, timeout=60)
         chunked(url, chunk_size)
     assert r.status_code == 200, r.text
     samples = r.json()["samples"]

@@ -42,6 +42,11 @@ async def describe_model(client: InstanceClient | None, model_path: str | None) 
                 raise RuntimeError(f"cannot reach {client.url} to learn the model; pass --model-path") from e
             logger.warning("cannot reach %s (%s); describing the model from %s", client.url, e, model_path)
             info = {}
+    media = None  # whether the model takes images or audio (SGLang's /model_info says)
+    if client is not None and info:
+        status, model_info = await client.get("/model_info")
+        if status == 200 and isinstance(model_info, dict):
+            media = bool(model_info.get("has_image_understanding") or model_info.get("has_audio_understanding"))
     path = model_path or info.get("model_path")
     context = info.get("context_length")
     if not context:
@@ -52,7 +57,7 @@ async def describe_model(client: InstanceClient | None, model_path: str | None) 
     return ModelInfo(served_name=info.get("served_model_name") or path, model_path=path, context_length=int(context),
                      tp_size=int(info.get("tp_size") or 1), page_size=info.get("page_size"),
                      lora=bool(info.get("enable_lora") or info.get("lora_paths")) if info else None,
-                     routed_experts=bool(info.get("enable_return_routed_experts")) if info else None)
+                     routed_experts=bool(info.get("enable_return_routed_experts")) if info else None, media=media)
 
 
 def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, model_path: str | None = None,

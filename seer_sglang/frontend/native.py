@@ -19,18 +19,17 @@ from typing import Any, Callable
 
 from ..core.request import Sample, SamplingParams, derive_seed, group_seed_key
 from ..core.slo import SLO
-from ..wire import reserved_param
+from ..wire import MEDIA, reserved_param
 from .errors import APIError
 
 # Top-level fields seer applies (see ``parse_generate``).
 _APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
             "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
             "return_prompt_token_ids", "token_ids_logprob", "lora_path", "return_routed_experts",
-            "routed_experts_start_len", "image_data", "video_data", "audio_data", "modalities"}
-# A prompt's media, sent with every chunk of its samples: a continuation is the prompt's tokens (its
-# media placeholders as the caller gave them) plus the output so far, and SGLang expands the
-# placeholders from the media again, so every chunk sees what one unchunked request sees.
-MEDIA = ("image_data", "video_data", "audio_data", "modalities")
+            "routed_experts_start_len", *MEDIA}
+# A prompt's media (wire.MEDIA) are sent with every chunk of its samples: a continuation is the
+# prompt's tokens (its media placeholders as the caller gave them) plus the output so far, and SGLang
+# expands the placeholders from the media again, so every chunk sees what one unchunked request sees.
 # Top-level fields sent with every chunk of the sample: cache namespaces, which decide what KV a
 # chunk may reuse and never what it samples.
 _PASSED = ("extra_key", "cache_salt")

@@ -38,6 +38,7 @@ class ModelInfo:
     # What the instances were started with (None: not known yet, the instance's answer decides)
     lora: bool | None = None  # --enable-lora / --lora-paths
     routed_experts: bool | None = None  # --enable-return-routed-experts
+    media: bool | None = None  # the model takes images (or audio)
 
     def aliases(self) -> set[str]:
         return {self.served_name, self.model_path, os.path.basename(self.model_path.rstrip("/"))}
@@ -160,6 +161,15 @@ class Frontend:
         """What a ``/generate`` body asks of the instances that they were started without."""
         self.check_adapters(n.lora_path for n in natives)
         self.check_routed_experts(any(n.routed_experts_start is not None for n in natives))
+        for n in natives:
+            self.check_media(n.media)
+
+    def check_media(self, media: dict[str, Any] | None) -> None:
+        """Media only for a model that takes them: plain SGLang would drop them in silence."""
+        if media and self.model.media is False:
+            field = next(iter(media))
+            raise APIError(f"{field} given, but {self.model.served_name} takes no images or audio", 400,
+                           param=field, code="media_not_supported")
 
     def check_routed_experts(self, asked: bool) -> None:
         if asked and self.model.routed_experts is False:
@@ -243,8 +253,7 @@ class Frontend:
                         found[field].append(url)
         found["image_data"] += image_data or []
         found["video_data"] += video_data or []
-        media = {k: v for k, v in found.items() if v}
-        return media or None
+        return {k: v for k, v in found.items() if v} or None
 
     def make_group(self, prompt_ids: list[int], n: int, params: SamplingParams, group_id: str, *,
                    position: int, requested_id: str | None = None, oracle_lengths: list[int] | None = None,

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import BackgroundRollout, chunked, moved_rollout, seer_beside_plain, wait_until
+from conftest import BackgroundRollout, chunked, generated_tokens, moved_rollout, seer_beside_plain, wait_until
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -26,20 +25,13 @@ def lora(tiny_model, tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
     adapters = prepare("tiny-lora")
     logs = tmp_path_factory.mktemp("lora")
-    with seer_beside_plain(tiny_model, logs, _lora_args(adapters), ("--kv-pool", "file")) as (seer, plain):
+    with seer_beside_plain(tiny_model, logs, _lora_args(adapters)) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, adapters
 
 
 def _scheduler(url: str, **settings) -> None:
     chunked(url, CHUNK, **settings)
-
-
-def _generated(url: str) -> float:
-    """Tokens the server has generated (its Prometheus counter)."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "seer_generation_tokens"
-               for s in f.samples if s.name.endswith("_total"))
 
 
 def _plain(url: str, prompt: list[int], adapter: str | None, tokens: int = 48) -> list[int]:
@@ -117,8 +109,8 @@ def test_swapping_an_adapters_weights_mid_rollout_regenerates_its_samples(lora):
     try:
         run = BackgroundRollout(seer_url, {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2, "max_tokens": 160,
                                            "temperature": 0, "ignore_eos": True, "lora_path": "a"})
-        start = _generated(seer_url)
-        wait_until(lambda: _generated(seer_url) - start >= 3 * CHUNK, 300, 0.05, "a few chunks done")
+        start = generated_tokens(seer_url)
+        wait_until(lambda: generated_tokens(seer_url) - start >= 3 * CHUNK, 300, 0.05, "a few chunks done")
         assert httpx.post(f"{seer_url}/pause_generation", json={}, timeout=60).status_code == 200
         assert httpx.post(f"{seer_url}/unload_lora_adapter", json={"lora_name": "a"}, timeout=120).status_code == 200
         r = httpx.post(f"{seer_url}/load_lora_adapter", json={"lora_name": "a", "lora_path": str(adapters / "b")},
@@ -141,26 +133,3 @@ def test_swapping_an_adapters_weights_mid_rollout_regenerates_its_samples(lora):
     regenerated = [s for s in samples if s["regenerations"]]
     assert regenerated and all(s["output_ids"] == new[s["prompt_index"]] for s in regenerated)
 
-
-def test_a_moved_continuation_loads_its_adapters_pages_from_the_pool(lora):
-    """Pool pages are keyed by adapter (SGLang adds a launch-time adapter's stable id to the cache key):
-    a continuation under ``a`` on the other instance loads them, and the same tokens under the base
-    model find none."""
-    seer_url, plain_url, _ = lora
-    a, b = [i["url"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]]
-    prompt = [(37 * i) % 1900 + 40 for i in range(70)]
-
-    def generate(url, ids, adapter):
-        r = httpx.post(f"{url}/generate", json={"input_ids": ids, "lora_path": adapter, "sampling_params": {
-            "max_new_tokens": 32, "temperature": 0, "ignore_eos": True}}, timeout=300)
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    first = generate(a, prompt, "a")["output_ids"]
-    context = prompt + first
-    moved = generate(b, context, "a")
-    assert (moved["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) >= len(context) - 2 * 16, \
-        moved["meta_info"]
-    assert first + moved["output_ids"] == _plain(plain_url, prompt, "a", 64)
-    base = generate(b, context, None)
-    assert base["meta_info"]["cached_tokens"] == 0, base["meta_info"]

@@ -350,7 +350,8 @@ def test_token_ids_logprob_across_chunks_is_plain_sglangs(seer_url, plain_url):
     ({"input_ids": PROMPT_IDS, "return_logprobs": True}, "return_logprobs"),  # misspelt
     ({"input_ids": PROMPT_IDS, "sampling_params": {"min_p": 0.1}}, "min_p"),
     ({"input_ids": PROMPT_IDS, "sampling_params": {"regex": "a+"}}, "regex"),
-    ({"text": "hi", "image_data": "file.png"}, "image_data"),
+    ({"text": "hi", "image_data": "file.png"}, "image_data"),  # the tiny model takes no images
+    ({"input_ids": PROMPT_IDS, "return_routed_experts": True}, "return_routed_experts"),  # not enabled
     ({"input_ids": PROMPT_IDS, "return_hidden_states": True}, "return_hidden_states"),
     ({"input_ids": PROMPT_IDS, "sampling_params": {"max_new_tokens": 10 ** 6}}, "max_new_tokens"),
     ({"input_ids": [10 ** 7]}, "input_ids"),

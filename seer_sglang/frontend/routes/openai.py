@@ -214,8 +214,10 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
     max_tokens = req.max_completion_tokens or req.max_tokens or max(1, fe.model.context_length - len(ids))
     fe.check_prompt(ids, max_tokens, param="messages")
     params = _params(fe, req, max_tokens, req.logprobs, req.top_logprobs or 0)
+    media = fe.media_of(req.messages)
+    fe.check_media(media)
     groups = [fe.make_group(ids, req.n, params, fe.new_group_id(req.group_id), position=0,
-                            requested_id=req.group_id, lora_path=adapter, media=fe.media_of(req.messages))]
+                            requested_id=req.group_id, lora_path=adapter, media=media)]
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), fe.model.served_name
 
     if req.stream:

@@ -48,6 +48,7 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
             ids = list(prompt.input_ids)
         fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
         media = fe.media_of(prompt.messages, prompt.image_data, prompt.video_data)
+        fe.check_media(media)
         if media is not None and req.return_routed_experts:
             raise APIError("return_routed_experts is not supported with image or video inputs here",
                            param="return_routed_experts")
