@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import enum
 import hashlib
 import secrets
@@ -285,6 +286,10 @@ class Sample:
         row = len(self.routed_experts) // self.routed_experts_rows
         want = max(0, self.context_len - 1 - (self.routed_experts_start or 0))
         return bytes(self.routed_experts[:row * min(want, self.routed_experts_rows)])
+
+    def routed_experts_base64(self) -> str:
+        """``routed_experts_bytes`` as SGLang's ``meta_info.routed_experts`` carries them."""
+        return base64.b64encode(self.routed_experts_bytes()).decode()
 
     def restart(self) -> None:
         """Drop every generated token: the sample is generated again from its prompt (its seed stays,

@@ -8,7 +8,6 @@ on what is sampled, or is refused with a 400 that names it: nothing is dropped s
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import hashlib
@@ -271,9 +270,6 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
     if routed is not None and (isinstance(routed, bool) or not isinstance(routed, int)):
         raise APIError("routed_experts_start_len must be an integer", param="routed_experts_start_len")
     media = _media(body, obj, b)
-    if routed is not None and any(media):
-        raise APIError("return_routed_experts is not supported with image, video or audio inputs here",
-                       param="return_routed_experts")
     raw_rid = body.get("rid")
     if isinstance(raw_rid, list) and len(raw_rid) != b:
         raise APIError(f"rid has {len(raw_rid)} entries for {b} prompts", param="rid")
@@ -407,8 +403,8 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
         if s.params.token_ids_logprob:
             meta["output_token_ids_logprobs"] = output_steps(s.token_ids_logprobs)
             meta["input_token_ids_logprobs"] = input_steps(s.input_token_ids_logprobs)
-    if s.routed_experts_start is not None:  # SGLang's encoding: base64 of int32 [positions, layers, top-k]
-        meta["routed_experts"] = base64.b64encode(s.routed_experts_bytes()).decode()
+    if s.routed_experts_start is not None:
+        meta["routed_experts"] = s.routed_experts_base64()
     out = {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}
     if req.return_prompt_ids:  # beside meta_info, where SGLang puts it
         out["prompt_token_ids"] = list(s.prompt_ids)

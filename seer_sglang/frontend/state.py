@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import itertools
 import logging
@@ -160,9 +159,9 @@ class Frontend:
     def check_native(self, natives: list[NativeSample]) -> None:
         """What a ``/generate`` body asks of the instances that they were started without."""
         self.check_adapters(n.lora_path for n in natives)
-        self.check_routed_experts(any(n.routed_experts_start is not None for n in natives))
         for n in natives:
             self.check_media(n.media)
+            self.check_routed_experts(n.routed_experts_start is not None, n.media)
 
     def check_media(self, media: dict[str, Any] | None) -> None:
         """Media only for a model that takes them: plain SGLang would drop them in silence."""
@@ -171,7 +170,12 @@ class Frontend:
             raise APIError(f"{field} given, but {self.model.served_name} takes no images or audio", 400,
                            param=field, code="media_not_supported")
 
-    def check_routed_experts(self, asked: bool) -> None:
+    def check_routed_experts(self, asked: bool, media: dict[str, Any] | None = None) -> None:
+        """Routings only where the instances capture them, and not for a prompt with media (its start
+        would count the media's expanded tokens)."""
+        if asked and media:
+            raise APIError("return_routed_experts is not supported with image, video or audio inputs here",
+                           param="return_routed_experts")
         if asked and self.model.routed_experts is False:
             raise APIError("return_routed_experts asked for, but the instances run without it: start the server "
                            "with --enable-return-routed-experts", 400, param="return_routed_experts",
@@ -395,8 +399,7 @@ class Frontend:
             first_token_s=(sample.first_token_at - sample.submitted_at) if sample.first_token_at else None,
             latency_s=end - sample.submitted_at, spec=spec_totals([sample]),
             weight_version=sample.weight_version, regenerations=sample.regenerations,
-            routed_experts=(base64.b64encode(sample.routed_experts_bytes()).decode()
-                            if sample.routed_experts_start is not None else None),
+            routed_experts=sample.routed_experts_base64() if sample.routed_experts_start is not None else None,
             weight_versions=[list(span) for span in sample.token_versions] if len(sample.token_versions) > 1 else None,
             chunks=[ChunkJSON(instance=c.instance, start=c.start, end=c.end, tokens=c.new_tokens,
                               cached_tokens=c.cached_tokens, kv=chunk_sources(c),
