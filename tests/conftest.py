@@ -99,26 +99,31 @@ def chunked(url: str, chunk_size: int, **settings) -> None:
     assert r.status_code == 200, r.text
 
 
-def generated_tokens(url: str) -> float:
-    """Tokens a seer server has generated (its Prometheus counter)."""
+def _counter(url: str, name: str, **labels) -> float:
+    """A seer server's Prometheus counter ``name``, summed over the samples whose labels include ``labels``."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "seer_generation_tokens"
-               for s in f.samples if s.name.endswith("_total"))
+    return sum(s.value for f in text_string_to_metric_families(text) if f.name == name
+               for s in f.samples if s.name.endswith("_total") and labels.items() <= s.labels.items())
+
+
+def generated_tokens(url: str) -> float:
+    """Tokens of the samples a seer server has finished (its Prometheus counter)."""
+    return _counter(url, "seer_generation_tokens")
 
 
 def moved_rollout(url: str, body: dict, chunk_size: int) -> list[dict]:
     """A ``/v1/rollout`` in chunks of ``chunk_size`` whose samples move between two instances: each
-    instance runs one chunk at a time, and once the first chunk is back instance 0 leaves (its running
-    chunk finishes there), so the samples it started go on on instance 1; it joins again afterwards.
-    Its samples, at least one of them moved."""
+    instance runs one chunk at a time, and once instance 0 has returned its first chunk it leaves (a
+    chunk it runs finishes there), so the sample of that chunk goes on on instance 1; it joins again
+    afterwards. Its samples, at least one of them moved (every sample needs more than two chunks)."""
     chunked(url, chunk_size, kv_headroom=0.001)
     first = httpx.get(f"{url}/instances", timeout=10).json()["instances"][0]["url"]
-    start = generated_tokens(url)
+    start = _counter(url, "seer_chunks", instance="0")
     try:
         run = BackgroundRollout(url, body)
-        wait_until(lambda: generated_tokens(url) - start >= chunk_size, 300, 0.02, "a first chunk back")
+        wait_until(lambda: _counter(url, "seer_chunks", instance="0") > start, 300, 0.02, "instance 0's first chunk")
         assert httpx.post(f"{url}/remove_worker", params={"url": first}, timeout=30).status_code == 200
         r = run.wait(600)
     finally:
