@@ -123,6 +123,7 @@ class ChunkRequest:
     token_ids_logprob: list[int] | None = None
     lora_path: str | None = None
     routed_experts_start_len: int | None = None  # None: no routings asked
+    sampling_mask: str | None = None  # SGLang's sampling_logprobs_mode when the support is asked, else None
     # the prompt's media, sent with every chunk (SGLang expands the prompt's placeholders from them)
     image_data: Any = None
     video_data: Any = None
@@ -146,6 +147,9 @@ class ChunkRequest:
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
         body.update({name: getattr(self, name) for name in MEDIA if getattr(self, name) is not None})
+        if self.sampling_mask is not None:
+            body["return_sampling_mask"] = True
+            body["sampling_logprobs_mode"] = self.sampling_mask
         if self.routed_experts_start_len is not None:
             body["return_routed_experts"] = True
             body["routed_experts_start_len"] = self.routed_experts_start_len
@@ -179,6 +183,8 @@ class ChunkAnswer:
     raw_input_top_logprobs: list[Any] = field(default_factory=list)
     raw_output_token_ids_logprobs: list[Any] = field(default_factory=list)
     raw_input_token_ids_logprobs: list[Any] = field(default_factory=list)
+    raw_sampling_masks: list[Any] = field(default_factory=list)  # output_token_sampling_mask
+    raw_sampling_logprobs: list[Any] = field(default_factory=list)  # output_token_sampling_logprobs
 
     @classmethod
     def parse(cls, event: dict[str, Any]) -> "ChunkAnswer":
@@ -203,7 +209,9 @@ class ChunkAnswer:
             raw_input_logprobs=meta.get("input_token_logprobs") or [],
             raw_input_top_logprobs=meta.get("input_top_logprobs") or [],
             raw_output_token_ids_logprobs=meta.get("output_token_ids_logprobs") or [],
-            raw_input_token_ids_logprobs=meta.get("input_token_ids_logprobs") or [])
+            raw_input_token_ids_logprobs=meta.get("input_token_ids_logprobs") or [],
+            raw_sampling_masks=meta.get("output_token_sampling_mask") or [],
+            raw_sampling_logprobs=meta.get("output_token_sampling_logprobs") or [])
 
     @property
     def finish_type(self) -> str | None:
@@ -219,6 +227,16 @@ class ChunkAnswer:
     def output_token_ids_logprobs(self, start: int, end: int) -> list[list[tuple[int, float]]]:
         """Each position's (token id, logprob) of the tokens ``token_ids_logprob`` named."""
         return self._per_position(self.raw_output_token_ids_logprobs, start, end)
+
+    def sampling_masks(self, start: int, end: int) -> list[list[int]]:
+        """Each position's sampling support: the token ids its top-k / top-p cut kept."""
+        return [[int(t) for t in mask] for mask in self.raw_sampling_masks[start:end]]
+
+    def sampling_logprobs(self, start: int, end: int) -> list[Any]:
+        """Each position's behaviour logprob: the drawn token's within its support, or (mode
+        "support") one per support token."""
+        return [[float(v) for v in e] if isinstance(e, list) else float(e)
+                for e in self.raw_sampling_logprobs[start:end]]
 
     @staticmethod
     def _per_position(raw: list[Any], start: int, end: int) -> list[list[tuple[int, float]]]:
@@ -281,6 +299,9 @@ class SampleJSON:
     regenerations: int = 0  # restarts from the prompt because the weights changed under the sample
     # with return_routed_experts: base64 of int32 [prompt + output - 1, layers, top-k], as SGLang's
     routed_experts: str | None = None
+    # with return_sampling_mask: SGLang's output_token_sampling_mask / output_token_sampling_logprobs
+    sampling_mask: list[list[int]] | None = None
+    sampling_logprobs: list[Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -293,6 +314,8 @@ class SampleJSON:
             "spec": self.spec, "weight_version": self.weight_version, "weight_versions": self.weight_versions,
             "regenerations": self.regenerations,
             **({"routed_experts": self.routed_experts} if self.routed_experts is not None else {}),
+            **({"sampling_mask": self.sampling_mask, "sampling_logprobs": self.sampling_logprobs}
+               if self.sampling_mask is not None else {}),
             "chunks": [c.__dict__.copy() for c in self.chunks],
         }
 
@@ -308,7 +331,8 @@ class SampleJSON:
                    rid=d.get("rid", ""), spec=d.get("spec"), top_logprobs=d.get("top_logprobs"),
                    submitted_at=timing.get("submitted_at", 0.0), weight_version=d.get("weight_version"),
                    weight_versions=d.get("weight_versions"), regenerations=d.get("regenerations", 0),
-                   routed_experts=d.get("routed_experts"))
+                   routed_experts=d.get("routed_experts"), sampling_mask=d.get("sampling_mask"),
+                   sampling_logprobs=d.get("sampling_logprobs"))
 
 # ---- SLO requests ------------------------------------------------------------------------------------
 # Sent in a chunk's custom params when its request carries an ``slo``: the TPOT and TTFT objectives in

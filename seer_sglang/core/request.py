@@ -28,6 +28,10 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     token_ids_logprob: list[int] | None = None  # SGLang's: these tokens' logprobs at every position
+    # SGLang's return_sampling_mask: each output token's sampling support (the token ids top-k / top-p
+    # left) and its behaviour logprob within it, for a trainer that replays the cut; the value is
+    # SGLang's sampling_logprobs_mode ("selected": the drawn token's; "support": every kept token's).
+    sampling_mask: str | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     custom_logit_processor: str | None = None  # SGLang's serialized processor (instances need the flag)
@@ -159,6 +163,10 @@ class Sample:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     # per output position, (token id, logprob) of each of ``params.token_ids_logprob``
     token_ids_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # per output position, when ``params.sampling_mask``: SGLang's support token ids, and the behaviour
+    # logprob (a float, or one per support token in "support" mode)
+    sampling_masks: list[list[int]] = field(default_factory=list)
+    sampling_logprobs: list[Any] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     matched_stop: int | str | None = None
     error: str | None = None
@@ -298,6 +306,8 @@ class Sample:
         self.logprobs.clear()
         self.top_logprobs.clear()
         self.token_ids_logprobs.clear()
+        self.sampling_masks.clear()
+        self.sampling_logprobs.clear()
         self.token_versions.clear()
         self.routed_experts.clear()
         self.routed_experts_rows = 0

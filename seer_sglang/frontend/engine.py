@@ -325,7 +325,7 @@ class RolloutEngine:
             top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
             custom_logit_processor=sample.params.custom_logit_processor, **scope,
             token_ids_logprob=sample.params.token_ids_logprob, lora_path=sample.lora_path,
-            routed_experts_start_len=routed_from, **(sample.media or {}))
+            routed_experts_start_len=routed_from, sampling_mask=sample.params.sampling_mask, **(sample.media or {}))
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk
@@ -499,6 +499,9 @@ class RolloutEngine:
             sample.top_logprobs.extend(answer.output_top_logprobs(have, have + len(new_ids)))
             if sample.params.token_ids_logprob:
                 sample.token_ids_logprobs.extend(answer.output_token_ids_logprobs(have, have + len(new_ids)))
+        if sample.params.sampling_mask is not None:
+            sample.sampling_masks.extend(answer.sampling_masks(have, have + len(new_ids)))
+            sample.sampling_logprobs.extend(answer.sampling_logprobs(have, have + len(new_ids)))
         sample.output_ids.extend(new_ids)
         sample.chunks[-1].new_tokens += len(new_ids)
         if sample.first_token_at is None:
@@ -516,7 +519,7 @@ class RolloutEngine:
             if found:  # a stop string across a chunk boundary, which no single chunk could see
                 keep, matched = found
                 del sample.output_ids[keep:], sample.logprobs[keep:], sample.top_logprobs[keep:]
-                del sample.token_ids_logprobs[keep:]
+                del sample.token_ids_logprobs[keep:], sample.sampling_masks[keep:], sample.sampling_logprobs[keep:]
                 sample.finish_reason, sample.matched_stop = "stop", matched
                 self._complete(sample, SampleState.FINISHED)
                 return

@@ -25,7 +25,7 @@ from .errors import APIError
 _APPLIED = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
             "top_logprobs_num", "return_text_in_logprobs", "stream", "custom_logit_processor",
             "return_prompt_token_ids", "token_ids_logprob", "lora_path", "return_routed_experts",
-            "routed_experts_start_len", *MEDIA}
+            "routed_experts_start_len", "return_sampling_mask", "sampling_logprobs_mode", *MEDIA}
 # A prompt's media (wire.MEDIA) are sent with every chunk of its samples: a continuation is the
 # prompt's tokens (its media placeholders as the caller gave them) plus the output so far, and SGLang
 # expands the placeholders from the media again, so every chunk sees what one unchunked request sees.
@@ -203,6 +203,20 @@ def _token_ids_logprob(raw: Any, b: int, vocab_size: int) -> list[list[int] | No
     return [list(ids) or None for ids in per_prompt]
 
 
+def _sampling_masks(body: dict[str, Any], b: int) -> list[str | None]:
+    """Each prompt's ``sampling_logprobs_mode`` where it asks for ``return_sampling_mask``, else None
+    (SGLang's default mode is "selected")."""
+    asked = _per_prompt(body.get("return_sampling_mask") or False, b, "return_sampling_mask")
+    modes = _per_prompt(body.get("sampling_logprobs_mode"), b, "sampling_logprobs_mode")
+    out = []
+    for ask, mode in zip(asked, modes):
+        if mode not in (None, "selected", "support"):
+            raise APIError(f"sampling_logprobs_mode must be 'selected' or 'support', not {mode!r}",
+                           param="sampling_logprobs_mode")
+        out.append((mode or "selected") if ask else None)
+    return out
+
+
 def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
     """SGLang's own SamplingParams of one prompt, verified as SGLang verifies it."""
     from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
@@ -263,6 +277,7 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
     scopes = {name: _per_prompt(body.get(name), b, name) for name in _PASSED}
     trajectory = next((str(v) for v in (body.get("session_id"), body.get("routing_key"), routing_key)
                        if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v)), None)
+    masks = _sampling_masks(body, b)
     adapters = _per_prompt(body.get("lora_path"), b, "lora_path")
     if any(a is not None and (not isinstance(a, str) or not a) for a in adapters):
         raise APIError("lora_path names a loaded LoRA adapter (a non-empty string), or is null", param="lora_path")
@@ -300,7 +315,7 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             presence_penalty=sp.presence_penalty, repetition_penalty=sp.repetition_penalty,
             min_tokens=sp.min_new_tokens, token_ids_logprob=token_ids[i] if logprob[i] else None,
             logit_bias={str(int(k)): float(v) for k, v in sp.logit_bias.items()} if sp.logit_bias else None,
-            no_stop_trim=sp.no_stop_trim,
+            no_stop_trim=sp.no_stop_trim, sampling_mask=masks[i],
             spaces_between_special_tokens=sp.spaces_between_special_tokens, slo=slo)
         for j in range(n):
             k = i * n + j
@@ -403,6 +418,10 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
         if s.params.token_ids_logprob:
             meta["output_token_ids_logprobs"] = output_steps(s.token_ids_logprobs)
             meta["input_token_ids_logprobs"] = input_steps(s.input_token_ids_logprobs)
+    if s.params.sampling_mask is not None:
+        meta["output_token_sampling_mask"] = s.sampling_masks
+        meta["output_token_sampling_logprobs"] = s.sampling_logprobs
+        meta["output_token_sampling_mask_length"] = len(s.sampling_masks)
     if s.routed_experts_start is not None:
         meta["routed_experts"] = s.routed_experts_base64()
     out = {"text": text, "output_ids": list(s.output_ids), "meta_info": meta}

@@ -238,6 +238,10 @@ class RolloutRequest(SamplingFields):
     # routing replay: each sample's expert routings from its first position (SGLang's
     # return_routed_experts), in ``routed_experts``; the instances run --enable-return-routed-experts
     return_routed_experts: bool = False
+    # top-p / top-k replay: each token's sampling support and behaviour logprob (SGLang's
+    # return_sampling_mask and sampling_logprobs_mode), in ``sampling_mask`` / ``sampling_logprobs``
+    return_sampling_mask: bool = False
+    sampling_logprobs_mode: Literal["selected", "support"] = "selected"
 
 
 class AbortRequest(BaseModel):

@@ -38,6 +38,8 @@ class ModelInfo:
     lora: bool | None = None  # --enable-lora / --lora-paths
     routed_experts: bool | None = None  # --enable-return-routed-experts
     media: bool | None = None  # the model takes images (or audio)
+    speculative: bool | None = None  # --speculative-algorithm (seer's drafting)
+    sampling_mask_max_tokens: int | None = None  # SGLang's --sampling-mask-max-tokens
 
     def aliases(self) -> set[str]:
         return {self.served_name, self.model_path, os.path.basename(self.model_path.rstrip("/"))}
@@ -162,6 +164,7 @@ class Frontend:
         for n in natives:
             self.check_media(n.media)
             self.check_routed_experts(n.routed_experts_start is not None, n.media)
+            self.check_sampling_mask(n.params)
 
     def check_media(self, media: dict[str, Any] | None) -> None:
         """Media only for a model that takes them: plain SGLang would drop them in silence."""
@@ -180,6 +183,22 @@ class Frontend:
             raise APIError("return_routed_experts asked for, but the instances run without it: start the server "
                            "with --enable-return-routed-experts", 400, param="return_routed_experts",
                            code="routed_experts_not_enabled")
+
+    def check_sampling_mask(self, params: SamplingParams) -> None:
+        """A sampling support only where the instance can give it for every token, as SGLang's scheduler
+        decides (it would abort the request on the instance): not under speculative decoding, and only
+        for a finite top-k within ``--sampling-mask-max-tokens`` (greedy sampling is top-k 1)."""
+        if params.sampling_mask is None:
+            return
+        if self.model.speculative:
+            raise APIError("return_sampling_mask is not supported with speculative decoding (as in SGLang); start "
+                           "the server with --draft none", param="return_sampling_mask",
+                           code="sampling_mask_with_speculation")
+        cap = self.model.sampling_mask_max_tokens or 4096
+        top_k = 1 if params.temperature == 0 else params.top_k
+        if top_k != 1 and not 1 < top_k <= cap:
+            raise APIError(f"return_sampling_mask needs top_k = 1 or 1 < top_k <= {cap} (the instances' "
+                           f"--sampling-mask-max-tokens); got top_k = {params.top_k}", param="sampling_params.top_k")
 
     def check_open(self) -> None:
         if self.shutting_down:
@@ -400,6 +419,8 @@ class Frontend:
             latency_s=end - sample.submitted_at, spec=spec_totals([sample]),
             weight_version=sample.weight_version, regenerations=sample.regenerations,
             routed_experts=sample.routed_experts_base64() if sample.routed_experts_start is not None else None,
+            sampling_mask=sample.sampling_masks if sample.params.sampling_mask is not None else None,
+            sampling_logprobs=sample.sampling_logprobs if sample.params.sampling_mask is not None else None,
             weight_versions=[list(span) for span in sample.token_versions] if len(sample.token_versions) > 1 else None,
             chunks=[ChunkJSON(instance=c.instance, start=c.start, end=c.end, tokens=c.new_tokens,
                               cached_tokens=c.cached_tokens, kv=chunk_sources(c),

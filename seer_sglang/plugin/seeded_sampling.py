@@ -200,16 +200,24 @@ def token_keyed_draw(original, probs, top_ks, top_ps, min_ps, need_min_p_samplin
     Here every row draws ``argmax(log p_filtered(token) + gumbel(seed, position, token))``: its cut
     applied in token order, the same noise as the plain path, and a row without a cut takes exactly
     the plain path's draw. Each draw is still an exact sample of the row's filtered distribution.
+
+    With ``return_filtered_probs`` (a request asked for its sampling support, ``return_sampling_mask``)
+    it also returns what SGLang's path returns: the filtered weights in descending order of
+    probability, their token ids, and each drawn token's weight.
     """
     import torch
     from sglang.srt.layers import sampler
 
-    if sampling_seed is None or return_filtered_probs or need_min_p_sampling:
+    if sampling_seed is None or need_min_p_sampling:
         return original(probs, top_ks, top_ps, min_ps, need_min_p_sampling, sampling_seed, positions, *args,
                         return_filtered_probs=return_filtered_probs, **kwargs)
     kept = filtered_probs(probs, top_ks, top_ps)
-    ids = sampler.multinomial_with_seed(torch.log(kept), sampling_seed, positions)
-    return ids.view(-1).to(torch.int32)
+    ids = sampler.multinomial_with_seed(torch.log(kept), sampling_seed, positions).view(-1)
+    if not return_filtered_probs:
+        return ids.to(torch.int32)
+    order = probs.sort(dim=-1, descending=True).indices
+    return (ids.to(torch.int32), kept.gather(1, order), order.to(torch.int32),
+            kept.gather(1, ids.long().view(-1, 1)).view(-1))
 
 
 def register_hooks() -> None:

@@ -133,3 +133,39 @@ def test_a_seeded_draw_does_not_depend_on_the_rest_of_its_batch():
     finally:
         sampler.multinomial_with_seed = old
         sampler.murmur_hash32 = saved_hash
+
+
+def test_asking_for_the_sampling_support_changes_no_draw():
+    """``return_sampling_mask`` makes SGLang's sampler ask for the filtered weights: the hooked draw
+    then gives the same tokens as without, and the weights, token order and drawn weights of SGLang's
+    own path (its sort of the probabilities, its cut), which SGLang packs into the support."""
+    import torch
+    from sglang.srt.layers import sampler
+
+    from seer_sglang.plugin.seeded_sampling import eager_on_cpu, murmur_hash32_torch, token_keyed_draw
+
+    saved_hash, old = sampler.murmur_hash32, sampler.multinomial_with_seed
+    sampler.murmur_hash32 = murmur_hash32_torch  # SGLang's CPU hash needs a kernel wheel we lack
+    sampler.multinomial_with_seed = lambda *a, **k: eager_on_cpu(old, *a, **k)
+    original = sampler.top_k_top_p_min_p_sampling_from_probs_torch
+    try:
+        torch.manual_seed(1)
+        rows, vocab = 300, 64
+        probs = torch.softmax(torch.randn(rows, vocab) * 2, dim=-1)
+        top_ks = torch.randint(1, 12, (rows,))
+        top_ps = torch.rand(rows) * 0.6 + 0.4
+        seeds = torch.randint(0, 2**62, (rows,), dtype=torch.int64)
+        positions = torch.arange(rows, dtype=torch.int64) * 3
+        args = (probs, top_ks, top_ps, torch.zeros(rows), False, seeds, positions)
+        plain = token_keyed_draw(original, *args)
+        ids, weights, order, chosen = token_keyed_draw(original, *args, return_filtered_probs=True)
+        _, sglang_weights, sglang_order, _ = original(*args, return_filtered_probs=True)
+        assert torch.equal(ids, plain)
+        assert torch.equal(weights, sglang_weights) and torch.equal(order, sglang_order)
+        support = weights > 0
+        assert bool((support.sum(-1) <= top_ks).all())
+        drawn = (order == ids.view(-1, 1)) & support  # each drawn token lies in its row's support
+        assert bool(drawn.any(-1).all())
+        assert torch.equal(chosen, (weights * drawn).sum(-1))
+    finally:
+        sampler.multinomial_with_seed, sampler.murmur_hash32 = old, saved_hash

@@ -5,6 +5,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from seer_sglang.launch.waiting import wait_until
 
 
@@ -92,6 +93,31 @@ def test_pause_holds_rollout_samples_and_loses_nothing(seer_url):
     samples = bg.join().json()["samples"]
     assert [s["finish_reason"] for s in samples] == ["length", "length"]
     assert all(len(s["output_ids"]) == 400 == len(s["logprobs"]) for s in samples)
+
+
+@pytest.mark.parametrize("mode", ["retract", "in_place"])
+def test_a_retract_or_in_place_pause_keeps_generate_calls_open_and_changes_no_token(seer_url, plain_url, mode):
+    """SGLang's other pause modes keep the requests on the instances (retracted to the queue, or held
+    where they are): a ``/generate`` call in flight stays open through the pause, is not answered as an
+    abort, and ends with the tokens it would have had unpaused."""
+    body = {"text": f"pause {mode}", "sampling_params": {"max_new_tokens": 300, "temperature": 0,
+                                                         "ignore_eos": True}}
+    want = _post(plain_url, "/generate", body).json()["output_ids"]
+    box = {}
+    call = threading.Thread(target=lambda: box.update(r=_post(seer_url, "/generate", body)), daemon=True)
+    call.start()
+    _wait_running(seer_url)
+    r = _post(seer_url, "/pause_generation", {"mode": mode})
+    assert r.status_code == 200 and r.headers["x-seer-returned-samples"] == "0", r.text
+    try:
+        time.sleep(1.5)
+        assert call.is_alive()  # held, not answered
+    finally:
+        assert _post(seer_url, "/continue_generation", {}).status_code == 200
+    call.join(300)
+    assert not call.is_alive()
+    got = box["r"].json()
+    assert got["meta_info"]["finish_reason"]["type"] == "length" and got["output_ids"] == want
 
 
 def test_update_weights_from_disk_fans_out(seer_url, tiny_model):

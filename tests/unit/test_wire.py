@@ -112,3 +112,23 @@ def test_a_chunk_request_sends_logprob_fields_only_when_asked():
                         top_logprobs_num=2, priority=5, custom_logit_processor="{}").to_json()
     assert (full["logprob_start_len"], full["top_logprobs_num"], full["priority"], full["custom_logit_processor"]) \
         == (0, 2, 5, "{}")
+
+
+def test_sampling_supports_are_asked_for_and_read_per_position():
+    """A chunk asks for SGLang's sampling support only for a sample that wants it, with its mode; the
+    answer's per-token supports and behaviour logprobs (one float, or one per support token) are read
+    by position, as the frontend joins them over chunks."""
+    from seer_sglang.wire import ChunkAnswer, ChunkRequest
+
+    asked = ChunkRequest(rid="g-0-c1", input_ids=[1], sampling_params={}, sampling_mask="support").to_json()
+    assert (asked["return_sampling_mask"], asked["sampling_logprobs_mode"]) == (True, "support")
+    assert "return_sampling_mask" not in ChunkRequest(rid="g-0-c1", input_ids=[1], sampling_params={}).to_json()
+    answer = ChunkAnswer.parse({"output_ids": [4, 9, 2], "meta_info": {
+        "output_token_sampling_mask": [[4, 3], [9], [2, 8, 1]],
+        "output_token_sampling_logprobs": [[-0.2, -1.7], [0.0], [-0.5, -1.5, -2.0]]}})
+    assert answer.sampling_masks(1, 3) == [[9], [2, 8, 1]]
+    assert answer.sampling_logprobs(0, 2) == [[-0.2, -1.7], [0.0]]
+    selected = ChunkAnswer.parse({"output_ids": [4], "meta_info": {"output_token_sampling_mask": [[4, 3]],
+                                                                   "output_token_sampling_logprobs": [-0.2]}})
+    assert selected.sampling_logprobs(0, 1) == [-0.2]
+    assert ChunkAnswer.parse({"output_ids": [4], "meta_info": {}}).sampling_masks(0, 1) == []

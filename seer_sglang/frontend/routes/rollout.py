@@ -52,7 +52,9 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         fe.check_routed_experts(req.return_routed_experts, media)
         params = req.sampling_params(req.max_tokens, fe.tokenizer.vocab_size, logprobs=req.logprobs,
                                      top_logprobs=req.top_logprobs, skip_special_tokens=req.skip_special_tokens,
-                                     custom_logit_processor=req.custom_logit_processor)
+                                     custom_logit_processor=req.custom_logit_processor,
+                                     sampling_mask=req.sampling_logprobs_mode if req.return_sampling_mask else None)
+        fe.check_sampling_mask(params)
         gid = fe.new_group_id(prompt.group_id)
         if gid in prompt_index:
             raise APIError(f"group_id {gid!r} appears twice in this rollout", param=f"prompts.{i}.group_id")
