@@ -97,10 +97,14 @@ class _WidthViews:
         return self.buffer[:bs * w * (w if self.shape == "square" else 1)]
 
 
-def needs_own_sampler(info) -> bool:
+def needs_own_sampler(info, reqs: Sequence = ()) -> bool:
     """Whether the batch must decode one token per step through SGLang's sampler: penalties count
-    every earlier token (SGLang's verify counts only each step's last one) and the verify step does not
-    apply a logit bias."""
+    every earlier token (SGLang's verify counts only each step's last one), the verify step does not
+    apply a logit bias, and a request that wants its expert routings (``return_routed_experts``) needs
+    each position's routing from the forward that computed its token: a verify step records routings
+    at the tree nodes' KV slots, not at the slots its accepted tokens end up in."""
+    if any(getattr(req, "return_routed_experts", False) for req in reqs):
+        return True
     orchestrator = info.penalizer_orchestrator
     return bool((orchestrator is not None and orchestrator.is_required) or info.acc_additive_penalties is not None
                 or info.acc_scaling_penalties is not None or info.logit_bias is not None)
@@ -357,7 +361,7 @@ class SeerSpecWorker(NGRAMWorker):
         # On CPU the verify is ragged (see _CompactVerify): the budget splits gamma* * B draft tokens
         # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
         # so all are verified.
-        own = needs_own_sampler(batch.sampling_info)
+        own = needs_own_sampler(batch.sampling_info, batch.reqs)
         gamma = self._gamma = 0 if own else self.budget.gamma_star(bs, batch_kv_tokens(batch)) \
             if self.variable_width else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
@@ -494,7 +498,8 @@ class SeerSpecWorker(NGRAMWorker):
         next_token_ids = out.next_token_ids.view(bs)
         return GenerationBatchResult(
             logits_output=logits_output, next_token_ids=next_token_ids, can_run_cuda_graph=out.can_run_cuda_graph,
-            accept_lens=accept_lens, new_seq_lens=new_seq_lens,
+            accept_lens=accept_lens, new_seq_lens=new_seq_lens, routed_experts_output=out.routed_experts_output,
+            indexer_topk_output=out.indexer_topk_output,
             next_draft_input=NgramVerifyInput(draft_token_num=1, new_seq_lens=new_seq_lens,
                                               accept_tokens=next_token_ids, accept_lens=accept_lens),
             speculative_num_draft_tokens=self.speculative_num_draft_tokens)
