@@ -58,7 +58,7 @@ async def describe_model(client: InstanceClient | None, model_path: str | None) 
                      tp_size=int(info.get("tp_size") or 1), page_size=info.get("page_size"),
                      lora=bool(info.get("enable_lora") or info.get("lora_paths")) if info else None,
                      routed_experts=bool(info.get("enable_return_routed_experts")) if info else None, media=media,
-                     speculative=bool(info.get("speculative_algorithm")) if info else None,
+                     speculative=info.get("speculative_algorithm") or None,
                      sampling_mask_max_tokens=info.get("sampling_mask_max_tokens"))
 
 

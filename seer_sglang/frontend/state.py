@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from ..core.accounting import chunk_sources, spec_totals
 from ..config import FRONTEND
 from ..core.request import Group, Sample, SampleState, SamplingParams, group_seed_key
-from ..wire import ChunkJSON, SampleJSON, sample_rid
+from ..wire import SPEC_ALGORITHM, ChunkJSON, SampleJSON, sample_rid
 from .engine import NoHealthyInstance, RolloutEngine
 from .errors import APIError
 from .grouping import SampleGrouper
@@ -38,7 +38,7 @@ class ModelInfo:
     lora: bool | None = None  # --enable-lora / --lora-paths
     routed_experts: bool | None = None  # --enable-return-routed-experts
     media: bool | None = None  # the model takes images (or audio)
-    speculative: bool | None = None  # --speculative-algorithm (seer's drafting)
+    speculative: str | None = None  # the instances' --speculative-algorithm (SEER: seer's drafting)
     sampling_mask_max_tokens: int | None = None  # SGLang's --sampling-mask-max-tokens
 
     def aliases(self) -> set[str]:
@@ -185,14 +185,15 @@ class Frontend:
                            code="routed_experts_not_enabled")
 
     def check_sampling_mask(self, params: SamplingParams) -> None:
-        """A sampling support only where the instance can give it for every token, as SGLang's scheduler
-        decides (it would abort the request on the instance): not under speculative decoding, and only
-        for a finite top-k within ``--sampling-mask-max-tokens`` (greedy sampling is top-k 1)."""
+        """A sampling support only where the instances can give one for every token, as SGLang's scheduler
+        decides (it would abort the request on the instance): under no speculative algorithm but seer's
+        (whose instances decode such a request without drafts), and only for a finite top-k within
+        ``--sampling-mask-max-tokens`` (greedy sampling is top-k 1)."""
         if params.sampling_mask is None:
             return
-        if self.model.speculative:
-            raise APIError("return_sampling_mask is not supported with speculative decoding (as in SGLang); start "
-                           "the server with --draft none", param="return_sampling_mask",
+        if self.model.speculative and self.model.speculative != SPEC_ALGORITHM:
+            raise APIError(f"return_sampling_mask is not supported with the instances' speculative algorithm "
+                           f"{self.model.speculative} (as in SGLang)", param="return_sampling_mask",
                            code="sampling_mask_with_speculation")
         cap = self.model.sampling_mask_max_tokens or 4096
         top_k = 1 if params.temperature == 0 else params.top_k

@@ -27,6 +27,7 @@ def register_spec() -> None:
     try:
         _register_attention_backend()
         _register_algorithm()
+        _allow_sampling_supports()
         from sglang.srt.utils import is_cpu
 
         if is_cpu():
@@ -68,6 +69,23 @@ def _register_algorithm() -> None:
         from .spec_worker import SeerSpecWorker
 
         return SeerSpecWorker
+
+
+def _allow_sampling_supports() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.speculative.spec_sampling_mask.validate_spec_sampling_mask_request",
+                          sampling_support_check, HookType.AROUND)
+
+
+def sampling_support_check(original, req, spec_algorithm, *args, **kwargs):
+    """AROUND hook on SGLang's admission check of ``return_sampling_mask`` under speculation, which
+    refuses every algorithm whose verify does not capture supports. SEER decodes a batch holding such a
+    request one token per step through SGLang's own sampler (``spec_worker.needs_own_sampler``), which
+    gives each token's support as it does without speculation; other algorithms keep SGLang's rule."""
+    if getattr(spec_algorithm, "name", None) == SPEC_ALGORITHM:
+        return None
+    return original(req, spec_algorithm, *args, **kwargs)
 
 
 def _seer_spec_class():

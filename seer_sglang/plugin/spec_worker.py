@@ -102,8 +102,10 @@ def needs_own_sampler(info, reqs: Sequence = ()) -> bool:
     every earlier token (SGLang's verify counts only each step's last one), the verify step does not
     apply a logit bias, and a request that wants its expert routings (``return_routed_experts``) needs
     each position's routing from the forward that computed its token: a verify step records routings
-    at the tree nodes' KV slots, not at the slots its accepted tokens end up in."""
-    if any(getattr(req, "return_routed_experts", False) for req in reqs):
+    at the tree nodes' KV slots, not at the slots its accepted tokens end up in; and one that wants each
+    token's sampling support (``return_sampling_mask``), which only SGLang's sampler gives."""
+    if any(getattr(req, "return_routed_experts", False) or getattr(req, "return_sampling_mask", False)
+           for req in reqs):
         return True
     orchestrator = info.penalizer_orchestrator
     return bool((orchestrator is not None and orchestrator.is_required) or info.acc_additive_penalties is not None

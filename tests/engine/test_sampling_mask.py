@@ -83,17 +83,32 @@ def test_generate_returns_sglangs_sampling_fields(lora_servers):
         assert lp == pytest.approx(plain[t]["output_token_sampling_logprobs"][0][support.index(out[t])], abs=1e-4)
 
 
-def test_a_support_the_instances_cannot_give_is_a_400(lora_servers, servers):
+def test_speculating_instances_give_every_tokens_support(servers):
+    """seer's instances draft by default: a batch holding a request that asks for supports decodes
+    without drafts, through SGLang's own sampler, so the supports are plain SGLang's there too."""
+    seer_url, plain_url = servers.seer.url, servers.plain.url
+    greedy = {"input_ids": PROMPTS[2], "return_sampling_mask": True,
+              "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True}}
+    got, want = (httpx.post(f"{url}/generate", json=greedy, timeout=300).json() for url in (seer_url, plain_url))
+    assert got["output_ids"] == want["output_ids"], got
+    assert got["meta_info"]["output_token_sampling_mask"] == want["meta_info"]["output_token_sampling_mask"]
+    r = httpx.post(f"{seer_url}/v1/rollout", json={
+        "prompts": [{"input_ids": PROMPTS[3]}], "n": 2, "max_tokens": TOKENS, "ignore_eos": True, "seed": 3,
+        "return_sampling_mask": True, "sampling_logprobs_mode": "support", **CUT}, timeout=600)
+    assert r.status_code == 200, r.text
+    for s in r.json()["samples"]:
+        _assert_supports_are_plain_sglangs(plain_url, PROMPTS[3], s["output_ids"], s["sampling_mask"],
+                                           s["sampling_logprobs"])
+
+
+def test_a_support_the_instances_cannot_give_is_a_400(lora_servers):
     body = {"input_ids": PROMPTS[0], "return_sampling_mask": True,
             "sampling_params": {"max_new_tokens": 4, "temperature": 1.0}}  # no finite top-k
     r = httpx.post(f"{lora_servers.seer_url}/generate", json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "sampling_params.top_k", r.text
     r = httpx.post(f"{lora_servers.seer_url}/generate", json={**body, "sampling_logprobs_mode": "all"}, timeout=60)
     assert r.status_code == 400, r.text
-    # speculative decoding (seer's default) verifies drafts: SGLang gives no support there
-    r = httpx.post(f"{servers.seer.url}/generate", json={**body, "sampling_params": {"max_new_tokens": 4, **CUT}},
-                   timeout=60)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "sampling_mask_with_speculation", r.text
-    r = httpx.post(f"{servers.seer.url}/v1/rollout", json={"prompts": [{"input_ids": PROMPTS[0]}], "max_tokens": 4,
-                                                           "return_sampling_mask": True, **CUT}, timeout=60)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "sampling_mask_with_speculation", r.text
+    r = httpx.post(f"{lora_servers.seer_url}/v1/rollout", json={
+        "prompts": [{"input_ids": PROMPTS[0]}], "max_tokens": 4, "return_sampling_mask": True, "temperature": 1.0},
+        timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "sampling_params.top_k", r.text
