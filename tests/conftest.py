@@ -185,26 +185,3 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in gpu:
         item.add_marker(skip_gpu)
-
-
-LORA_ARGS = ["--dtype", "float32", "--enable-lora", "--lora-backend", "torch_native", "--max-loras-per-batch", "2",
-             "--max-lora-rank", "8", "--lora-target-modules", "all"]
-
-
-@dataclass
-class LoraServers:
-    seer_url: str
-    plain_url: str
-    adapters: Path  # the tiny model's adapters, a/ and b/
-
-
-@pytest.fixture(scope="session")
-def lora_servers(tiny_model: str, tmp_path_factory) -> LoraServers:
-    """Seer (2 instances) and plain SGLang of the tiny model with LoRA on and adapter ``a`` loaded at
-    launch. LoRA turns seer's speculative decoding off, so this is also the suite's seer deployment
-    without speculation (what SGLang's sampling supports need)."""
-    adapters = prepare("tiny-lora")
-    logs = tmp_path_factory.mktemp("lora")
-    with seer_beside_plain(tiny_model, logs, [*LORA_ARGS, "--lora-paths", f"a={adapters}/a"]) as (seer, plain):
-        yield LoraServers(seer.url, plain.url, adapters)
-

@@ -8,17 +8,26 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import BackgroundRollout, chunked, generated_tokens, moved_rollout, wait_until
+from conftest import BackgroundRollout, chunked, generated_tokens, moved_rollout, seer_beside_plain, wait_until
+from seer_sglang.models import prepare
 
 CHUNK = 16
 PROMPTS = [[7 + i, 300 + 11 * i, 41, 12, 990 - i, 5, 77, 1500 + i, 3, 64] for i in range(4)]
 
 
+def _lora_args(adapters) -> list[str]:
+    return ["--dtype", "float32", "--enable-lora", "--lora-backend", "torch_native", "--max-loras-per-batch", "2",
+            "--max-lora-rank", "8", "--lora-target-modules", "all", "--lora-paths", f"a={adapters}/a"]
+
+
 @pytest.fixture(scope="module")
-def lora(lora_servers):
+def lora(tiny_model, tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
-    _scheduler(lora_servers.seer_url)
-    yield lora_servers.seer_url, lora_servers.plain_url, lora_servers.adapters
+    adapters = prepare("tiny-lora")
+    logs = tmp_path_factory.mktemp("lora")
+    with seer_beside_plain(tiny_model, logs, _lora_args(adapters)) as (seer, plain):
+        _scheduler(seer.url)
+        yield seer.url, plain.url, adapters
 
 
 def _scheduler(url: str, **settings) -> None:

@@ -16,6 +16,14 @@ PROMPTS = [[9 + i, 310 + 13 * i, 44, 15, 970 - i, 6, 70, 1400 + i, 2, 61] for i 
 CUT = {"temperature": 1.0, "top_k": 8, "top_p": 0.8}
 
 
+@pytest.fixture(autouse=True)
+def _scheduler_kept(servers):
+    """The tests set the shared server's scheduler (chunks of 16); it is put back as it was."""
+    before = httpx.get(f"{servers.seer.url}/scheduler", timeout=30).json()
+    yield
+    httpx.post(f"{servers.seer.url}/scheduler", json=before, timeout=30).raise_for_status()
+
+
 def _plain_supports(plain_url: str, prompt: list[int], output: list[int]) -> list[dict]:
     """Plain SGLang's support at each position of ``output`` after ``prompt``: one token per prefix."""
     r = httpx.post(f"{plain_url}/generate", json={
@@ -34,8 +42,8 @@ def _assert_supports_are_plain_sglangs(plain_url: str, prompt: list[int], output
         assert logprobs[t] == pytest.approx(plain["output_token_sampling_logprobs"][0], abs=1e-4), t
 
 
-def test_supports_of_moved_samples_are_plain_sglangs_and_chunking_changes_nothing(lora_servers):
-    seer_url, plain_url = lora_servers.seer_url, lora_servers.plain_url
+def test_supports_of_moved_samples_are_plain_sglangs_and_chunking_changes_nothing(servers):
+    seer_url, plain_url = servers.seer.url, servers.plain.url
     body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2, "max_tokens": TOKENS, "ignore_eos": True,
             "seed": 11, "return_sampling_mask": True, "sampling_logprobs_mode": "support", **CUT}
     moved = moved_rollout(seer_url, body, CHUNK)
@@ -59,8 +67,8 @@ def test_supports_of_moved_samples_are_plain_sglangs_and_chunking_changes_nothin
                                            s["sampling_mask"], s["sampling_logprobs"])
 
 
-def test_generate_returns_sglangs_sampling_fields(lora_servers):
-    seer_url, plain_url = lora_servers.seer_url, lora_servers.plain_url
+def test_generate_returns_sglangs_sampling_fields(servers):
+    seer_url, plain_url = servers.seer.url, servers.plain.url
     chunked(seer_url, CHUNK)
     greedy = {"input_ids": PROMPTS[0], "return_sampling_mask": True,
               "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True}}
@@ -101,14 +109,14 @@ def test_speculating_instances_give_every_tokens_support(servers):
                                            s["sampling_logprobs"])
 
 
-def test_a_support_the_instances_cannot_give_is_a_400(lora_servers):
+def test_a_support_the_instances_cannot_give_is_a_400(servers):
     body = {"input_ids": PROMPTS[0], "return_sampling_mask": True,
             "sampling_params": {"max_new_tokens": 4, "temperature": 1.0}}  # no finite top-k
-    r = httpx.post(f"{lora_servers.seer_url}/generate", json=body, timeout=60)
+    r = httpx.post(f"{servers.seer.url}/generate", json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "sampling_params.top_k", r.text
-    r = httpx.post(f"{lora_servers.seer_url}/generate", json={**body, "sampling_logprobs_mode": "all"}, timeout=60)
+    r = httpx.post(f"{servers.seer.url}/generate", json={**body, "sampling_logprobs_mode": "all"}, timeout=60)
     assert r.status_code == 400, r.text
-    r = httpx.post(f"{lora_servers.seer_url}/v1/rollout", json={
+    r = httpx.post(f"{servers.seer.url}/v1/rollout", json={
         "prompts": [{"input_ids": PROMPTS[0]}], "max_tokens": 4, "return_sampling_mask": True, "temperature": 1.0},
         timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "sampling_params.top_k", r.text
