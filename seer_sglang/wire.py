@@ -123,7 +123,8 @@ class ChunkRequest:
     token_ids_logprob: list[int] | None = None
     lora_path: str | None = None
     routed_experts_start_len: int | None = None  # None: no routings asked
-    sampling_mask: str | None = None  # SGLang's sampling_logprobs_mode when the support is asked, else None
+    # SGLang's sampling_logprobs_mode when the token supports are asked (return_sampling_mask), else None
+    sampling_logprobs_mode: str | None = None
     # the prompt's media, sent with every chunk (SGLang expands the prompt's placeholders from them)
     image_data: Any = None
     video_data: Any = None
@@ -147,9 +148,9 @@ class ChunkRequest:
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
         body.update({name: getattr(self, name) for name in MEDIA if getattr(self, name) is not None})
-        if self.sampling_mask is not None:
+        if self.sampling_logprobs_mode is not None:
             body["return_sampling_mask"] = True
-            body["sampling_logprobs_mode"] = self.sampling_mask
+            body["sampling_logprobs_mode"] = self.sampling_logprobs_mode
         if self.routed_experts_start_len is not None:
             body["return_routed_experts"] = True
             body["routed_experts_start_len"] = self.routed_experts_start_len

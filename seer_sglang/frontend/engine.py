@@ -325,7 +325,8 @@ class RolloutEngine:
             top_logprobs_num=sample.params.top_logprobs, priority=sample.priority,
             custom_logit_processor=sample.params.custom_logit_processor, **scope,
             token_ids_logprob=sample.params.token_ids_logprob, lora_path=sample.lora_path,
-            routed_experts_start_len=routed_from, sampling_mask=sample.params.sampling_mask, **(sample.media or {}))
+            routed_experts_start_len=routed_from, sampling_logprobs_mode=sample.params.sampling_mask,
+            **(sample.media or {}))
 
     async def _run_chunk(self, launch: Launch) -> None:
         sample, instance, max_new, chunk = launch.sample, launch.instance, launch.max_new_tokens, launch.chunk

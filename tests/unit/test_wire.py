@@ -120,7 +120,8 @@ def test_sampling_supports_are_asked_for_and_read_per_position():
     by position, as the frontend joins them over chunks."""
     from seer_sglang.wire import ChunkAnswer, ChunkRequest
 
-    asked = ChunkRequest(rid="g-0-c1", input_ids=[1], sampling_params={}, sampling_mask="support").to_json()
+    asked = ChunkRequest(rid="g-0-c1", input_ids=[1], sampling_params={},
+                         sampling_logprobs_mode="support").to_json()
     assert (asked["return_sampling_mask"], asked["sampling_logprobs_mode"]) == (True, "support")
     assert "return_sampling_mask" not in ChunkRequest(rid="g-0-c1", input_ids=[1], sampling_params={}).to_json()
     answer = ChunkAnswer.parse({"output_ids": [4, 9, 2], "meta_info": {
