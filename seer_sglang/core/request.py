@@ -299,6 +299,12 @@ class Sample:
         """``routed_experts_bytes`` as SGLang's ``meta_info.routed_experts`` carries them."""
         return base64.b64encode(self.routed_experts_bytes()).decode()
 
+    def keep_tokens(self, keep: int) -> None:
+        """Drop the output past its first ``keep`` tokens, with their per-token returns."""
+        for per_token in (self.output_ids, self.logprobs, self.top_logprobs, self.token_ids_logprobs,
+                          self.sampling_masks, self.sampling_logprobs):
+            del per_token[keep:]
+
     def restart(self) -> None:
         """Drop every generated token: the sample is generated again from its prompt (its seed stays,
         so on the same weights it would draw the same tokens)."""

@@ -519,8 +519,7 @@ class RolloutEngine:
             found = self.hooks.find_stop(sample)
             if found:  # a stop string across a chunk boundary, which no single chunk could see
                 keep, matched = found
-                del sample.output_ids[keep:], sample.logprobs[keep:], sample.top_logprobs[keep:]
-                del sample.token_ids_logprobs[keep:], sample.sampling_masks[keep:], sample.sampling_logprobs[keep:]
+                sample.keep_tokens(keep)
                 sample.finish_reason, sample.matched_stop = "stop", matched
                 self._complete(sample, SampleState.FINISHED)
                 return

@@ -205,16 +205,10 @@ def _token_ids_logprob(raw: Any, b: int, vocab_size: int) -> list[list[int] | No
 
 def _sampling_masks(body: dict[str, Any], b: int) -> list[str | None]:
     """Each prompt's ``sampling_logprobs_mode`` where it asks for ``return_sampling_mask``, else None
-    (SGLang's default mode is "selected")."""
+    (SGLang's default mode is "selected"; its parse has refused any other value)."""
     asked = _per_prompt(body.get("return_sampling_mask") or False, b, "return_sampling_mask")
     modes = _per_prompt(body.get("sampling_logprobs_mode"), b, "sampling_logprobs_mode")
-    out = []
-    for ask, mode in zip(asked, modes):
-        if mode not in (None, "selected", "support"):
-            raise APIError(f"sampling_logprobs_mode must be 'selected' or 'support', not {mode!r}",
-                           param="sampling_logprobs_mode")
-        out.append((mode or "selected") if ask else None)
-    return out
+    return [(mode or "selected") if ask else None for ask, mode in zip(asked, modes)]
 
 
 def _sampling(sp: dict[str, Any], vocab_size: int, param: str) -> Any:
