@@ -1,0 +1,5 @@
+"""``python -m benchmarks.tables``."""
+
+from benchmarks.tables import main
+
+raise SystemExit(main())
