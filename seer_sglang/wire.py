@@ -13,9 +13,22 @@ Imports nothing from the package.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+import orjson
+
+
+def json_bytes(body: Any) -> bytes:
+    """JSON as SGLang writes it (orjson: a non-finite float, such as a -inf logprob, is null), for the
+    chunks sent to instances and the answers sent to callers; what orjson cannot write (an integer past
+    64 bits in a caller's custom params) is written by the standard library."""
+    try:
+        return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(body).encode()
 
 # ---- rids -----------------------------------------------------------------------------------------
 CHUNK_RID = re.compile(r"^(?P<group>.+)-(?P<index>\d+)-c(?P<chunk>\d+)$")
@@ -157,6 +170,47 @@ class ChunkRequest:
         return body
 
 
+# ---- meta_info: what seer builds itself, and how the rest of an instance's keys join over chunks ----
+# The keys the frontend computes for a sample from all its chunks (``frontend/native.py: response``);
+# an instance's value of one of these describes its chunk only. SGLang's ``spec_*`` keys are seer's too.
+OWN_META = frozenset({
+    "id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "weight_version",
+    "weight_versions", "num_retractions", "e2e_latency", "output_token_logprobs", "output_token_logprobs_length",
+    "input_token_logprobs", "output_top_logprobs", "input_top_logprobs", "output_token_ids_logprobs",
+    "input_token_ids_logprobs", "output_token_sampling_mask", "output_token_sampling_logprobs",
+    "output_token_sampling_mask_length", "routed_experts"})
+# Counts and times over a chunk's work, which add up over the sample's chunks.
+SUMMED_META = frozenset({"reasoning_tokens", "queue_time"})
+# The prompt's, from the chunk that prefilled it (as ``cached_tokens``).
+FIRST_META = frozenset({"cached_tokens_details"})
+
+
+def passed_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a chunk's ``meta_info`` that seer passes on to the caller: every key it does not
+    build itself, such as what a plugin or a patched SGLang adds (SGLang's ``customized_info``)."""
+    return {k: v for k, v in meta.items() if k not in OWN_META and not k.startswith("spec_")}
+
+
+def join_meta(scalars: dict[str, Any], per_token: dict[str, list[Any]], chunk: dict[str, Any], base: int,
+              new_tokens: int) -> None:
+    """Join one chunk's passed keys into a sample's (``base``: the sample's tokens before the chunk,
+    ``new_tokens``: the chunk's). A list with one entry per new token is per-token, as SGLang's
+    ``customized_info`` is: the chunks' lists join end to end (positions before a key's first chunk are
+    None, as SGLang pads them). Counts in ``SUMMED_META`` add up, ``FIRST_META`` is the first chunk's,
+    and any other value is the latest chunk's."""
+    for key, value in chunk.items():
+        if key in SUMMED_META and isinstance(value, (int, float)) and not isinstance(value, bool):
+            scalars[key] = scalars.get(key, 0) + value
+        elif key in FIRST_META:
+            scalars.setdefault(key, value)
+        elif key in per_token or (isinstance(value, list) and new_tokens and len(value) == new_tokens):
+            joined = per_token.setdefault(key, [])
+            joined.extend([None] * (base - len(joined)))
+            joined.extend(value if isinstance(value, list) else [value] * new_tokens)
+        else:
+            scalars[key] = value
+
+
 @dataclass
 class ChunkAnswer:
     """What the frontend reads of SGLang's answer to a chunk (the whole answer, or one stream event;
@@ -186,6 +240,7 @@ class ChunkAnswer:
     raw_input_token_ids_logprobs: list[Any] = field(default_factory=list)
     raw_sampling_masks: list[Any] = field(default_factory=list)  # output_token_sampling_mask
     raw_sampling_logprobs: list[Any] = field(default_factory=list)  # output_token_sampling_logprobs
+    passed: dict[str, Any] = field(default_factory=dict)  # passed_meta(meta_info)
 
     @classmethod
     def parse(cls, event: dict[str, Any]) -> "ChunkAnswer":
@@ -212,7 +267,7 @@ class ChunkAnswer:
             raw_output_token_ids_logprobs=meta.get("output_token_ids_logprobs") or [],
             raw_input_token_ids_logprobs=meta.get("input_token_ids_logprobs") or [],
             raw_sampling_masks=meta.get("output_token_sampling_mask") or [],
-            raw_sampling_logprobs=meta.get("output_token_sampling_logprobs") or [])
+            raw_sampling_logprobs=meta.get("output_token_sampling_logprobs") or [], passed=passed_meta(meta))
 
     @property
     def finish_type(self) -> str | None:

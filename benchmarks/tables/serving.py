@@ -138,21 +138,26 @@ def _multiturn_run(results: Results, stem: str) -> str:
     names = {"plain": "plain SGLang, called directly", "seer": "seer_sglang, turns name their trajectory",
              "seer-no-session": "seer_sglang, no trajectory named",
              "seer-instance": "seer_sglang's instance, past the frontend"}
+    paired = c.get("interleaved", False)  # modes sent turn by turn, back to back: each turn has a pair
     rows = [[names[mode], f"{fnum(m[mode]['p50_ms'])} ms", f"{fnum(m[mode]['p90_ms'])} ms",
+             *([f"{m[mode]['paired_over_plain_p50_ms']:+.1f} ms"] if paired else []),
              " / ".join(fnum(x) for x in m[mode]["per_repeat_p50_ms"]),
-             f"{m[mode]['cached_share_later_turns']:.0%}", str(m[mode]["turns_differing_from_plain"])]
+             f"{m[mode]['cached_share_later_turns']:.0%}",
+             "-" if m[mode]["turns_differing_from_plain"] is None else str(m[mode]["turns_differing_from_plain"])]
             for mode in ("plain", "seer", "seer-no-session", "seer-instance")]
     seer_args = c.get("seer_args") or ""
     caption = (f"CPU (measured, not a GPU figure): model `{c['model']}`, float32; seer with {c['instances']} "
                f"instances{f' and `{seer_args}`' if seer_args else ' as launched by default (speculation on)'}, plain SGLang one instance, the cores split among them; {c['trajectories']} agent "
                f"trajectories x {c['turns']} turns of {c['max_tokens']} tokens, one agent at a time, each turn's "
                f"prompt the last one plus its answer and {c['observation_len']} new tokens (the first "
-               f"{c['first_len']}); {c['repeats']} repeats in a random order after a warm-up. seer's p50 is "
+               f"{c['first_len']}); {c['repeats']} repeats after a warm-up, "
+               f"{'every turn sent in all modes back to back in a random order (paired)' if paired else 'the modes in a random order per repeat'}. seer's p50 is "
                f"{d['seer_over_plain_p50_ms']:+.1f} ms from plain SGLang's, of which the frontend "
                f"{d['frontend_p50_ms']:+.1f} ms (seer against its own instance called directly). "
                f"Source: {source([stem])}.")
-    return "\n".join(table(["per-turn latency", "p50", "p90", "p50 per repeat (ms)",
-                            "prompt cached (turns 2+)", "turns not plain's tokens"], rows) + ["", caption])
+    return "\n".join(table(["per-turn latency", "p50", "p90", *(["paired over plain (median)"] if paired else []),
+                            "p50 per repeat (ms)", "prompt cached (turns 2+)", "turns not plain's tokens"], rows)
+                      + ["", caption])
 
 
 def soak_table(results: Results, stem: str) -> str:

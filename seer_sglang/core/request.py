@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..wire import PRIOR_OUTPUT_PARAM, sample_rid
+from ..wire import PRIOR_OUTPUT_PARAM, join_meta, sample_rid
 from .slo import SLO
 
 
@@ -200,6 +200,10 @@ class Sample:
     routed_experts_start: int | None = None
     routed_experts: bytearray = field(default_factory=bytearray)
     routed_experts_rows: int = 0
+    # The instances' meta_info keys that seer does not build itself (wire.passed_meta), joined over the
+    # chunks: per-token lists end to end, the rest by wire.join_meta's rules.
+    passed_meta: dict[str, Any] = field(default_factory=dict)
+    passed_token_meta: dict[str, list[Any]] = field(default_factory=dict)
     # The instance that ran the trajectory's previous turn (its prefix is cached there), for a new
     # sample: the policy places it there when that instance has room, as a continuation stays put.
     affinity: int | None = None
@@ -299,10 +303,22 @@ class Sample:
         """``routed_experts_bytes`` as SGLang's ``meta_info.routed_experts`` carries them."""
         return base64.b64encode(self.routed_experts_bytes()).decode()
 
+    def add_meta(self, passed: dict[str, Any], base: int) -> None:
+        """Join a chunk's passed meta_info keys (read after its tokens were added; ``base``: the
+        sample's tokens before the chunk)."""
+        join_meta(self.passed_meta, self.passed_token_meta, passed, base, self.generated - base)
+
+    def meta(self) -> dict[str, Any]:
+        """The passed keys as one unchunked request answers them: per-token lists as long as the output."""
+        out = dict(self.passed_meta)
+        for key, values in self.passed_token_meta.items():
+            out[key] = values[:self.generated] + [None] * (self.generated - len(values))
+        return out
+
     def keep_tokens(self, keep: int) -> None:
         """Drop the output past its first ``keep`` tokens, with their per-token returns."""
         for per_token in (self.output_ids, self.logprobs, self.top_logprobs, self.token_ids_logprobs,
-                          self.sampling_masks, self.sampling_logprobs):
+                          self.sampling_masks, self.sampling_logprobs, *self.passed_token_meta.values()):
             del per_token[keep:]
 
     def restart(self) -> None:
@@ -314,6 +330,8 @@ class Sample:
         self.token_ids_logprobs.clear()
         self.sampling_masks.clear()
         self.sampling_logprobs.clear()
+        self.passed_meta.clear()
+        self.passed_token_meta.clear()
         self.token_versions.clear()
         self.routed_experts.clear()
         self.routed_experts_rows = 0

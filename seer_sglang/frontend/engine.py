@@ -387,6 +387,8 @@ class RolloutEngine:
             return
         self._settle(launch)
         sample.crashed_on.clear()
+        if answer is not None and answer.passed:
+            sample.add_meta(answer.passed, base)
         if base == 0 and sample.media and answer is not None and answer.prompt_tokens:
             sample.reported_prompt_tokens = answer.prompt_tokens
         if sample.routed_experts_start is not None and sample.generated > base:

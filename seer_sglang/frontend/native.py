@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -54,6 +55,17 @@ _SAMPLING_REFUSED = {
 }
 
 
+# A rid's trailing turn number: an agent loop that names its turns "<trajectory>-<turn>" (or with "_",
+# ":", "." or "/") continues one trajectory; one that sends every turn with the same rid does too.
+_TURN_SUFFIX = re.compile(r"^(?P<trajectory>.*[^-_:./])[-_:./]\d+$")
+
+
+def rid_trajectory(rid: str) -> str:
+    """The trajectory a caller's rid names: the rid without a trailing turn number, else the rid."""
+    match = _TURN_SUFFIX.match(rid)
+    return f"rid:{match.group('trajectory') if match else rid}"
+
+
 @dataclass
 class NativeSample:
     """One sample a ``/generate`` call asked for, before it joins a group."""
@@ -66,8 +78,9 @@ class NativeSample:
     logprob_start: int  # SGLang's logprob_start_len: -1 = output only, >= 0 = also the prompt from there
     custom_params: dict[str, Any] | None = None
     cache_scope: dict[str, str] | None = None  # the caller's _PASSED fields
-    # the agent trajectory it continues (session_id, routing_key or the gateway's routing-key header):
-    # its turn goes where the trajectory's last turn ran, when that instance has room
+    # the agent trajectory it continues (session_id, routing_key, the gateway's routing-key header, else
+    # the caller's rid up to a trailing turn number): its turn goes where the trajectory's last turn
+    # ran, when that instance has room
     trajectory: str | None = None
     lora_path: str | None = None  # the LoRA adapter (its name) every chunk runs under
     media: dict[str, Any] | None = None  # the prompt's MEDIA fields, as one request would send them
@@ -325,10 +338,12 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             seed_key = f"rid:{rid}" if raw_rid is not None else group_seed_key(ids, i)
             seed = None if sp.sampling_seed is None else derive_seed(sp.sampling_seed, seed_key, j)
             scope = {name: str(values[i]) for name, values in scopes.items() if values[i] is not None}
+            named = raw_rid[i] if isinstance(raw_rid, list) else raw_rid
+            path = trajectory if trajectory is not None or named is None else rid_trajectory(str(named))
             samples.append(NativeSample(position=k, rid=rid, prompt_ids=ids, params=params, sampling_seed=seed,
                                         logprob_start=int(start[i]) if logprob[i] else -1,
                                         custom_params=sp.custom_params, cache_scope=scope or None,
-                                        trajectory=trajectory, lora_path=adapters[i], routed_experts_start=routed,
+                                        trajectory=path, lora_path=adapters[i], routed_experts_start=routed,
                                         media=media[i]))
     return NativeRequest(single=single, stream=bool(obj.stream), samples=samples,
                          text_in_logprobs=bool(body.get("return_text_in_logprobs")),
@@ -368,6 +383,7 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
     assert s is not None
     chunks = s.chunks
     meta: dict[str, Any] = {
+        **s.meta(),  # the instances' own keys seer does not build, joined over the chunks
         "id": native.rid,
         "finish_reason": finish_reason(s),
         "prompt_tokens": s.prompt_tokens,
@@ -405,6 +421,7 @@ def response(native: NativeSample, req: NativeRequest, tokenizer, text: str) -> 
             return [None if step is None else entries(step) for step in steps]
 
         meta["output_token_logprobs"] = entries(list(zip(s.logprobs, s.output_ids)))
+        meta["output_token_logprobs_length"] = len(s.logprobs)
         meta["input_token_logprobs"] = entries(s.input_logprobs)
         if s.params.top_logprobs:
             meta["output_top_logprobs"] = output_steps(s.top_logprobs)

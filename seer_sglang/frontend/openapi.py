@@ -33,6 +33,9 @@ SGLANG_BODIES = {
     "/continue_generation": "ContinueGenerationReqInput",
     "/begin_weight_update": "BeginWeightUpdateReqInput",
     "/end_weight_update": "EndWeightUpdateReqInput",
+    "/load_lora_adapter": "LoadLoRAAdapterReqInput",
+    "/load_lora_adapter_from_tensors": "LoadLoRAAdapterFromTensorsReqInput",
+    "/unload_lora_adapter": "UnloadLoRAAdapterReqInput",
 }
 INTERNAL_FIELDS = ("http_worker_ipc",)  # set by SGLang's HTTP server for its own processes
 # Routes answered from the frontend's own state, which never wait on an instance.

@@ -5,7 +5,9 @@ not unpickle (bad base64, a truncated pickle, a global its ``SafeUnpickler`` blo
 takes the instance down. The frontend reads each entry's opcodes without running them
 (``pickletools``) and refuses, with a 400, what SGLang's unpickler would fail on. That includes a host
 tensor shared through a shared-memory file (torch's ``file_system`` strategy) whose file is gone: the
-sender let its tensor go, or a handle was reused after its receivers closed it."""
+sender let its tensor go, or a handle was reused after its receivers closed it; and one shared by file
+descriptor (torch's default strategy), which no process but the sender's children can open. The same
+checks hold for ``/load_lora_adapter_from_tensors``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRI
                "SHORT_BINSTRING"}
 _LOAD_FROM_BYTES = ("torch.storage", "_load_from_bytes")  # SGLang's unpickler maps it to a safe loader
 _BYTES_OPS = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"}
+# torch's default (file_descriptor) strategy: the receiver asks the sender's resource sharer for the
+# descriptor, which only a process holding the sender's multiprocessing authkey may do; any other
+# fails its unpickle (an instance's scheduler, which dies of it)
+_BY_DESCRIPTOR = ("multiprocessing.resource_sharer", "DupFd")
 _SHM_PREFIX = b"/torch_"  # torch's names for the shared-memory files of the file_system strategy
 SHM_DIR = "/dev/shm"
 
@@ -67,6 +73,10 @@ def tensor_payload_problem(entry: Any, local: bool = False) -> str | None:
             global_ = (strings[-2], strings[-1])
         if global_ is not None and global_ != _LOAD_FROM_BYTES and global_ not in SafeUnpickler.ALLOWED_GLOBALS:
             return f"an entry's pickle loads {'.'.join(global_)}, which SGLang's unpickler refuses"
+        if global_ == _BY_DESCRIPTOR:
+            return ("an entry shares a host tensor by file descriptor (torch's default sharing strategy), which only "
+                    "a child process of the sender can open; share host tensors with "
+                    "torch.multiprocessing.set_sharing_strategy('file_system')")
         if pushed is not None:
             strings.append(pushed)
         if name not in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):

@@ -22,6 +22,7 @@ from .grouping import SampleGrouper
 from .kv_pool import PoolAccess
 from .metrics import Metrics
 from .native import NativeSample
+from .payloads import tensor_payload_problem
 from .tokenizer import PromptTokenizer
 
 logger = logging.getLogger("seer_sglang.frontend")
@@ -72,9 +73,9 @@ class Frontend:
         # The trainer's weights since launch: None while the instances run the launch weights; else the
         # last update's route and body (a restarted instance loads them again when they came from disk).
         self.last_update: tuple[str, dict[str, Any]] | None = None
-        # LoRA adapters loaded through this frontend (name -> SGLang's load body), for instances that
-        # start later: a restarted or newly registered instance loads them before it takes work
-        self.adapters: dict[str, dict[str, Any]] = {}
+        # LoRA adapters loaded through this frontend (name -> SGLang's load route and body), for instances
+        # that start later: a restarted or newly registered instance loads them before it takes work
+        self.adapters: dict[str, tuple[str, dict[str, Any]]] = {}
         self.held: dict[int, str] = {}  # instances out of dispatch after a restart, and why
         self.shutting_down = False
 
@@ -118,10 +119,22 @@ class Frontend:
         logger.info("instance %d takes work again after its restart", index)
 
     async def load_adapters(self, client) -> str | None:
-        """Load the adapters loaded through this frontend on an instance that started after them; returns
-        what failed, or None."""
-        for name, body in self.adapters.items():
-            status, answer = await client.post_admin("/load_lora_adapter", body)
+        """Load the adapters loaded through this frontend on an instance that started after them (one that
+        left and joins again still holds them); returns what failed, or None. Tensors are checked again
+        first: their shared memory may be gone by now, and an instance that opens a missing file dies."""
+        if not self.adapters:
+            return None
+        status, models = await client.get("/v1/models")
+        held = {m.get("id") for m in models.get("data", [])} if status == 200 and isinstance(models, dict) else set()
+        for name, (path, body) in self.adapters.items():
+            if name in held:
+                continue
+            if path == "/load_lora_adapter_from_tensors":
+                problem = next(filter(None, (tensor_payload_problem(e, local=True)
+                                             for e in body.get("serialized_named_tensors", []))), None)
+                if problem is not None:
+                    return f"LoRA adapter {name!r} came from tensors it cannot read now ({problem}): load it again"
+            status, answer = await client.post_admin(path, body)
             if status != 200:
                 return f"loading LoRA adapter {name!r} failed: {answer}"
         return None

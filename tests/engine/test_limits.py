@@ -16,8 +16,10 @@ PER_REQUEST, IN_FLIGHT = 8, 12
 
 
 @pytest.fixture(scope="module")
-def bounded(tiny_model, tmp_path_factory):
-    with running_seer(tiny_model, tmp_path_factory.mktemp("limits"), "--num-instances", "1", "--dtype", "float32",
+def bounded(tiny_model, seer_url, tmp_path_factory):
+    """A frontend with tight limits over the shared server's instances: the limits are the frontend's."""
+    first = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"][0]["url"]
+    with running_seer(tiny_model, tmp_path_factory.mktemp("limits"), "--instance-urls", first,
                       "--max-body-mb", "0.01", "--max-request-samples", str(PER_REQUEST),
                       "--max-samples-in-flight", str(IN_FLIGHT)) as server:
         yield server

@@ -96,6 +96,54 @@ def test_adapters_load_and_unload_on_every_instance(lora):
     assert r.status_code == 400 and r.json()["error"]["param"] == "lora_name"
 
 
+def test_an_adapter_loaded_from_tensors_reaches_every_instance(lora):
+    """A trainer that holds its adapter in memory loads it with SGLang's tensors form: every instance
+    takes it, and its tokens over chunks and instances are plain SGLang's with the same tensors."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    seer_url, plain_url, adapters = lora
+    tensors = load_file(str(adapters / "b" / "adapter_model.safetensors"))
+    config = json.loads((adapters / "b" / "adapter_config.json").read_text())
+
+    def body(strategy: str) -> dict:
+        # fresh storages for each receiver set: a shared-memory file is unlinked once its receivers let go
+        torch.multiprocessing.set_sharing_strategy(strategy)
+        fresh = {k: v.clone() for k, v in tensors.items()}
+        kept.append(fresh)  # alive until the loads return
+        return {"lora_name": "from-tensors", "config_dict": config,
+                "serialized_named_tensors": [MultiprocessingSerializer.serialize(fresh, output_str=True)]}
+
+    kept: list[dict] = []
+
+    # By file descriptor (torch's default), which no instance can open (its scheduler would die of it):
+    # refused by name, and every instance serves on.
+    r = httpx.post(f"{seer_url}/load_lora_adapter_from_tensors", json=body("file_descriptor"), timeout=60)
+    assert r.status_code == 400 and "file_system" in r.json()["error"]["message"], r.text
+    assert httpx.get(f"{seer_url}/health", timeout=30).json()["healthy_instances"] == 2
+    r = httpx.post(f"{seer_url}/load_lora_adapter_from_tensors", json=body("file_system"), timeout=120)
+    assert r.status_code == 200 and len(r.json()["instances"]) == 2, r.text
+    assert httpx.post(f"{plain_url}/load_lora_adapter_from_tensors", json=body("file_system"),
+                      timeout=120).status_code == 200
+    try:
+        want = [_plain(plain_url, p, "from-tensors") for p in PROMPTS]
+        assert want[0] != _plain(plain_url, PROMPTS[0], None)
+        samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 2,
+                                           "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                                           "lora_path": "from-tensors"}, CHUNK)
+        assert all(s["output_ids"] == want[s["prompt_index"]] for s in samples)
+    finally:
+        for url in (seer_url, plain_url):
+            httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "from-tensors"}, timeout=120)
+    bad = {**body("file_system"), "serialized_named_tensors": ["bm90IGEgcGlja2xl"]}
+    r = httpx.post(f"{seer_url}/load_lora_adapter_from_tensors", json=bad, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "serialized_named_tensors", r.text
+    assert httpx.get(f"{seer_url}/health", timeout=30).json()["healthy_instances"] == 2
+
+
 def test_swapping_an_adapters_weights_mid_rollout_regenerates_its_samples(lora):
     """As a trainer updates a LoRA policy: pause, unload the adapter, load its new weights under the same
     name, continue. Every sample's tokens then come from one version of the adapter: those that had

@@ -11,6 +11,8 @@ import uuid
 import httpx
 import pytest
 
+from conftest import BackgroundRollout, _counter, wait_until
+
 PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
 
 # slime/rollout/sglang_rollout.py (THUDM/slime 624b824), GenerateState.__init__ + generate(): None values are
@@ -62,6 +64,11 @@ def _same_sample(seer: dict, plain: dict) -> None:
     assert sm["finish_reason"] == pm["finish_reason"]
     for key in ("prompt_tokens", "completion_tokens"):
         assert sm[key] == pm[key], key
+    missing = set(pm) - set(sm)
+    assert not missing, f"seer's meta_info lacks plain SGLang's {sorted(missing)}"
+    for key in ("reasoning_tokens", "output_token_logprobs_length"):
+        if key in pm:
+            assert sm[key] == pm[key], key
     for key in ("output_token_logprobs", "input_token_logprobs"):
         if key in pm:
             got, want = sm[key], pm[key]
@@ -277,6 +284,45 @@ def test_seeded_requests_reproduce_and_siblings_differ(seer_url):
         "input_ids": PROMPT_IDS, "sampling_params": {"temperature": 1.0, "max_new_tokens": 16, "n": 4,
                                                      "sampling_seed": 7}}).json()
     assert len({tuple(m["output_ids"]) for m in many}) == 4
+
+
+def test_a_trajectorys_next_turn_goes_where_its_last_turn_ran(seer_url):
+    """An agent loop's turns, named by ``session_id``, sgl-model-gateway's routing-key header, rids with
+    a turn number, or one rid for every turn: each first turn runs on instance 1 while instance 0 is
+    busy; each next turn, sent once both are idle, goes back to instance 1, where its prefix is cached.
+    An unnamed turn goes where an idle tie sends it, instance 0: without the trajectory, so would they."""
+    namings = {"session": ({"session_id": "agent-a"}, {"session_id": "agent-a"}, {}),
+               "header": ({}, {}, {"X-SMG-Routing-Key": "agent-b"}),
+               "rid_turns": ({"rid": "agent-c-0"}, {"rid": "agent-c-1"}, {}),
+               "same_rid": ({"rid": "agent-d"}, {"rid": "agent-d"}, {}),
+               "unnamed": ({}, {}, {})}
+
+    def turn(ids: list[int], named: dict, headers: dict) -> tuple[dict, list[float]]:
+        before = [_counter(seer_url, "seer_chunks", instance=str(i)) for i in (0, 1)]
+        r = httpx.post(f"{seer_url}/generate", headers=headers, timeout=300, json={
+            "input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": 8}, **named})
+        assert r.status_code == 200, r.text
+        return r.json(), [_counter(seer_url, "seer_chunks", instance=str(i)) - b for i, b in zip((0, 1), before)]
+
+    busy = BackgroundRollout(seer_url, {"prompts": [{"input_ids": [4, 4, 2]}], "n": 1, "max_tokens": 1500,
+                                        "ignore_eos": True, "temperature": 0})
+    try:
+        def loads():
+            return [i["inflight_chunks"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]]
+        wait_until(lambda: loads() == [1, 0], 120, 0.02, "the long sample on instance 0")
+        first = {}
+        for k, (name, (named, _, headers)) in enumerate(namings.items()):
+            ids = [30 + k, 7, 19, 5, 11]
+            out, ran = turn(ids, named, headers)
+            assert ran == [0, 1], (name, ran)
+            first[name] = ids + out["output_ids"] + [12, 13]
+        assert busy.running, "the long sample ended before the first turns did"
+    finally:
+        httpx.post(f"{seer_url}/abort_request", json={"abort_all": True}, timeout=30)
+        busy.wait()
+    for name, (_, named, headers) in namings.items():
+        _, ran = turn(first[name], named, headers)
+        assert ran == ([1, 0] if name == "unnamed" else [0, 1]), (name, ran)
 
 
 def test_abort_by_the_trainers_rid(seer_url):

@@ -12,9 +12,25 @@ from sglang.srt.utils.common import MultiprocessingSerializer
 from seer_sglang.frontend.payloads import tensor_payload_problem
 
 
+def _serialized(named, strategy: str) -> str:
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        return MultiprocessingSerializer.serialize(named, output_str=True)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
+
+
 def test_sglangs_own_serialized_tensors_pass():
     named = [("layer.weight", torch.randn(4, 3)), ("layer.bias", torch.zeros(3, dtype=torch.bfloat16))]
-    assert tensor_payload_problem(MultiprocessingSerializer.serialize(named, output_str=True)) is None
+    assert tensor_payload_problem(_serialized(named, "file_system")) is None
+
+
+def test_a_host_tensor_shared_by_file_descriptor_is_refused():
+    """torch's default strategy hands a descriptor over the sender's resource sharer, which only the
+    sender's children may ask: an instance's unpickle of it fails, and its scheduler dies."""
+    problem = tensor_payload_problem(_serialized({"lora_A": torch.ones(2)}, "file_descriptor"))
+    assert problem is not None and "file_system" in problem
 
 
 def test_what_sglangs_unpickler_would_fail_on_is_refused():

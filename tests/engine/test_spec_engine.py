@@ -22,7 +22,7 @@ import httpx
 import pytest
 import torch
 
-from conftest import start_all_healthy, start_healthy
+from conftest import running_seer, start_all_healthy, start_healthy
 from seer_sglang.config import PluginConfig
 from seer_sglang.kernels.sglang_layout import tree_attention, tree_masks, verify_slots
 from seer_sglang.launch.instances import InstanceSpec, free_port, has_cuda, stop_instances
@@ -650,6 +650,16 @@ def test_sglang_ngram_on_cpu_equals_plain_sglang(tiny_model, logs, plain):
     inst = _start(tiny_model, logs, "ngram", ["--speculative-algorithm", "NGRAM", *SPEC_ARGS])
     try:
         passes = [_generate(inst.url, prompts, temperature=0, max_new_tokens=NEW_TOKENS) for _ in range(2)]
+        # Token supports under SGLang's other speculative algorithms: SGLang refuses them, and so does a
+        # seer frontend over such an instance, by name, before any chunk is sent.
+        ask = {"input_ids": prompts[0], "sampling_params": {"temperature": 0, "max_new_tokens": 4},
+               "return_sampling_mask": True}
+        assert httpx.post(f"{inst.url}/generate", json=ask, timeout=120).status_code == 400
+        with running_seer(tiny_model, logs / "seer-over-ngram", "--instance-urls", inst.url) as server:
+            r = httpx.post(f"{server.url}/generate", json=ask, timeout=120)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "sampling_mask_with_speculation", r.text
+            del ask["return_sampling_mask"]
+            assert httpx.post(f"{server.url}/generate", json=ask, timeout=120).status_code == 200
     finally:
         stop_instances([inst])
     for outs in passes:

@@ -1,7 +1,7 @@
 """The contracts between processes: the rid format both sides read, and the sample schema the
 frontend writes and the trainer's client parses."""
 
-from seer_sglang.wire import ChunkJSON, SampleJSON, chunk_rid, group_of_sample, parse_chunk_rid, sample_rid
+from seer_sglang.wire import ChunkAnswer, ChunkJSON, SampleJSON, chunk_rid, group_of_sample, parse_chunk_rid, sample_rid
 
 
 def test_rids_round_trip_with_dashes_in_the_group():
@@ -133,3 +133,39 @@ def test_sampling_supports_are_asked_for_and_read_per_position():
                                                                    "output_token_sampling_logprobs": [-0.2]}})
     assert selected.sampling_logprobs(0, 1) == [-0.2]
     assert ChunkAnswer.parse({"output_ids": [4], "meta_info": {}}).sampling_masks(0, 1) == []
+
+
+def test_instance_meta_keys_seer_does_not_build_join_over_chunks_as_one_request_answers_them():
+    from seer_sglang.core.request import Sample, SamplingParams
+
+    first = ChunkAnswer.parse({"output_ids": [1, 2, 3], "meta_info": {
+        "id": "g-0-c0", "cached_tokens": 4, "spec_verify_ct": 2, "e2e_latency": 0.1,  # seer's own: not passed
+        "top_p_token_ids": [[1], [2, 5], [3]], "reasoning_tokens": 2, "queue_time": 0.5,
+        "cached_tokens_details": {"device": 4}, "dp_rank": 0}})
+    assert set(first.passed) == {"top_p_token_ids", "reasoning_tokens", "queue_time", "cached_tokens_details",
+                                 "dp_rank"}
+    second = ChunkAnswer.parse({"output_ids": [7, 8], "meta_info": {
+        "top_p_token_ids": [[7], [8]], "reasoning_tokens": 1, "queue_time": 0.25,
+        "cached_tokens_details": {"device": 9}, "dp_rank": 1, "late_key": ["a", "b"]}})
+    sample = Sample(rid="g-0", group_id="g", index=0, prompt_ids=[9], params=SamplingParams(max_new_tokens=8))
+    for answer in (first, second):
+        base = sample.generated
+        sample.output_ids += answer.output_ids
+        sample.add_meta(answer.passed, base)
+    assert sample.meta() == {"top_p_token_ids": [[1], [2, 5], [3], [7], [8]], "reasoning_tokens": 3,
+                             "queue_time": 0.75, "cached_tokens_details": {"device": 4}, "dp_rank": 1,
+                             "late_key": [None, None, None, "a", "b"]}
+    sample.keep_tokens(4)  # a stop string found across the chunks
+    assert sample.meta()["top_p_token_ids"] == [[1], [2, 5], [3], [7]]
+    assert sample.meta()["late_key"] == [None, None, None, "a"]
+    sample.restart()
+    assert sample.meta() == {}
+
+
+def test_an_agent_loops_rids_name_its_trajectory():
+    from seer_sglang.frontend.native import rid_trajectory
+
+    assert rid_trajectory("traj7-0") == rid_trajectory("traj7-1") == rid_trajectory("traj7") != rid_trajectory("traj8-1")
+    assert rid_trajectory("t:3") == rid_trajectory("t_4") == rid_trajectory("t/5") == rid_trajectory("t.6")
+    assert rid_trajectory("9f0c1d2e") == "rid:9f0c1d2e"  # a rid without a turn number is its own trajectory
+    assert rid_trajectory("x-") == "rid:x-" and rid_trajectory("-5") == "rid:-5"

@@ -6,8 +6,9 @@ import asyncio
 import json
 from typing import Any, Awaitable, TypeVar
 
-from fastapi import Request
+from fastapi import Request, Response
 
+from ...wire import json_bytes
 from ..errors import APIError, ClientGone
 from ..state import Frontend
 
@@ -74,7 +75,12 @@ def policy_json(policy) -> dict[str, Any]:
 
 
 def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+    return b"data: " + json_bytes(obj) + b"\n\n"
+
+
+def json_answer(obj: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """An answer written as SGLang writes its own (``wire.json_bytes``)."""
+    return Response(json_bytes(obj), status_code=status_code, headers=headers, media_type="application/json")
 
 
 async def hold_until_first_token(queue: asyncio.Queue, samples: int) -> list[tuple[str, Any]]:

@@ -12,11 +12,14 @@ with plain SGLang, where a request naming an unloaded adapter is refused.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
+from ..payloads import tensor_payload_problem
+from ..state import Frontend
 from .admin import answer
 from .common import frontend, json_body
 
@@ -38,6 +41,22 @@ def _name(body: Any, *more: str) -> str:
     return body["lora_name"]
 
 
+def _tensors(fe: Frontend, body: dict[str, Any]) -> None:
+    """SGLang's tensors form: the adapter's config and one serialized entry per TP rank (every instance
+    takes the same), each checked as a weight update's are before any instance unpickles it."""
+    if not isinstance(body.get("config_dict"), dict):
+        raise APIError("config_dict must be the adapter's PEFT config, an object", param="config_dict")
+    entries, tp = body.get("serialized_named_tensors"), fe.model.tp_size
+    if not isinstance(entries, list) or len(entries) != tp:
+        raise APIError(f"serialized_named_tensors must be a list of {tp} entries, one per TP rank of an instance",
+                       param="serialized_named_tensors")
+    local = all(urlsplit(c.url).hostname in ("127.0.0.1", "localhost", "::1") for c in fe.engine.instances.active())
+    for entry in entries:
+        problem = tensor_payload_problem(entry, local)
+        if problem is not None:
+            raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
+
+
 async def _on_every_instance(request: Request, path: str, *fields: str):
     """The adapter call on every instance; the adapter's version counts one more change whatever the
     answer (an instance may have changed before another refused)."""
@@ -45,6 +64,8 @@ async def _on_every_instance(request: Request, path: str, *fields: str):
     fe.check_lora_enabled()
     body = await json_body(request)
     name = _name(body, *fields)
+    if path == "/load_lora_adapter_from_tensors":
+        _tensors(fe, body)
     per_instance = await fe.engine.instances.broadcast(path, body)
     fe.engine.adapter_versions[name] = fe.engine.adapter_versions.get(name, 0) + 1
     return fe, name, body, per_instance
@@ -58,7 +79,20 @@ async def load_lora_adapter(request: Request):
     fe, name, body, per_instance = await _on_every_instance(request, "/load_lora_adapter", "lora_path")
     response = answer(per_instance)
     if response.status_code == 200:
-        fe.adapters[name] = dict(body)
+        fe.adapters[name] = ("/load_lora_adapter", dict(body))
+    return response
+
+
+@router.post("/load_lora_adapter_from_tensors")
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
+async def load_lora_adapter_from_tensors(request: Request):
+    """SGLang's ``/load_lora_adapter_from_tensors`` on every instance (a trainer that holds its adapter
+    in memory). An instance restarted later is sent the same tensors; where their shared memory is gone
+    by then, it stays held out until the adapter is loaded again."""
+    fe, name, body, per_instance = await _on_every_instance(request, "/load_lora_adapter_from_tensors")
+    response = answer(per_instance)
+    if response.status_code == 200:
+        fe.adapters[name] = ("/load_lora_adapter_from_tensors", dict(body))
     return response
 
 

@@ -9,7 +9,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from ...core.request import SampleState
@@ -18,7 +18,7 @@ from ..protocol import SLOField
 from ..native import NativeRequest, group_key, parse_generate, response
 from ..state import Frontend
 from ...wire import GROUP_FIELD, GROUP_HEADER, GROUP_SIZE_FIELD, GROUP_SIZE_HEADER, ROUTING_KEY_HEADER
-from .common import frontend, hold_until_first_token, json_body, sse, unless_disconnected
+from .common import frontend, hold_until_first_token, json_answer, json_body, sse, unless_disconnected
 
 router = APIRouter()
 
@@ -87,7 +87,7 @@ async def generate(request: Request):
         _release(fe, req)
     fe.raise_if_failed(n.sample for n in req.samples if n.sample is not None)
     outs = [response(n, req, fe.tokenizer, fe.tokenizer.sample_text(n.sample)) for n in req.samples]
-    return JSONResponse(outs[0] if req.single else outs)
+    return json_answer(outs[0] if req.single else outs)
 
 
 def _release(fe: Frontend, req: NativeRequest) -> None:

@@ -9,14 +9,14 @@ import uuid
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from ...core.request import Group, Sample, SampleState, SamplingParams
 from ..errors import APIError
 from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..state import Frontend
 from ..tokenizer import TextStreamer
-from .common import frontend, hold_until_first_token, run_groups, sse
+from .common import frontend, hold_until_first_token, json_answer, run_groups, sse
 
 router = APIRouter()
 
@@ -173,7 +173,7 @@ async def completions(req: CompletionRequest, request: Request):
         text = fe.tokenizer.sample_text(sample)
         choices.append({"index": index, "text": text, "finish_reason": _finish(sample),
                         "logprobs": _completion_logprobs(fe, sample) if sample.params.logprobs else None})
-    return JSONResponse({"id": rid, "object": "text_completion", "created": created, "model": model,
+    return json_answer({"id": rid, "object": "text_completion", "created": created, "model": model,
                          "choices": choices, "usage": _usage(groups), "metadata": _metadata(groups)})
 
 
@@ -242,7 +242,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
                         "message": {"role": "assistant", "content": fe.tokenizer.sample_text(sample)},
                         "logprobs": _chat_logprobs(fe, sample) if sample.params.logprobs else None,
                         "finish_reason": _finish(sample)})
-    return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
+    return json_answer({"id": rid, "object": "chat.completion", "created": created, "model": model,
                          "choices": choices, "usage": _usage(groups), "metadata": _metadata(groups)})
 
 

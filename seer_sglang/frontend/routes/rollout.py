@@ -15,7 +15,7 @@ import uuid
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from ...core.accounting import rollout_sources, spec_totals
 from ...core.request import Group, Sample
@@ -23,7 +23,7 @@ from ...core.slo import attainment
 from ..errors import APIError
 from ..protocol import RolloutPrompt, RolloutRequest
 from ..state import Frontend
-from .common import run_groups
+from .common import json_answer, run_groups
 
 router = APIRouter()
 
@@ -135,5 +135,5 @@ async def rollout(req: RolloutRequest, request: Request):
     if failed and len(failed) == sum(len(g.samples) for g in groups) and all(s.error_status < 500 for s in failed):
         fe.raise_if_failed(s for g in groups for s in g.samples)  # the instances refused the request itself (a 4xx for every sample)
     samples = [fe.sample_json(s, prompt_index[g.group_id]) for g in groups for s in g.samples]
-    return JSONResponse({"id": rollout_id, "model": fe.model.served_name, "samples": samples,
+    return json_answer({"id": rollout_id, "model": fe.model.served_name, "samples": samples,
                          "summary": _summary(fe, req, groups, started, slo_at_start)})
