@@ -30,7 +30,9 @@ from benchmarks.harness import manifest
 
 from .format import DOC, DOCS, END, MARKER, RESULTS, ROOT, RUN_PATHS, STATUS, Results
 from .registry import TABLES
-from .rollout import rollout_table  # noqa: F401 (the tests render one run with it)
+from .rollout import rollout_table
+
+__all__ = ["DOCS", "TABLES", "Read", "check", "main", "marked", "render", "rollout_table"]
 
 
 # ---------------------------------------------------------------- the document

@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import BackgroundRollout, start_healthy, start_seer, stop_seer, wait_seer
+from conftest import BackgroundRollout, start_all_healthy, start_healthy, start_seer, stop_seer, wait_seer
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout
 from seer_sglang.launch.waiting import wait_until
 
@@ -47,62 +47,68 @@ def _wait_instances(url: str, ready, timeout_s: float = 300) -> list[dict]:
     return wait_until(answer, timeout_s, 0.05, "the instances' state")
 
 
-def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, tmp_path):
-    server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32",
-                        "--kv-pool", "file", "--scheduler", "context", "--chunk-size", "32")
+@pytest.fixture(scope="module")
+def faulted(tiny_model, tmp_path_factory):
+    """One deployment for the kill and the stop: 2 instances, the file pool, chunks of 32, and a stopped
+    instance given up after 3 s without an answer. Every process it started is gone at the end."""
+    server = start_seer(tiny_model, tmp_path_factory.mktemp("faulted"), "--num-instances", "2", "--dtype", "float32",
+                        "--kv-pool", "file", "--scheduler", "context", "--chunk-size", "32", "--instance-down-s", "3")
     try:
         wait_seer(server)
-        pool_dir = Path(httpx.get(f"{server.url}/kv_pool", timeout=10).json()["directory"])
-        # the trainer's weights (the same files, under a version name): a restarted instance loads them again
-        updated = httpx.post(f"{server.url}/update_weights_from_disk", timeout=300,
-                             json={"model_path": tiny_model, "weight_version": "step-7"})
-        assert updated.status_code == 200, updated.text
-        result = kill_mid_rollout(server)
-        samples = result.samples
-        assert len(samples) == 24 and len({(s["prompt_index"], s["index"]) for s in samples}) == 24
-        ref = _reference(plain_url)
-        for s in samples:
-            assert s["finish_reason"] == "length" and s["error"] is None
-            assert len(s["output_ids"]) == MAX_TOKENS == len(s["logprobs"])  # nothing lost, nothing twice
-            # resumed from the last completed chunk
-            _assert_greedy(plain_url, PROMPTS[s["prompt_index"]], s["output_ids"], ref[s["prompt_index"]])
-        assert result.moved, "no sample was moved off the killed instance"
-        # Every finished chunk's pages were in the pool before its answer left the dead instance:
-        # the moved samples load (almost) all of their context's whole pages instead of recomputing.
-        print(f"moved {len(result.moved)} samples: {result.pool_pages} of {result.kv_pages} KV pages from the pool")
-        assert result.pool_pages >= 0.9 * result.kv_pages, (result.pool_pages, result.kv_pages)
-        # ... because each instance loaded the pool's page-hash extension while it started: built lazily,
-        # its first lookup compiled it for longer than HiCache's prefetch deadline.
-        for log in server.log_dir.glob("instance-*.log"):
-            assert "KV pool: page-hash extension ready" in log.read_text(), log
-        # The dead instance left no torn page in the global KV pool: every page file has one size.
-        sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
-        assert len(sizes) == 1, sizes
-        # The launcher starts the killed instance again on its port; it takes work again once it has
-        # loaded the trainer's weights again.
-        wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).json()["healthy_instances"] >= 2, 300, 0.5,
-                   "both instances healthy again")
-        health = httpx.get(f"{server.url}/health").json()
-        assert health["supervisor"]["restarts"] == {str(result.victim): 1} and not health["supervisor"]["held"], health
-        versions = httpx.get(f"{server.url}/get_weight_version", timeout=30).json()
-        assert versions["weight_version"] == "step-7", versions
-        log = server.log_path.read_text()
-        assert "restarting it in 2 s" in log and f"instance {result.victim} reloaded weights step-7" in log
-        again = httpx.post(f"{server.url}/v1/rollout", timeout=600, json={
-            "prompts": [{"input_ids": p} for p in PROMPTS[:4]], "n": 2, "max_tokens": 8, "temperature": 0})
-        assert again.status_code == 200 and result.victim in again.json()["summary"]["instances_used"]
+        yield server
     finally:
         assert stop_seer(server) == []
 
 
-def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model, plain_url, tmp_path):
+def test_killing_one_of_two_instances_loses_no_sample(tiny_model, plain_url, faulted):
+    server = faulted
+    pool_dir = Path(httpx.get(f"{server.url}/kv_pool", timeout=10).json()["directory"])
+    # the trainer's weights (the same files, under a version name): a restarted instance loads them again
+    updated = httpx.post(f"{server.url}/update_weights_from_disk", timeout=300,
+                         json={"model_path": tiny_model, "weight_version": "step-7"})
+    assert updated.status_code == 200, updated.text
+    result = kill_mid_rollout(server)
+    samples = result.samples
+    assert len(samples) == 24 and len({(s["prompt_index"], s["index"]) for s in samples}) == 24
+    ref = _reference(plain_url)
+    for s in samples:
+        assert s["finish_reason"] == "length" and s["error"] is None
+        assert len(s["output_ids"]) == MAX_TOKENS == len(s["logprobs"])  # nothing lost, nothing twice
+        # resumed from the last completed chunk
+        _assert_greedy(plain_url, PROMPTS[s["prompt_index"]], s["output_ids"], ref[s["prompt_index"]])
+    assert result.moved, "no sample was moved off the killed instance"
+    # Every finished chunk's pages were in the pool before its answer left the dead instance:
+    # the moved samples load (almost) all of their context's whole pages instead of recomputing.
+    print(f"moved {len(result.moved)} samples: {result.pool_pages} of {result.kv_pages} KV pages from the pool")
+    assert result.pool_pages >= 0.9 * result.kv_pages, (result.pool_pages, result.kv_pages)
+    # ... because each instance loaded the pool's page-hash extension while it started: built lazily,
+    # its first lookup compiled it for longer than HiCache's prefetch deadline.
+    for log in server.log_dir.glob("instance-*.log"):
+        assert "KV pool: page-hash extension ready" in log.read_text(), log
+    # The dead instance left no torn page in the global KV pool: every page file has one size.
+    sizes = {f.stat().st_size for f in pool_dir.glob("*.bin")}
+    assert len(sizes) == 1, sizes
+    # The launcher starts the killed instance again on its port; it takes work again once it has
+    # loaded the trainer's weights again.
+    wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).json()["healthy_instances"] >= 2, 300, 0.5,
+               "both instances healthy again")
+    health = httpx.get(f"{server.url}/health").json()
+    assert health["supervisor"]["restarts"] == {str(result.victim): 1} and not health["supervisor"]["held"], health
+    versions = httpx.get(f"{server.url}/get_weight_version", timeout=30).json()
+    assert versions["weight_version"] == "step-7", versions
+    log = server.log_path.read_text()
+    assert "restarting it in 2 s" in log and f"instance {result.victim} reloaded weights step-7" in log
+    again = httpx.post(f"{server.url}/v1/rollout", timeout=600, json={
+        "prompts": [{"input_ids": p} for p in PROMPTS[:4]], "n": 2, "max_tokens": 8, "temperature": 0})
+    assert again.status_code == 200 and result.victim in again.json()["summary"]["instances_used"]
+
+
+def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(plain_url, faulted):
     from seer_sglang.benchmarking.kill import chunk_tokens_done, first_instance
 
-    server = start_seer(tiny_model, tmp_path, "--num-instances", "2", "--dtype", "float32", "--kv-pool", "none",
-                        "--scheduler", "context", "--chunk-size", "32", "--instance-down-s", "3")
+    server = faulted
     stopped = []
     try:
-        wait_seer(server)
         body = {"prompts": [{"input_ids": p} for p in PROMPTS], "n": 1, "max_tokens": MAX_TOKENS,
                 "temperature": 0, "ignore_eos": True}
         run = BackgroundRollout(server.url, body)
@@ -143,7 +149,6 @@ def test_a_stopped_instance_has_its_chunks_sent_elsewhere_and_rejoins(tiny_model
     finally:
         for p in stopped:
             p.resume()
-        assert stop_seer(server) == []
 
 
 def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_model, plain_url, tmp_path):
@@ -155,12 +160,11 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
     from seer_sglang.benchmarking.kill import kill_tree
     from seer_sglang.launch.instances import InstanceSpec, free_port, stop_instances
 
-    def start(name: str, port: int | None = None):
-        return start_healthy(InstanceSpec(model_path=tiny_model, port=port or free_port(),
-                                          sglang_args=["--dtype", "float32"], log_path=tmp_path / f"{name}.log",
-                                          cpu_threads=1))
+    def spec(name: str, port: int | None = None) -> InstanceSpec:
+        return InstanceSpec(model_path=tiny_model, port=port or free_port(), sglang_args=["--dtype", "float32"],
+                            log_path=tmp_path / f"{name}.log", cpu_threads=1)
 
-    instances = [start("a"), start("b")]
+    instances = start_all_healthy([spec("a"), spec("b")])  # side by side: their start-ups overlap
     try:
         with FaultProxy(instances[0].url) as proxy:
             server = start_seer(tiny_model, tmp_path / "seer", "--instance-urls", proxy.url, instances[1].url,
@@ -181,7 +185,7 @@ def test_an_erroring_instance_and_one_restarted_on_its_port_lose_no_sample(tiny_
                 port = instances[1].spec.port
                 kill_tree(psutil.Process(instances[1].pid))
                 instances[1].popen.wait(timeout=30)
-                instances[1] = start("b-again", port)
+                instances[1] = start_healthy(spec("b-again", port))
                 r = run.wait()
                 assert r.status_code == 200, r.text
                 samples = r.json()["samples"]
