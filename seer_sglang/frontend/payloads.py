@@ -14,7 +14,8 @@ from __future__ import annotations
 import binascii
 import os
 import pickletools
-from typing import Any
+from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
                "SHORT_BINSTRING"}
@@ -87,6 +88,13 @@ def tensor_payload_problem(entry: Any, local: bool = False) -> str | None:
             return (f"an entry shares a host tensor through {gone.decode(errors='replace')}, which no longer exists: "
                     "keep the tensors alive until the update returns, and share fresh ones for each update")
     return None
+
+
+def tensor_entries_problem(entries: Iterable[Any], instance_urls: Iterable[str]) -> str | None:
+    """The first of ``entries`` that ``tensor_payload_problem`` refuses, and why; the shared-memory
+    check where every instance runs on this host and so sees its shared memory."""
+    local = all(urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1") for url in instance_urls)
+    return next(filter(None, (tensor_payload_problem(entry, local) for entry in entries)), None)
 
 
 def update_body_problem(path: str, body: dict[str, Any], custom_loaders: list[str]) -> tuple[str, str] | None:

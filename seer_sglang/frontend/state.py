@@ -22,7 +22,7 @@ from .grouping import SampleGrouper
 from .kv_pool import PoolAccess
 from .metrics import Metrics
 from .native import NativeSample
-from .payloads import tensor_payload_problem
+from .payloads import tensor_entries_problem
 from .tokenizer import PromptTokenizer
 
 logger = logging.getLogger("seer_sglang.frontend")
@@ -130,8 +130,7 @@ class Frontend:
             if name in held:
                 continue
             if path == "/load_lora_adapter_from_tensors":
-                problem = next(filter(None, (tensor_payload_problem(e, local=True)
-                                             for e in body.get("serialized_named_tensors", []))), None)
+                problem = tensor_entries_problem(body.get("serialized_named_tensors", []), [client.url])
                 if problem is not None:
                     return f"LoRA adapter {name!r} came from tensors it cannot read now ({problem}): load it again"
             status, answer = await client.post_admin(path, body)

@@ -12,13 +12,12 @@ with plain SGLang, where a request naming an unloaded adapter is refused.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
-from ..payloads import tensor_payload_problem
+from ..payloads import tensor_entries_problem
 from ..state import Frontend
 from .admin import answer
 from .common import frontend, json_body
@@ -50,11 +49,9 @@ def _tensors(fe: Frontend, body: dict[str, Any]) -> None:
     if not isinstance(entries, list) or len(entries) != tp:
         raise APIError(f"serialized_named_tensors must be a list of {tp} entries, one per TP rank of an instance",
                        param="serialized_named_tensors")
-    local = all(urlsplit(c.url).hostname in ("127.0.0.1", "localhost", "::1") for c in fe.engine.instances.active())
-    for entry in entries:
-        problem = tensor_payload_problem(entry, local)
-        if problem is not None:
-            raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
+    problem = tensor_entries_problem(entries, (c.url for c in fe.engine.instances.active()))
+    if problem is not None:
+        raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
 
 
 async def _on_every_instance(request: Request, path: str, *fields: str):

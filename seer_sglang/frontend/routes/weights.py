@@ -14,14 +14,14 @@ weights made them; the global KV pool's pages of earlier weights are dropped.
 from __future__ import annotations
 
 import uuid
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 from typing import Any
 
 from fastapi import APIRouter, Request
 from sglang.srt.utils.auth import AuthLevel, auth_level
 
 from ..errors import APIError
-from ..payloads import tensor_payload_problem, update_body_problem
+from ..payloads import tensor_entries_problem, update_body_problem
 from ..state import Frontend
 from .admin import answer, fan_out
 from .common import frontend, json_body
@@ -126,12 +126,9 @@ async def update_weights_from_tensor(request: Request):
         raise APIError(f"serialized_named_tensors has {len(entries)} entries; this server has {k * tp} receiving "
                        f"ranks ({k} instance(s) x TP {tp}), or send {tp} for every instance alike",
                        param="serialized_named_tensors")
-    # instances on this host see its shared memory: a handle to a file that is gone can be refused here
-    local = all(urlsplit(c.url).hostname in ("127.0.0.1", "localhost", "::1") for c in fe.engine.instances.active())
-    for entry in entries:
-        problem = tensor_payload_problem(entry, local)
-        if problem is not None:
-            raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
+    problem = tensor_entries_problem(entries, (c.url for c in fe.engine.instances.active()))
+    if problem is not None:
+        raise APIError(f"serialized_named_tensors: {problem}", param="serialized_named_tensors")
     return await _update(fe, "/update_weights_from_tensor", bodies, session=True)
 
 
