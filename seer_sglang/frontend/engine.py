@@ -403,6 +403,10 @@ class RolloutEngine:
             return
         if adapter is not None and not self._adapter_agrees(sample, adapter):
             return
+        if (finish or {}).get("type") == "length" and sample.generated - base < max_new:
+            # the instance ended it short of its budget: the end of the model's context (SGLang's bound,
+            # a SEER instance's a verify width sooner), where SGLang ends the request too
+            sample.finish_reason = "length"
         self._after_chunk(sample, finish)
 
     def _adapter_agrees(self, sample: Sample, version: int) -> bool:

@@ -5,7 +5,8 @@ one, but an instance's port can be reached without the frontend (a trainer attac
 a router in front of them). A value the plugin's hooks would read (an SLO that is not the frontend's
 object, a prior-output count that is not a count) fails its own request here with a 400, as SGLang
 fails an invalid request, and is dropped from the request's params: no hook of a scheduler step ever
-reads it, so no request can raise inside the scheduler and take the instance down.
+reads it, so no request can raise inside the scheduler and take the instance down. On a SEER
+instance a request also ends a verify width before the context does (``spare_the_context_end``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..wire import PRIOR_OUTPUT_PARAM, RESERVED_PARAMS, SLO_PARAM, prior_output, slo_param_error
+from ..wire import PRIOR_OUTPUT_PARAM, RESERVED_PARAMS, SLO_PARAM, SPEC_ALGORITHM, prior_output, slo_param_error
 
 logger = logging.getLogger("seer_sglang.plugin")
 CREATE = "sglang.srt.managers.scheduler.Scheduler._create_generation_req"
@@ -48,7 +49,28 @@ def check_request(req: Any, *args: Any, **kwargs: Any) -> Any:
     return req
 
 
+MAX_NEW = "sglang.srt.managers.scheduler.Scheduler.init_req_max_new_tokens"
+
+
+def spare_the_context_end(result: Any, scheduler: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook on ``Scheduler.init_req_max_new_tokens`` on a SEER instance: a request stops a verify
+    width short of SGLang's own bound (``max_req_len - input - 1``). A speculative step at the very end
+    of the context leaves one KV slot unfreed when its request ends there, and SGLang's idle check
+    (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE``, on by default) then stops the scheduler: one
+    request without a token limit, on a model whose context it fills, would take the instance down."""
+    if getattr(getattr(scheduler, "spec_algorithm", None), "name", None) != SPEC_ALGORITHM:
+        return result
+    sampling = req.sampling_params
+    width = int(getattr(scheduler.server_args, "speculative_num_draft_tokens", None) or 0)
+    bound = max(0, scheduler.max_req_len - len(req.origin_input_ids) - 1 - width)
+    if sampling.max_new_tokens is not None and sampling.max_new_tokens > bound:
+        sampling.max_new_tokens = bound
+        sampling.min_new_tokens = min(sampling.min_new_tokens, bound)
+    return result
+
+
 def register_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(CREATE, lambda result, scheduler, *a, **k: check_request(result), HookType.AFTER)
+    HookRegistry.register(MAX_NEW, spare_the_context_end, HookType.AFTER)

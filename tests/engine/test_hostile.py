@@ -69,6 +69,27 @@ def test_an_instance_reached_directly_fails_only_the_bad_request(seer_url):
     _still_serving(seer_url)
 
 
+def test_a_request_that_fills_the_context_leaves_the_instances_up(seer_url):
+    """A request without a token limit runs to the end of the model's context (4,096 tokens here), on
+    an instance reached directly and through the frontend. A speculative step there leaves a KV slot
+    unfreed and SGLang's idle memory check stops the scheduler: a SEER instance ends such a request a
+    verify width short of SGLang's bound, and stays up."""
+    context = httpx.get(f"{seer_url}/model_info", timeout=30).json().get("context_length") or 4096
+    instance = httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"][0]["url"]
+    prompt = [(31 * i) % 1500 + 20 for i in range(context - 60)]
+    for url, body in ((instance, {"input_ids": prompt, "sampling_params": {"temperature": 0, "ignore_eos": True,
+                                                                           "max_new_tokens": 60}}),
+                      (seer_url, {"input_ids": prompt, "sampling_params": {"temperature": 0, "ignore_eos": True}})):
+        r = httpx.post(f"{url}/generate", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        meta = r.json()["meta_info"]
+        assert meta["finish_reason"]["type"] == "length" and 0 < meta["completion_tokens"] < 60, meta
+        wait_until(lambda: _idle(seer_url), 60, 0.1, "the instances idle")
+        time.sleep(1.0)  # SGLang checks its memory when a scheduler turns idle
+        assert httpx.get(f"{instance}/health", timeout=30).status_code == 200
+    _still_serving(seer_url)
+
+
 def test_an_slo_the_scheduler_would_divide_by_zero_on_is_refused(seer_url):
     body = {"prompts": [{"input_ids": PROMPT}], "n": 1, "max_tokens": 4}
     for slo in ({"ttft_ms": 5e-324}, {"tpot_ms": 1e-9}):
