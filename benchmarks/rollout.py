@@ -43,42 +43,31 @@ beside it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
 import json
-import platform
 import random
-import statistics
 import time
-from pathlib import Path
 
 import httpx
 
-from benchmarks.harness import targets
+from benchmarks.harness.baselines import ROUTER_POLICIES, canonical, is_plain
 from benchmarks.harness.calibration import calib_batches, calibrate
-from benchmarks.harness.rollout_metrics import last_samples, metrics, summarise
+from benchmarks.harness.rollout_metrics import last_samples
 from benchmarks.harness.rollout_plot import plot
-from benchmarks.harness.telemetry import LoadPoller
-from benchmarks.harness.baselines import (ROUTER_POLICIES, bound, canonical, is_plain, ratio_keys,
-                                          regime)
-from benchmarks.harness.manifest import resolve
+from benchmarks.harness.rollout_report import Measured, build_report
+from benchmarks.harness.rollout_setup import Setup, prepare
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import seer_server
-from benchmarks.harness.emulation import emulation_counters, emulation_delta, emulation_settings
-from benchmarks.harness.simulate import CONTEXT_TIES, mode_options, mode_speculation, predict, sim_check
-from benchmarks.harness.sglang_router import (ParamsShim, retraction_counts, retraction_delta, start_router,
-                                              stop_router)
-from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
-                                         prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
-from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, plan_gpus,
-                                            start_instance, stop_instances, visible_gpus, wait_healthy)
-from seer_sglang.models import resolve_model_path, vocab_size as model_vocab_size
-from seer_sglang.config import EMULATION, EmulationConfig, PluginConfig
-from seer_sglang.launch.emulation import admission, instance_args, instance_env, plugin_settings
-from seer_sglang.core.step_model import StepModel
-from seer_sglang.sim.workload import PRESETS, TraceSample, kv_cap, save_trace, working_set
+from benchmarks.harness.simulate import mode_options, mode_speculation
+from benchmarks.harness.sglang_router import ParamsShim, start_router, stop_router
+from benchmarks.harness.telemetry import LoadPoller
+from benchmarks.harness.workload import Workload
+from seer_sglang.config import EMULATION
+from seer_sglang.launch.emulation import instance_args
+from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, plan_gpus, start_instance,
+                                          stop_instances, visible_gpus, wait_healthy)
+from seer_sglang.sim.workload import PRESETS, TraceSample, save_trace
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # ---- the two kinds of run --------------------------------------------------------------------
@@ -172,23 +161,6 @@ def server_config(mode: str, default_draft: str) -> tuple[str, str, str]:
     return ("file" if "pool" in options else "none"), *mode_speculation(mode, default_draft)
 
 
-class Measured:
-    """Every repeat of every mode, with the emulation counters around each run."""
-
-    def __init__(self):
-        self.runs: dict[str, list[dict]] = {}
-        self.emulation: dict[str, list[dict]] = {}
-
-    def run(self, mode: str, urls: list[str], emulated: bool, go) -> None:
-        before = emulation_counters(urls) if emulated else []
-        retracted = retraction_counts(urls)
-        run = go()
-        run["retraction_counter"] = retraction_delta(retracted, retraction_counts(urls))
-        self.runs.setdefault(mode, []).append(run)
-        if emulated:
-            self.emulation.setdefault(mode, []).append(emulation_delta(before, emulation_counters(urls)))
-
-
 def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: random.Random, measured: Measured,
               urls: list[str], emulated: bool, run_one) -> None:
     """Warm the server with a rollout of other prompts, then every repeat runs its modes on its workload
@@ -204,7 +176,7 @@ def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: r
                          lambda: run_one(mode, work.prompts, work.trace, f"r{repeat}-", work.replay))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.rollout")
     ap.add_argument("--modes", default="plain-group,plain-router,plain-router-p2,group,divided,context,oracle",
                     help="plain SGLang: plain-group (each group whole to one instance, round-robin; 'baseline' "
@@ -255,71 +227,107 @@ def main() -> None:
     ap.add_argument("--sim-acceptance", default=None, help="a benchmarks.draft_replay --references result on the "
                     "replayed text: the simulator's acceptance for the +sd modes (without it they are not simulated)")
     ap.add_argument("--out", default="benchmarks/results/rollout.json")
-    args = ap.parse_args()
-    # the instances' draft budget counts the batch's KV read: recorded, so the simulator rebuilds this run
-    # with it (runs without the key were made before it did)
-    args.budget_kv_read = True
-    preset = PRESETS[args.workload]
-    args.group_size = args.group_size or preset.group_size
-    args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share
-    if args.warmup_prompts is None:
-        args.warmup_prompts = args.instances
-    emulated, length_scale = emulation_settings(args)
+    return ap
 
+
+class Calibration:
+    """The step model's timings, taken once, on the first server the run starts."""
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.found: dict | None = None
+
+    def on(self, urls: list[str]) -> None:
+        if self.found is None:
+            args = self.setup.args
+            self.found = calibrate(urls, self.setup.works[0].prompts[0], args.kv_tokens, calib_batches(args),
+                                   args.calib_steps)
+
+
+def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list[list[int]],
+                         rollout: list[TraceSample], tag: str, replay: dict | None) -> dict:
+    """One plain rollout through sglang-router. The router drops ``custom_params``: a shim per instance
+    puts each sample's back by rid."""
+    eos = setup.works[0].eos
+    targets = {baseline_rid(s): sample_params(prompts[s.group_id], s, eos, replay) for s in rollout}
+    shims = []
+    try:
+        for u in urls:
+            shims.append(ParamsShim(u).start())
+            shims[-1].params = targets
+        router = start_router([sh.url for sh in shims], ROUTER_POLICIES[mode],
+                              setup.log_root / f"router-{tag}{mode}.log")
+        try:
+            return asyncio.run(run_baseline(urls, prompts, rollout, setup.args, eos, replay, router=router.url))
+        finally:
+            stop_router(router)
+    finally:
+        for sh in shims:
+            sh.stop()
+
+
+def measure_plain(setup: Setup, modes: list[str], rng: random.Random, measured: Measured, calib: Calibration) -> None:
+    """K plain SGLang instances (the plugin only where it emulates), every plain mode's rollouts on them."""
+    args = setup.args
+    plain_args = setup.engine_args + instance_args(setup.emulation, setup.engine_args)
+    gpu_sets = [None] * args.instances if setup.cpu else plan_gpus(visible_gpus(), 1, args.instances)
+    specs = [InstanceSpec(model_path=setup.model_path, port=free_port(), sglang_args=plain_args, cpu=setup.cpu,
+                          gpus=gpu_sets[i], with_plugin=setup.emulated is not None,
+                          log_path=setup.log_root / f"plain-{i}.log", extra_env=setup.plain_env,
+                          cpu_threads=cpu_threads_per_instance(args.instances) if setup.cpu else None)
+             for i in range(args.instances)]
+    procs = [start_instance(s) for s in specs]
+    try:
+        wait_healthy(procs)
+        urls = [p.url for p in procs]
+        calib.on(urls)
+
+        def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
+                  replay: dict | None) -> dict:
+            if mode in ROUTER_POLICIES:
+                return plain_router_rollout(setup, urls, mode, prompts, rollout, tag, replay)
+            return asyncio.run(run_baseline(urls, prompts, rollout, args, setup.works[0].eos, replay))
+
+        run_modes("plain SGLang", modes, args, setup.works, rng, measured, urls, setup.emulated is not None, plain)
+    finally:
+        stop_instances(procs)
+
+
+def measure_seer(setup: Setup, server: tuple[str, str, str], modes: list[str], rng: random.Random,
+                 measured: Measured, calib: Calibration) -> None:
+    """One seer server (its kv pool, drafter and draft budget), the modes that run on it switched by
+    ``POST /scheduler``."""
+    args = setup.args
+    pool, draft, budget = server
+    extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, *setup.emulate_flags]
+    proc, url = seer_server(setup.model_path, args, setup.engine_args + extra,
+                            setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}")
+    try:
+        urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
+        calib.on(urls)
+
+        def seer(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
+                 replay: dict | None) -> dict:
+            return asyncio.run(run_seer(url, mode, prompts, rollout, args, setup.works[0].eos, tag=tag, replay=replay))
+
+        run_modes(f"seer {pool=} {draft=} {budget=}", modes, args, setup.works, rng, measured, urls,
+                  setup.emulated is not None, seer)
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
+def main() -> None:
+    args = parser().parse_args()
     modes = list(dict.fromkeys(canonical(m) for m in args.modes.split(",")))
     if "plain-router-p2" in modes and args.instances < 2:
         raise SystemExit("plain-router-p2: sglang-router's power_of_two policy needs at least 2 instances")
-    model_path = resolve_model_path(args.model)
-    recording = json.loads(resolve(args.replay).read_text()) if args.replay else None
-    tokenizer = prompt_tokenizer(args, recording)
-    spec = workload_shape(args)
-    seeds = workload_seeds(args)
-    by_seed = {}
-    for seed in seeds:
-        by_seed[seed] = build_workload(argparse.Namespace(**{**vars(args), "seed": seed}), tokenizer, spec)
-        if recording is not None:
-            by_seed[seed].replay = load_recording(recording, args, seed, by_seed[seed].prompts)
-            by_seed[seed].warm_replay = replay_for_warmup(by_seed[seed].warm_trace, by_seed[seed].replay)
-    vocab_size = model_vocab_size(model_path)
-    if compact_vocabulary(list(by_seed.values()), vocab_size, {work.eos for work in by_seed.values()}
-                          | set(tokenizer.tok.all_special_ids)) is not None:
-        print(f"tokens mapped one to one into the model's vocabulary of {vocab_size}", flush=True)
-    works = [by_seed[s] for s in seeds] if args.vary_trace else [by_seed[args.seed]] * args.repeats
-    work = works[0]
-    trace = work.trace
-    if args.kv_tokens is None and args.kv_share == 0:
-        if emulated is None:
-            raise SystemExit("--kv-share 0 (the profile's capacity) needs --emulate")
-        args.kv_tokens = emulated.capacity_tokens
-    if args.kv_tokens is None:  # with --vary-trace: the mean over the repeats' workloads
-        args.kv_tokens = int(statistics.fmean(kv_cap(by_seed[s].trace, args.instances, args.kv_share) for s in seeds))
-    working = working_set(trace)
-    print(f"workload {args.workload}: {len(trace)} samples, working set {working} tokens, "
-          f"KV {args.kv_tokens} tokens per instance x {args.instances}", flush=True)
-    if emulated is not None:
-        emulated = dataclasses.replace(emulated, capacity_tokens=args.kv_tokens)
-        print(f"EMULATION: {emulated.name}, lengths x{length_scale:g}, time x{args.emulate_time_scale:g}", flush=True)
+    setup = prepare(args)
     run = start_run("rollout", args.out, emulated=args.emulate)
-    save_trace(trace, run.file("trace.jsonl"))
-    log_root = Path(f"/tmp/seer-bench-{int(time.time())}")
-    log_root.mkdir(parents=True)
-    # --enable-metrics: every instance, plain or seer, counts its retractions on /metrics
-    engine_args = ["--max-total-tokens", str(args.kv_tokens), "--dtype", args.dtype,
-                   "--enable-custom-logit-processor", "--enable-metrics"]
-    cpu = not has_cuda()
-    machine = f"{'GPU' if not cpu else 'CPU'} {platform.machine()}, {__import__('os').cpu_count()} cores"
+    save_trace(setup.works[0].trace, run.file("trace.jsonl"))
     rng = random.Random(args.seed)
     measured = Measured()
-    calib = None
-    emulation_config = EmulationConfig(args.emulate, args.emulate_time_scale, length_scale, args.emulate_step_log)
-    emulate_flags = ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
-                     "--emulate-length-scale", str(length_scale)] if emulated is not None else []
-    if emulated is not None and args.emulate_step_log:
-        emulate_flags += ["--emulate-step-log", args.emulate_step_log]
-    # the plain instances get the launcher's emulation settings, and no other seer hook
-    plain_env = PluginConfig(**plugin_settings(emulation_config), emulation_only=True).to_env() if emulated else {}
-    plain_env.update(instance_env(emulation_config))
-
+    calib = Calibration(setup)
     # One server per (kv pool, drafter) for the seer modes ("+pool": --kv-pool file, "+sd": speculation),
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if not is_plain(m)]
@@ -330,125 +338,12 @@ def main() -> None:
     rng.shuffle(servers)
     for server in servers:
         if server is None:
-            plain_args = engine_args + instance_args(emulation_config, engine_args)
-            gpu_sets = [None] * args.instances if cpu else plan_gpus(visible_gpus(), 1, args.instances)
-            specs = [InstanceSpec(model_path=model_path, port=free_port(), sglang_args=plain_args, cpu=cpu,
-                                  gpus=gpu_sets[i], with_plugin=emulated is not None,
-                                  log_path=log_root / f"plain-{i}.log", extra_env=plain_env,
-                                  cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
-                     for i in range(args.instances)]
-            procs = [start_instance(s) for s in specs]
-            try:
-                wait_healthy(procs)
-                urls = [p.url for p in procs]
-                if calib is None:
-                    calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
-
-                def plain(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
-                          replay: dict | None) -> dict:
-                    if mode not in ROUTER_POLICIES:
-                        return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay))
-                    # the router drops custom_params: a shim per instance puts each sample's back by rid
-                    targets = {baseline_rid(s): sample_params(prompts[s.group_id], s, work.eos, replay)
-                               for s in rollout}
-                    shims = []
-                    try:
-                        for u in urls:
-                            shims.append(ParamsShim(u).start())
-                            shims[-1].params = targets
-                        router = start_router([sh.url for sh in shims], ROUTER_POLICIES[mode],
-                                              log_root / f"router-{tag}{mode}.log")
-                        try:
-                            return asyncio.run(run_baseline(urls, prompts, rollout, args, work.eos, replay,
-                                                            router=router.url))
-                        finally:
-                            stop_router(router)
-                    finally:
-                        for sh in shims:
-                            sh.stop()
-
-                run_modes("plain SGLang", plain_modes, args, works, rng, measured, urls, emulated is not None, plain)
-            finally:
-                stop_instances(procs)
-            continue
-        pool, draft, budget = server
-        group = [m for m in seer_modes if server_config(m, args.draft) == server]
-        extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, *emulate_flags]
-        proc, url = seer_server(model_path, args, engine_args + extra,
-                                log_root / f"pool-{pool}-draft-{draft}-budget-{budget}")
-        try:
-            urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
-            if calib is None:
-                calib = calibrate(urls, work.prompts[0], args.kv_tokens, calib_batches(args), args.calib_steps)
-
-            def seer(mode: str, prompts: list[list[int]], rollout: list[TraceSample], tag: str,
-                     replay: dict | None) -> dict:
-                return asyncio.run(run_seer(url, mode, prompts, rollout, args, work.eos, tag=tag, replay=replay))
-
-            run_modes(f"seer {pool=} {draft=} {budget=}", group, args, works, rng, measured, urls, emulated is not None, seer)
-        finally:
-            proc.terminate()
-            proc.wait(120)
-    print(f"calibration: {json.dumps({k: v for k, v in calib.items() if k != 'step_s_by_batch'})}", flush=True)
-    results = {}
-    for mode in modes:
-        results[mode] = summarise([metrics(run, args.instances, calib) for run in measured.runs[mode]])
-        r = results[mode]
-        kv = r.get("kv") or {}
-        spread = r["spread"]["completion_s"]
-        print(f"{mode:>13}: {r['completion_s']:7.1f} s (+-{spread['std']:.1f})  {r['throughput_tok_s']:8.0f} tok/s  "
-              f"tail {r['tail_s']:6.1f} s  retractions {r['retractions']:.0f}  efficiency {r['efficiency']:.2f}  "
-              f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}  "
-              f"acceptance {r.get('mean_acceptance_length') or '-'}  "
-              f"on target {r['repeats'][0].get('on_target_share', '-')}", flush=True)
-    keys = ratio_keys(results)
-    if emulated is None:
-        step_model = StepModel(name=f"cpu-{args.model}", decode_base_s=calib["decode_base_s"],
-                               decode_per_seq_s=calib["decode_per_seq_s"],
-                               decode_per_kv_token_s=calib["decode_per_kv_token_s"],
-                               prefill_per_token_s=calib["prefill_s_per_token"], capacity_tokens=args.kv_tokens,
-                               request_overhead_s=calib["request_overhead_s"],
-                               decode_batch_s=calib["decode_batch_s"],
-                               source=f"measured by benchmarks.rollout on {machine}")
-        step_model.save(run.file("step_model.json"))
-    else:  # the simulator runs the very model the instances were padded to
-        step_model = dataclasses.replace(emulated, request_overhead_s=calib["request_overhead_s"])
-    report = {"config": {**vars(args), "context_ties": CONTEXT_TIES, "machine": machine, "samples": len(trace), "working_set_tokens": working,
-                         "workload_spec": spec.__dict__, "calibration": calib, "server_order": servers},
-              "modes": results, **keys,
-              "sim_check": sim_check([w.trace for w in works], step_model, admission(emulation_config), args,
-                                     results, [w.prompts for w in works])}
-    # the smallest step: the profile's lone short step where the steps are emulated, else the engines'
-    # measured batch-1 step
-    step_s, step_source = ((step_model.decode_step(1, 0), "the emulated profile's decode_step(1, 0)")
-                           if emulated is not None else (calib["min_step_s"], "measured batch-1 step (calibration)"))
-    report["bound"] = bound(results, step_s, keys["reference"], step_source)
-    report["regime"] = regime(step_model, len(trace), args.instances, statistics.fmean(s.prompt_len for s in trace),
-                              statistics.fmean(s.output_len for s in trace), max(s.output_len for s in trace))
-    b, g = report["bound"], report["regime"]
-    print(f"reference: {keys['reference']}; critical path {b['critical_path_s']:.2f} s = {b['share']:.0%} of its "
-          f"completion; regime: {g['requests_per_step']} requests per step, fixed share {g['fixed_share']:.2f}, "
-          f"full over idle {g['full_over_idle']:.2f}", flush=True)
-    if "note" in g:
-        print(f"REGIME: {g['note']}", flush=True)
-    if emulated is not None:
-        per_run = [e for runs in measured.emulation.values() for e in runs]
-        share = max((e["overrun_share"] for e in per_run), default=0.0)
-        report["emulation"] = {
-            "label": "EMULATED: real SGLang instances on a small model, every forward step padded to the "
-                     f"step-time profile {args.emulate}; not a GPU measurement",
-            "profile": args.emulate, "model": dataclasses.asdict(emulated), "length_scale": length_scale,
-            "time_scale": args.emulate_time_scale, "per_mode": measured.emulation, "overrun_share": share,
-            "valid": share <= EMULATION.max_overrun_share,
-            "valid_modes": {m: max(e["overrun_share"] for e in runs) <= EMULATION.max_overrun_share
-                            for m, runs in measured.emulation.items()}}
-        print(f"EMULATION overrun share {share:.3f} (valid: {report['emulation']['valid']})", flush=True)
-        found = targets.bounds(predict([w.trace for w in works], step_model, admission(emulation_config), args,
-                                       targets.bound_modes(results), [w.prompts for w in works]))
-        report["targets"] = {"bounds": found, "checks": targets.check(report, found)}
-        for r in report["targets"]["checks"]:
-            if r["met"] is False:
-                print(f"TARGET missed: {r['mode']}: {r['target']} ({r['why'] or 'no bound to say why'})", flush=True)
+            measure_plain(setup, plain_modes, rng, measured, calib)
+        else:
+            measure_seer(setup, server, [m for m in seer_modes if server_config(m, args.draft) == server], rng,
+                         measured, calib)
+    print(f"calibration: {json.dumps({k: v for k, v in calib.found.items() if k != 'step_s_by_batch'})}", flush=True)
+    report = build_report(setup, modes, measured, calib.found, servers, run)
     out = run.write(report)
     plot(report, {m: runs[0] for m, runs in measured.runs.items()}, run.file("plot.png"))
     print(f"wrote {out} and {run.file('plot.png')}")

@@ -5,7 +5,9 @@
 
 Runs every policy (the ablation), a chunk-size sweep for ``context``, and the gain of ``context``
 over plain SGLang (``round-robin``: veRL's dispatch) as the number of instances and the length spread
-grow. Each instance's KV holds half its part of the working set, as in Seer. Writes JSON and a PNG.
+grow. Each instance's KV holds half its part of the working set, as in Seer. ``--out`` writes the
+report as JSON; ``python -m benchmarks.sim`` takes the same flags and stores the run as a benchmark
+result (a run folder with the command, commit and machine, and a plot).
 
 ``--max-tokens`` and ``--time-scale`` simulate an emulated testbed's run (``benchmarks.rollout
 --emulate``): the workload's lengths, the profile and SGLang's admission scaled as the emulated
@@ -65,8 +67,8 @@ def run_policies(trace, model, instances, max_tokens, chunk_size, policies=POLIC
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m seer_sglang.sim")
+def parser(prog: str = "python -m seer_sglang.sim") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--workload", default="moonlight", choices=sorted(PRESETS))
     ap.add_argument("--trace", default=None, help="replay a JSONL trace instead of generating one")
     ap.add_argument("--prompts", type=int, default=256)
@@ -95,9 +97,12 @@ def main() -> None:
     ap.add_argument("--prompt-len", default=None, help="prompt lengths MIN,MAX (default: the workload's)")
     ap.add_argument("--policies", default=",".join(POLICIES), help="the ablation's modes; the first is the reference")
     ap.add_argument("--quick", action="store_true", help="ablation only, no sweeps")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--out", default=None, help="write the report here as JSON")
+    return ap
 
+
+def run(args: argparse.Namespace) -> dict:
+    """The ablation (and, without ``--quick``, the sweeps) the flags ask for, printed as it runs."""
     spec = PRESETS[args.workload]
     scale = 1.0 if args.max_tokens is None else args.max_tokens / spec.max_tokens
     prompt_len = tuple(int(x) for x in args.prompt_len.split(",")) if args.prompt_len else None
@@ -135,10 +140,15 @@ def main() -> None:
             report["spread_sweep"][sigma] = run_policies(generate(wider, args.prompts, args.seed), model,
                                                          args.instances, spec.max_tokens, args.chunk_size,
                                                          ("round-robin", "context"), admission=admission)
+    return report
+
+
+def main() -> None:
+    args = parser().parse_args()
+    out = run(args)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2))
-        _plot(report, Path(args.out).with_suffix(".png"))
+        Path(args.out).write_text(json.dumps(out, indent=2))
 
 
 def _print(title: str, rows: dict) -> None:
@@ -146,35 +156,6 @@ def _print(title: str, rows: dict) -> None:
     for name, r in rows.items():
         print(f"  {name:>8}: {r['completion_s']:9.1f} s  {r['throughput_tok_s']:10.0f} tok/s  "
               f"x{r['ratio_throughput']:.2f}  tail {r['tail_s']:8.1f} s  retractions {r['retractions']}")
-
-
-def _plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [k for k in ("ablation", "chunk_sweep", "instance_sweep", "spread_sweep") if k in report]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
-    ax = axes[0][0]
-    names = list(report["ablation"])
-    ax.bar(names, [report["ablation"][n]["ratio_throughput"] for n in names], color="tab:blue")
-    ax.set_title("throughput vs plain SGLang, round-robin (sim)")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    for ax, key in zip(axes[0][1:], panels[1:]):
-        data = report[key]
-        xs = list(data)
-        if key == "chunk_sweep":
-            ax.plot(xs, [data[x]["ratio_throughput"] for x in xs], marker="o")
-            ax.set_title("context: chunk size")
-        else:
-            ax.plot(xs, [data[x]["context"]["ratio_throughput"] for x in xs], marker="o")
-            ax.set_title("context gain vs " + ("instances" if key == "instance_sweep" else "length spread"))
-        ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_ylabel("throughput / plain SGLang")
-    fig.suptitle(f"{report['config']['workload']} - {report['config']['step_model']['name']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

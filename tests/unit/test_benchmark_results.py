@@ -91,3 +91,4 @@ def test_a_new_run_joins_the_manifest_as_current_with_the_regime_its_meta_gives(
                               "label": "x30", "kind": "result", "regime": "emulated", "status": "current",
                               "former": {}}
     assert entries["soak_cpu"]["regime"] == "CPU-measured" and entries["sim_bounds_a"]["regime"] == "simulated"
+

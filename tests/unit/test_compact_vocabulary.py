@@ -3,7 +3,7 @@ tokens are mapped one to one into it, keeping every equality a drafter sees and 
 
 import pytest
 
-from benchmarks.rollout import Workload, compact_vocabulary, replay_for_warmup
+from benchmarks.harness.workload import Workload, compact_vocabulary, replay_for_warmup
 from seer_sglang.sim.workload import TraceSample
 
 
