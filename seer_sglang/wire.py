@@ -83,6 +83,14 @@ def weight_namespace(weight_version: str) -> str:
     return f"weight_version={weight_version}"
 
 
+def adapter_namespace(digest: str) -> str:
+    """The cache key part (``extra_key``) of a request under a LoRA adapter: a digest of the adapter's
+    weights and config, where SGLang keys it by an id each instance draws when it loads the adapter.
+    The same adapter on every instance has the same key, so a moved sample finds its pages in the pool;
+    other weights under the same name never match them."""
+    return f"lora={digest}"
+
+
 def routing_namespace(rid: str, regenerations: int) -> str:
     """The cache key part (``extra_key``) of a sample that wants its prompt's expert routings. SGLang
     keeps a token's routings beside its KV slot on the device only: a prompt whose KV came from the

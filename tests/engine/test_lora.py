@@ -12,6 +12,7 @@ from conftest import BackgroundRollout, chunked, generated_tokens, moved_rollout
 from seer_sglang.models import prepare
 
 CHUNK = 16
+PAGE = 16  # the pool's page, in tokens
 PROMPTS = [[7 + i, 300 + 11 * i, 41, 12, 990 - i, 5, 77, 1500 + i, 3, 64] for i in range(4)]
 
 
@@ -25,7 +26,8 @@ def lora(tiny_model, tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
     adapters = prepare("tiny-lora")
     logs = tmp_path_factory.mktemp("lora")
-    with seer_beside_plain(tiny_model, logs, _lora_args(adapters)) as (seer, plain):
+    # --kv-pool file: a moved sample loads its adapter's pages from the pool
+    with seer_beside_plain(tiny_model, logs, _lora_args(adapters), ("--kv-pool", "file")) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, adapters
 
@@ -65,6 +67,23 @@ def test_adapter_tokens_over_chunks_and_instances_equal_plain_sglang_with_it(lor
     r = httpx.post(f"{seer_url}/generate", json={"input_ids": PROMPTS[0], "lora_path": "nope",
                                                  "sampling_params": {"max_new_tokens": 4}}, timeout=60)
     assert 400 <= r.status_code < 500, r.text
+
+
+def test_a_moved_adapter_sample_loads_its_context_from_the_pool(lora):
+    """The pool keys an adapter's pages by a digest of its weights, not by the id each instance draws
+    when it loads the adapter: a sample moved to the other instance loads its context from the pool
+    (each prompt here is its sample's own, so no other sample's pages can serve it), and its tokens are
+    still plain SGLang's with the adapter."""
+    seer_url, plain_url, _ = lora
+    prompts = [[19 + i, 400 + 13 * i, 8, 95, 1200 - i, 6, 33, 700 + i, 2, 51] for i in range(8)]
+    want = [_plain(plain_url, p, "a") for p in prompts]
+    samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in prompts], "n": 1, "max_tokens": 48,
+                                       "temperature": 0, "ignore_eos": True, "lora_path": "a"}, CHUNK)
+    moves = []
+    for s in samples:
+        assert s["output_ids"] == want[s["prompt_index"]], s["prompt_index"]
+        moves += [c for before, c in zip(s["chunks"], s["chunks"][1:]) if c["instance"] != before["instance"]]
+    assert moves and all(c["kv"]["pool"] >= PAGE for c in moves), moves
 
 
 def test_adapters_load_and_unload_on_every_instance(lora):

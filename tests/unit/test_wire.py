@@ -33,6 +33,19 @@ def test_sample_schema_round_trips():
     assert SampleJSON.from_json(body) == sample
 
 
+def test_an_adapters_pages_are_keyed_by_its_digest_not_the_instances_id_of_it():
+    from seer_sglang.plugin.weight_namespace import keyed_by_adapter, rekey
+
+    digests = {"3f0c": "d1"}
+    # SGLang's Req appends its id of the adapter to the client's key (or to nothing)
+    assert rekey(keyed_by_adapter("3f0c", "3f0c", digests), "v1") == "lora=d1|weight_version=v1"
+    assert rekey(keyed_by_adapter("salt3f0c", "3f0c", digests), "v1") == "salt|lora=d1|weight_version=v1"
+    # two instances' ids of one adapter are one key; an id with no digest, or no adapter, is left alone
+    assert keyed_by_adapter("77aa", "77aa", {"77aa": "d1"}) == keyed_by_adapter("3f0c", "3f0c", digests)
+    assert keyed_by_adapter("9e9e", "9e9e", digests) == "9e9e"
+    assert keyed_by_adapter("salt", None, digests) == "salt" and keyed_by_adapter(None, None, digests) is None
+
+
 def test_the_plugin_rekeys_a_request_to_one_weight_version():
     from seer_sglang.plugin.weight_namespace import rekey
 
