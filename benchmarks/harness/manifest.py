@@ -3,7 +3,8 @@
 ``benchmarks/results/manifest.json`` lists every run folder: its benchmark and label, ``kind`` (a
 ``result``, or a ``recording`` that later runs read as input), ``status`` (``current``, or ``superseded``
 with ``superseded_by`` and ``why``), ``regime`` (emulated, CPU-measured, GPU-measured or simulated), the
-doc sections that quote it, and ``former``: the flat file the run was stored as before runs had folders.
+doc sections that quote it, ``former``: the flat file the run was stored as before runs had folders, and
+for the runs the docs lead with a ``headline`` (what ran and its result in a line).
 A result file records the paths of its inputs as they were when it ran (``--replay``, ``--sim-acceptance``,
 ``--from``); ``resolve`` finds such a path in its run folder now, so no stored result is rewritten.
 The tables and the docs read runs through here, by label.
@@ -36,6 +37,9 @@ class Entry:
     quoted_in: tuple[str, ...] = ()
     superseded_by: str | None = None
     why: str | None = None
+    # a run the docs' "Results at a glance" leads with: its ``order`` there, ``what`` ran, the ``result``
+    # in a line, and ``with``: the labels of other runs the line draws on
+    headline: dict | None = None
 
     @property
     def folder(self) -> Path:

@@ -7,6 +7,7 @@ from typing import Callable
 
 from .format import Results, pick
 from .drafting import _recording_label, draft_server_table, drafter_append_table, drafter_lookup_table, replay_batch_table, replay_references_table, spec_acceptance_table, spec_budget_table, text_acceptance_table
+from .glance import glance_table
 from .gpu import cascade_verify_table, gpu_attention_table, gpu_step_table, sched_cost_table, sim_profile_table
 from .rollout import emulated_pool_table, emulated_table, emulation_check_table, methodology_table, rollout_table, sim_ablation_table, sim_bounds_table, sim_check_table, sim_errors_table, sim_heldout_table, sim_spec_table, targets_table
 from .serving import default_pool_table, kv_pool_table, load_table, multiturn_table, slo_frontier_table, slo_load_table, slo_table, soak_table, transfer_table
@@ -26,6 +27,7 @@ TARGET_RUNS = ("emulated_h100_qwen2vl_workloads_x20", "emulated_h100_qwen2vl_wor
 
 TABLES: dict[str, Callable[[Results], str]] = {
     "methodology": methodology_table,
+    "glance": glance_table,
     "emulated_h100_qwen2vl": lambda r: emulated_table(r, "emulated_h100_qwen2vl"),
     "emulated_h100_qwen2vl_seerload_x30": lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_x30"),
     "sim_bounds_qwen2vl_seerload": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_seerload"),

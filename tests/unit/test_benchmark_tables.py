@@ -93,3 +93,21 @@ def test_render_replaces_only_between_markers():
     assert render(new, {}, {"t": lambda results: "| a |\n|---|\n| 1 |"}) == (new, [])
     with pytest.raises(KeyError):
         render(doc, {}, {})
+
+
+def test_the_glance_table_leads_with_current_runs_only(monkeypatch):
+    """One line per headline of the manifest, in its order; a headline on a run that is no longer
+    current, or one drawing on such a run, is an error rather than a stale line."""
+    from benchmarks.tables.glance import glance_table
+
+    results = tables.load_results()
+    entries = manifest.read()
+    headlined = sorted((e for e in entries if e.headline), key=lambda e: e.headline["order"])
+    rows = glance_table(results).splitlines()[2:]
+    assert len(rows) == len(headlined) >= 4
+    assert all(row.startswith(f"| {e.headline['what']} |") for row, e in zip(rows, headlined))
+    stale = headlined[0].label
+    monkeypatch.setattr(manifest, "by_label", lambda status=None, **kw: {
+        e.label: e for e in entries if e.label != stale})
+    with pytest.raises(ValueError, match=stale):
+        glance_table(results)
