@@ -27,6 +27,7 @@ KV_POOLS = ("auto", "none", "file", "mooncake")
 DRAFTERS = ("suffix", "group-suffix", "sam")
 DRAFT_MODES = ("none", *DRAFTERS)
 BUDGETS = ("adaptive", "threshold", "full")
+VERIFY_LAYOUTS = ("auto", "ragged", "bucketed", "full")
 
 CPU_INSTANCES = 2  # instances started on a machine without a GPU (two CPU instances share its cores)
 LOOPBACK = "127.0.0.1"  # every server seer starts binds here unless told otherwise
@@ -226,6 +227,13 @@ class DraftConfig:
                                     "per_seq_s/per_token_s/accept_curve, or a step model written by "
                                     "benchmarks.rollout; without it each instance fits its own step times as it "
                                     "runs (CPU) or verifies full drafts (GPU)")
+    verify_layout: str = flag("auto", "--verify-layout", "how a speculative step lays out its verify: ragged = only "
+                              "the drafts the budget gave out go through the model; bucketed = the budget decides "
+                              "as in ragged, and every request is padded to the smallest of a few fixed widths "
+                              "(1, 2, 4, ... and the full width) that holds the batch's longest draft: the shapes "
+                              "a device captures one graph per width for; full = every draft verified at the full "
+                              "width, the budget unused; auto = ragged on CPU, full on GPU (default)",
+                              choices=VERIFY_LAYOUTS)
     group_ttl_s: float = 600.0  # a group idle this long leaves the draft server and the instances' drafters
     # The draft server holds at most this many response tokens (its index costs a few times their 4
     # bytes each); past it the groups idle longest leave first, whatever their TTL.
@@ -277,6 +285,8 @@ class PluginConfig:
                                              "a draft-server call without an answer this long is lost")
     budget: str = env_only(DraftConfig.budget, "SEER_DRAFT_BUDGET", "draft budget")
     cost_path: Optional[str] = env_only(None, "SEER_DRAFT_COST", "profile file of the adaptive budget")
+    verify_layout: str = env_only(DraftConfig.verify_layout, "SEER_VERIFY_LAYOUT", "the verify's layout: auto, "
+                                  "ragged, bucketed or full")
     transfer_scheduler: bool = env_only(False, "SEER_TRANSFER_SCHEDULER", "pool transfers yield to decode")
     transfer_starvation_steps: int = env_only(KVPoolConfig.transfer_starvation_steps,
                                               "SEER_TRANSFER_STARVATION_STEPS", "bound on a transfer's wait")

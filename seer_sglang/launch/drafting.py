@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import BUDGETS, DRAFT, DRAFT_MODES, DraftConfig
+from ..config import BUDGETS, DRAFT, DRAFT_MODES, VERIFY_LAYOUTS, DraftConfig
 from ..wire import SPEC_ALGORITHM, VERIFY_BACKEND
 from .sglang_args import has_flag
 
@@ -31,6 +31,7 @@ class RunningDrafts:
     budget: str = DRAFT.budget  # how many drafts each request verifies per step (speculative.budget)
     cost_path: str | None = None  # the adaptive budget's profile; without one each instance fits its own
     server_timeout_s: float = DRAFT.server_timeout_s  # an instance's call to the draft server
+    verify_layout: str = DRAFT.verify_layout  # ragged, bucketed or full (auto: by device)
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -38,11 +39,14 @@ class RunningDrafts:
         return self.drafter != "none"
 
     def describe(self) -> str:
-        # On GPU the verify width is fixed (FlashInfer plans and CUDA graphs are per width): every
+        from ..speculative.budget import verify_layout
+
+        layout = verify_layout(self.verify_layout, self.cpu)
+        # At the full width (the GPU's default: FlashInfer plans and CUDA graphs are per width) every
         # draft is verified and --draft-budget does not apply.
-        budget = f"{self.budget} budget" if self.cpu else "every draft verified (fixed verify width on GPU)"
+        budget = "every draft verified" if layout == "full" else f"{self.budget} budget"
         return (f"{self.drafter}, up to {self.draft_tokens} draft tokens in {self.draft_paths} paths, "
-                f"{budget}, draft server {self.address}")
+                f"{budget}, {layout} verify, draft server {self.address}")
 
     def instance_args(self, sglang_args: list[str]) -> list[str]:
         if not self.enabled or has_flag(sglang_args, "--speculative-algorithm"):
@@ -59,6 +63,7 @@ class RunningDrafts:
         if not self.enabled:
             return {}
         return {"drafter": self.drafter, "budget": self.budget, "draft_server": self.address,
+                "verify_layout": self.verify_layout,
                 "draft_server_timeout_s": self.server_timeout_s,
                 "cost_path": str(Path(self.cost_path).resolve()) if self.cost_path else None}
 
@@ -86,6 +91,8 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
         raise ValueError("--draft-tokens and --draft-paths must be at least 1")
     if config.budget not in BUDGETS:
         raise ValueError(f"--draft-budget must be one of {BUDGETS}, got {config.budget!r}")
+    if config.verify_layout not in VERIFY_LAYOUTS:
+        raise ValueError(f"--verify-layout must be one of {VERIFY_LAYOUTS}, got {config.verify_layout!r}")
     if config.cost_path:
         from ..speculative.budget import load_cost
 
@@ -97,7 +104,8 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
         logger.warning("LoRA is on: the instances run without speculative decoding (--draft %s is ignored)", drafter)
         drafter = "none"
     drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
-                           cost_path=config.cost_path, server_timeout_s=config.server_timeout_s)
+                           cost_path=config.cost_path, server_timeout_s=config.server_timeout_s,
+                           verify_layout=config.verify_layout)
     if not drafts.enabled:
         return drafts
     from ..draft_server.client import wait_ready

@@ -15,8 +15,11 @@ prompt plus the sample's earlier output, split by the prompt the drafter already
 Each step a draft budget (``seer_sglang.speculative.budget``) picks the draft length gamma* for the batch
 and, on CPU, splits gamma* * B draft tokens among the requests by their drafts' acceptance estimates
 (long-tail requests weighted by lambda). The verify is then ragged: only the nodes given out go through
-the model (``_CompactVerify``), and a step without drafts runs as SGLang's plain decode step. On GPU
-the width stays fixed (captured graphs and FlashInfer plans are per width) and every draft is verified.
+the model (``_CompactVerify``), and a step without drafts runs as SGLang's plain decode step. That is
+the ``ragged`` verify layout (``--verify-layout``, the CPU's default). ``bucketed`` takes the same
+budget decisions and pads every request to the smallest of a few fixed widths that holds the step's
+widest one (the shapes a device captures one graph per width for); ``full`` (the GPU's default, where
+captured graphs and FlashInfer plans are per width) verifies every draft at the full width.
 
 Its settings come from the environment (``seer_sglang.config.PluginConfig``): the drafter (a name of
 ``speculative.drafters.make_drafter``, or ``module:callable`` called with the server args), the draft
@@ -43,7 +46,8 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..config import DRAFT, PluginConfig
 from ..core.step_model import emulated_model
-from ..speculative.budget import BudgetRequest, high_priority, make_budget
+from ..speculative.budget import (BudgetRequest, bucket_width, high_priority, make_budget, verify_buckets,
+                                  verify_layout)
 from ..speculative.draft import Draft, Drafter
 from ..wire import CASCADE_BACKEND, DEPTH_PARAM, parse_chunk_rid
 from .emulation import batch_kv_tokens
@@ -235,7 +239,12 @@ class SeerSpecWorker(NGRAMWorker):
         self._next_idle_check = 0.0
         self.ngram_corpus = _RequestsLeft(self)
         self.full_width = self.draft_token_num
-        self.variable_width = on_cpu = str(self.device).startswith("cpu")
+        on_cpu = str(self.device).startswith("cpu")
+        # ragged: only the nodes given out go through the model (_CompactVerify); bucketed: the same
+        # budget, each request padded to the step's bucket; full: every draft, the full width
+        self.layout = verify_layout(config.verify_layout, on_cpu)
+        self.budgeted = self.layout != "full"
+        self.buckets = verify_buckets(self.full_width)
         # Only the seer_cascade backend reads the verify input's group tags: no per-step work otherwise.
         self.tag_groups = not on_cpu and server_args.attention_backend == CASCADE_BACKEND
         # An emulated instance's steps last what its profile says: the budget prices drafts by the profile.
@@ -252,9 +261,9 @@ class SeerSpecWorker(NGRAMWorker):
         from . import verify_sampling
 
         verify_sampling.install()
-        logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths, %s budget%s",
+        logger.info("SEER speculative worker: drafter %s, %d draft tokens, %d paths, %s budget, %s verify",
                     type(self.drafter).__name__, self.draft_token_num - 1, self.max_paths,
-                    config.budget, "" if self.variable_width else " (fixed width)")
+                    config.budget if self.budgeted else "no", self.layout)
 
     def _init_preallocated_tensors(self):
         super()._init_preallocated_tensors()
@@ -360,16 +369,16 @@ class SeerSpecWorker(NGRAMWorker):
             self.group_used[request_key(req.rid)[0]] = now
             last.append(self._catch_up(req, extra))
         self._release_idle_groups(now)
-        # On CPU the verify is ragged (see _CompactVerify): the budget splits gamma* * B draft tokens
-        # among the requests, long-tail ones first. At a fixed width (GPU) drafts cost nothing more,
-        # so all are verified.
+        # The budget splits gamma* * B draft tokens among the requests, long-tail ones first; the
+        # ragged verify runs only those (see _CompactVerify), the bucketed one pads every request to the
+        # step's bucket. At the full width drafts cost nothing more, so all are verified.
         own = needs_own_sampler(batch.sampling_info, batch.reqs)
         gamma = self._gamma = 0 if own else self.budget.gamma_star(bs, batch_kv_tokens(batch)) \
-            if self.variable_width else full - 1
+            if self.budgeted else full - 1
         drafts = [self.drafter.draft(*request_key(req.rid)[:2], full - 1, self.max_paths) if gamma else Draft()
                   for req in batch.reqs]
         orders = [draft.best_first() for draft in drafts]
-        if self.variable_width:
+        if self.budgeted:
             high = high_priority([req.priority for req in batch.reqs])
             asks = [BudgetRequest(req.rid, h, list(np.take(draft.node_scores(), order)))
                     for req, h, draft, order in zip(batch.reqs, high, drafts, orders)]
@@ -377,7 +386,7 @@ class SeerSpecWorker(NGRAMWorker):
             self._verified = [min(given[req.rid], len(draft)) for req, draft in zip(batch.reqs, drafts)]
         else:
             self._verified = [len(draft) for draft in drafts]
-        width = 1 if own else 1 + max(self._verified, default=0) if self.variable_width else full
+        width = 1 if own else self._width(1 + max(self._verified, default=0))
         self.draft_token_num = width
         tokens = np.empty((bs, width), dtype=np.int64)
         masks = np.empty((bs, width, width), dtype=np.bool_)
@@ -387,12 +396,19 @@ class SeerSpecWorker(NGRAMWorker):
             tokens[i], masks[i], used = tree_layout(last[i], kept, width)
             nodes[i, :used] = True
             self._verified[i] = used - 1
-        self._nodes = nodes if self.variable_width and not nodes.all() else None
+        self._nodes = nodes if self.layout == "ragged" and not nodes.all() else None
         if self.tag_groups:  # the seer_cascade backend shares each group's prompt
             index: dict[str, int] = {}
             self._group_ids = [index.setdefault(request_key(req.rid)[0], len(index)) for req in batch.reqs]
         self._note_budget(sum(self._verified) / max(1, bs), bs)
         return tokens.reshape(-1), masks.reshape(-1)
+
+    def _width(self, needed: int) -> int:
+        """The step's verify width for ``needed`` nodes in its widest request (1 in a bucket of its own:
+        no drafts at all, a plain decode step)."""
+        if self.layout == "ragged":
+            return needed
+        return bucket_width(needed, self.buckets) if self.layout == "bucketed" else self.full_width
 
     def _note_budget(self, drafts_per_request: float, batch_size: int) -> None:
         """A log line every 30 s: how often the budget turned drafts off, and the drafts verified."""
@@ -448,7 +464,7 @@ class SeerSpecWorker(NGRAMWorker):
             result.next_token_ids = padded.view(-1)
             result.next_draft_input.accept_tokens = result.next_token_ids
             result.next_draft_input.draft_token_num = self.full_width
-        if self.variable_width:
+        if self.budgeted:
             accepted = (result.accept_lens - 1).tolist() if width > 1 else [0] * bs
             self.budget.record_step(bs, self._gamma if width > 1 else 0, self._verified, accepted, time.perf_counter() - start)
         return result

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import BUDGETS
+from ..config import BUDGETS, VERIFY_LAYOUTS
 from ..core.step_model import StepModel
 
 
@@ -105,6 +105,35 @@ def kv_bucket(tokens: int) -> int:
     tokens = max(0, int(tokens))
     drop = max(0, tokens.bit_length() - 4)
     return tokens >> drop << drop
+
+
+def verify_layout(name: str, cpu: bool) -> str:
+    """``--verify-layout`` as an instance runs it: ``auto`` is ``ragged`` on a CPU and ``full`` on a GPU,
+    where the bucketed verify has yet to be measured against the full width's captured graphs."""
+    if name not in VERIFY_LAYOUTS:
+        raise ValueError(f"unknown verify layout {name!r}; choose one of {VERIFY_LAYOUTS}")
+    if name == "auto":
+        return "ragged" if cpu else "full"
+    return name
+
+
+def verify_buckets(full_width: int) -> tuple[int, ...]:
+    """The widths a bucketed verify runs at (nodes per request: the last verified token and its drafts):
+    the powers of two below the full width, and the full width. A device captures one graph per bucket."""
+    widths, w = [], 1
+    while w < full_width:
+        widths.append(w)
+        w *= 2
+    return (*widths, full_width)
+
+
+def bucket_width(needed: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds ``needed`` nodes: the widest request of the step, whose tree then
+    fits whole, and every other request's within it."""
+    for width in sorted(buckets):
+        if width >= needed:
+            return width
+    raise ValueError(f"{needed} verify nodes are more than the widest bucket ({max(buckets)})")
 
 
 HIGH_PRIORITY_SHARE = 0.25  # the batch's top quarter by router priority counts as long-tail

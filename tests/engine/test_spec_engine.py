@@ -566,33 +566,58 @@ BUDGET_PROFILE = {"base_s": 0.1, "per_seq_s": 0.0, "per_token_s": 0.01, "verify_
                   "accept_curve": [0.9, 0.9, 0, 0, 0, 0, 0]}
 
 
-@pytest.fixture(scope="module")
-def budgeted(tiny_model, logs, plain) -> dict:
-    """SEER with the group-suffix drafter under the adaptive budget and a fixed profile. Per group: sibling 0
-    alone, then sibling 1 alone (it drafts sibling 0's output), then siblings 2 and 3 of all groups together."""
-    prompts = plain["prompts"]
+def _budgeted_requests(url: str, prompts: list[list[int]]) -> dict:
+    """Per group: sibling 0 alone, then sibling 1 alone (it drafts sibling 0's output), a pair, then
+    siblings 2 and 3 of all groups together."""
+    with_logprobs = dict(temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True, top_logprobs_num=2)
+    alone = {j: [_generate(url, [prompts[g]], [f"b{g}-{j}-c0"], **with_logprobs)[0] for g in range(4)]
+             for j in (0, 1)}
+    # a pair: sibling 4 of group 0 (siblings 0 and 1 have finished: drafts) and a sample of a new group
+    pair = _generate(url, [prompts[0], prompts[4]], ["b0-4-c0", "n4-0-c0"], **with_logprobs)
+    rids = [f"b{g}-{j}-c0" for g in range(4) for j in (2, 3)]
+    together = _generate(url, [prompts[int(r[1])] for r in rids], rids, **with_logprobs)
+    return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids]}
+
+
+def _budgeted_instance(tiny_model, logs, name: str, layout: str):
+    """SEER with the group-suffix drafter under the adaptive budget and a fixed profile."""
     profile = logs / "budget_profile.json"
     profile.write_text(json.dumps(BUDGET_PROFILE))
-    env = PluginConfig(drafter="group-suffix", budget="adaptive", cost_path=str(profile)).to_env()
-    inst = _start(tiny_model, logs, "budgeted", ["--speculative-algorithm", "SEER", "--enable-custom-logit-processor",
-                                                 *SPEC_ARGS], env)
+    env = PluginConfig(drafter="group-suffix", budget="adaptive", cost_path=str(profile),
+                       verify_layout=layout).to_env()
+    return _start(tiny_model, logs, name, ["--speculative-algorithm", "SEER", "--enable-custom-logit-processor",
+                                           *SPEC_ARGS], env)
+
+
+@pytest.fixture(scope="module")
+def budgeted(tiny_model, logs, plain) -> dict:
+    """The budget's requests on the ragged verify (the CPU's), after a forced batch of 8 and before two
+    siblings replaying one recorded text."""
+    prompts = plain["prompts"]
+    inst = _budgeted_instance(tiny_model, logs, "budgeted", "ragged")
     try:
         forced = _forced_batch(inst.url, tiny_model, prompts, "bf")  # a batch of 8: plain decode steps first
-        with_logprobs = dict(temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True, top_logprobs_num=2)
-        alone = {j: [_generate(inst.url, [prompts[g]], [f"b{g}-{j}-c0"], **with_logprobs)[0] for g in range(4)]
-                 for j in (0, 1)}
-        # a pair: sibling 4 of group 0 (siblings 0 and 1 have finished: drafts) and a sample of a new group
-        pair = _generate(inst.url, [prompts[0], prompts[4]], ["b0-4-c0", "n4-0-c0"], **with_logprobs)
-        rids = [f"b{g}-{j}-c0" for g in range(4) for j in (2, 3)]
-        together = _generate(inst.url, [prompts[int(r[1])] for r in rids], rids, **with_logprobs)
+        out = _budgeted_requests(inst.url, prompts)
         # two siblings replay one recorded text at temperature 1, one after the other
         _, params = _replayed(tiny_model, prompts[9])
         replayed = [_generate(inst.url, [prompts[9]], [f"r9-{j}-c0"], temperature=1.0, max_new_tokens=NEW_TOKENS + 8,
                               **params)[0] for j in (0, 1)]
     finally:
         stop_instances([inst])
-    return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids],
-            "forced": forced, "replayed": replayed}
+    return {**out, "forced": forced, "replayed": replayed}
+
+
+@pytest.fixture(scope="module")
+def bucketed(tiny_model, logs, plain) -> dict:
+    """The same requests with the verify padded to fixed-width buckets (the layout a GPU captures graphs
+    for), forced on the CPU."""
+    prompts = plain["prompts"]
+    inst = _budgeted_instance(tiny_model, logs, "bucketed", "bucketed")
+    try:
+        _forced_batch(inst.url, tiny_model, prompts, "bf")
+        return _budgeted_requests(inst.url, prompts)
+    finally:
+        stop_instances([inst])
 
 
 def test_adaptive_budget_sets_the_draft_length_per_batch_size(plain, budgeted):
@@ -628,6 +653,26 @@ def test_budget_goes_where_drafts_are_likely_accepted(plain, budgeted):
 def _logprobs(meta: dict) -> tuple[list[float], list[list[tuple[float, int]]]]:
     return ([lp for lp, *_ in meta["output_token_logprobs"]],
             [[(lp, tid) for lp, tid, *_ in top] for top in meta["output_top_logprobs"]])
+
+
+def test_the_bucketed_verify_decides_and_samples_as_the_ragged_one(logs, plain, budgeted, bucketed):
+    """Padded to fixed widths, the verify takes the same budget decisions as the ragged one (the same
+    verify steps and accepted drafts per request, under a fixed cost profile) and the same tokens and
+    logprobs, which are plain SGLang's without speculation."""
+    greedy, meta = plain["greedy"], plain["greedy_meta"]
+    pairs = [(a, b) for j in (0, 1) for a, b in zip(budgeted["alone"][j], bucketed["alone"][j])]
+    pairs += list(zip(budgeted["pair"], bucketed["pair"])) + list(zip(budgeted["together"], bucketed["together"]))
+    groups = [*range(4), *range(4), 0, 4, *budgeted["together_groups"]]
+    for (ragged, padded), g in zip(pairs, groups):
+        assert padded["output_ids"] == ragged["output_ids"] == greedy[g]
+        for key in ("spec_verify_ct", "spec_num_correct_drafts"):
+            assert padded["meta_info"][key] == ragged["meta_info"][key], (g, key)
+        got, ref = _logprobs(padded["meta_info"]), _logprobs(meta[g])
+        assert got[0] == pytest.approx(ref[0], abs=1e-4)
+    # drafts were verified (sibling 1 alone verifies 2 a step: 3 nodes, padded to the bucket of 4)
+    assert all(o["meta_info"]["spec_num_correct_drafts"] > 0 for o in bucketed["alone"][1])
+    assert "adaptive budget, bucketed verify" in (logs / "bucketed.log").read_text()
+    assert "adaptive budget, ragged verify" in (logs / "budgeted.log").read_text()
 
 
 def test_logprobs_equal_plain_sglang_with_and_without_drafts(plain, budgeted):

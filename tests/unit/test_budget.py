@@ -338,3 +338,40 @@ def test_the_kv_read_is_memory_time_that_drafts_verify_under():
     budget = DraftBudget(with_kv, 8)
     assert budget.gamma_star(batch, kv) == with_kv.best_gamma(batch, 8, kv_bucket(kv))
     assert kv_bucket(0) == 0 and kv_bucket(15) == 15 and kv_bucket(1000) == 960 and kv_bucket(1024) == 1024
+
+
+def test_buckets_cover_every_width_up_to_the_full_tree():
+    from seer_sglang.speculative.budget import bucket_width, verify_buckets
+
+    assert verify_buckets(9) == (1, 2, 4, 8, 9) and verify_buckets(8) == (1, 2, 4, 8) and verify_buckets(1) == (1,)
+    for full in (1, 2, 5, 8, 9, 17, 64):
+        buckets = verify_buckets(full)
+        for needed in range(1, full + 1):
+            width = bucket_width(needed, buckets)
+            assert width in buckets and needed <= width  # no request gets a width its bucket cannot hold
+            assert width == min(b for b in buckets if b >= needed)  # and the smallest that holds it
+        with pytest.raises(ValueError):
+            bucket_width(full + 1, buckets)
+
+
+def test_a_lone_long_tail_request_gets_the_full_tree_in_the_full_bucket():
+    """Where drafts are cheap to verify (a GPU's decode step at a small batch is memory-bound: more
+    tokens cost little), a batch of one long-tail request verifies all its drafts, at the full width."""
+    from seer_sglang.speculative.budget import bucket_width, high_priority, verify_buckets
+
+    cheap = CostModel(base_s=0.020, per_seq_s=1e-5, per_token_s=1e-6, accept_curve=CostModel.geometric_curve(0.7))
+    budget = DraftBudget(cheap, gamma_max=8)
+    assert budget.gamma_star(1) == 8
+    (high,) = high_priority([5])
+    decision = budget.allocate([BudgetRequest("tail", high, [0.7 ** (i + 1) for i in range(8)])], 1)
+    assert decision.per_request == {"tail": 8}
+    assert bucket_width(1 + decision.per_request["tail"], verify_buckets(9)) == 9
+
+
+def test_verify_layout_by_device():
+    from seer_sglang.speculative.budget import verify_layout
+
+    assert verify_layout("auto", cpu=True) == "ragged" and verify_layout("auto", cpu=False) == "full"
+    assert verify_layout("bucketed", cpu=True) == "bucketed" == verify_layout("bucketed", cpu=False)
+    with pytest.raises(ValueError):
+        verify_layout("padded", cpu=True)
