@@ -83,8 +83,8 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
                    sglang_args: list[str] = ()) -> RunningDrafts:
     """Start the draft server on loopback (when we start the instances); ``none`` starts nothing.
 
-    Instances that run LoRA run without speculation: SGLang's LoRA layers lay a verify batch out with
-    one draft width for every request, and the budget gives each request its own."""
+    Instances that run LoRA verify in the ``bucketed`` layout where the ``ragged`` one would apply:
+    SGLang's LoRA layers lay a verify batch out with one width for every request."""
     if config.drafter not in DRAFT_MODES:
         raise ValueError(f"--draft must be one of {DRAFT_MODES}, got {config.drafter!r}")
     if config.draft_tokens < 1 or config.draft_paths < 1:
@@ -93,19 +93,20 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
         raise ValueError(f"--draft-budget must be one of {BUDGETS}, got {config.budget!r}")
     if config.verify_layout not in VERIFY_LAYOUTS:
         raise ValueError(f"--verify-layout must be one of {VERIFY_LAYOUTS}, got {config.verify_layout!r}")
-    if config.cost_path:
-        from ..speculative.budget import load_cost
+    from ..speculative.budget import load_cost, verify_layout
 
+    if config.cost_path:
         load_cost(config.cost_path)  # a bad profile fails here, not in every instance
     drafter = config.drafter
     if log_dir is None or not with_plugin:
         drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
-    elif drafter != "none" and lora_enabled(list(sglang_args)):
-        logger.warning("LoRA is on: the instances run without speculative decoding (--draft %s is ignored)", drafter)
-        drafter = "none"
+    layout = config.verify_layout
+    if drafter != "none" and lora_enabled(list(sglang_args)) and verify_layout(layout, cpu) == "ragged":
+        logger.info("LoRA is on: the instances verify drafts in the bucketed layout (one width per step)")
+        layout = "bucketed"
     drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
                            cost_path=config.cost_path, server_timeout_s=config.server_timeout_s,
-                           verify_layout=config.verify_layout)
+                           verify_layout=layout)
     if not drafts.enabled:
         return drafts
     from ..draft_server.client import wait_ready

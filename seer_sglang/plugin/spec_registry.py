@@ -28,6 +28,7 @@ def register_spec() -> None:
         _register_attention_backend()
         _register_algorithm()
         _allow_sampling_supports()
+        _allow_lora()
         from sglang.srt.utils import is_cpu
 
         if is_cpu():
@@ -76,6 +77,25 @@ def _allow_sampling_supports() -> None:
 
     HookRegistry.register("sglang.srt.speculative.spec_sampling_mask.validate_spec_sampling_mask_request",
                           sampling_support_check, HookType.AROUND)
+
+
+def _allow_lora() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.arg_groups.lora_hook.check_lora_speculative_compatibility",
+                          lora_speculation_check, HookType.AROUND)
+
+
+def lora_speculation_check(original, server_args, *args, **kwargs):
+    """AROUND hook on SGLang's check of LoRA beside speculative decoding, which admits NGRAM (and the
+    draft-model algorithms) by name: SGLang's LoRA layers lay a verify batch out with one width for
+    every request. SEER verifies NGRAM's trees, and with LoRA on it pads every request of a step to one
+    width (the ``bucketed`` verify layout, ``spec_worker``), so it is admitted as NGRAM is."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    if resolving_view(server_args).speculative_algorithm == SPEC_ALGORITHM:
+        return None
+    return original(server_args, *args, **kwargs)
 
 
 def sampling_support_check(original, req, spec_algorithm, *args, **kwargs):

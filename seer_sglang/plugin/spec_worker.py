@@ -243,6 +243,10 @@ class SeerSpecWorker(NGRAMWorker):
         # ragged: only the nodes given out go through the model (_CompactVerify); bucketed: the same
         # budget, each request padded to the step's bucket; full: every draft, the full width
         self.layout = verify_layout(config.verify_layout, on_cpu)
+        if self.layout == "ragged" and (server_args.enable_lora or server_args.lora_paths):
+            # SGLang's LoRA layers take a verify batch with one width for every request
+            logger.info("LoRA is on: the verify is bucketed (every request of a step at one width)")
+            self.layout = "bucketed"
         self.budgeted = self.layout != "full"
         self.buckets = verify_buckets(self.full_width)
         # Only the seer_cascade backend reads the verify input's group tags: no per-step work otherwise.

@@ -26,8 +26,11 @@ def lora(tiny_model, tmp_path_factory):
     """(seer with 2 instances, a plain SGLang instance, the adapters' folder), adapter ``a`` loaded at launch."""
     adapters = prepare("tiny-lora")
     logs = tmp_path_factory.mktemp("lora")
-    # --kv-pool file: a moved sample loads its adapter's pages from the pool
-    with seer_beside_plain(tiny_model, logs, _lora_args(adapters), ("--kv-pool", "file")) as (seer, plain):
+    # --kv-pool file: a moved sample loads its adapter's pages from the pool; --draft-budget full: every
+    # decode step with drafts verifies them all (in the bucketed layout LoRA takes), so each test below
+    # runs the adapter through speculative verify steps
+    with seer_beside_plain(tiny_model, logs, _lora_args(adapters),
+                           ("--kv-pool", "file", "--draft-budget", "full")) as (seer, plain):
         _scheduler(seer.url)
         yield seer.url, plain.url, adapters
 
@@ -67,6 +70,38 @@ def test_adapter_tokens_over_chunks_and_instances_equal_plain_sglang_with_it(lor
     r = httpx.post(f"{seer_url}/generate", json={"input_ids": PROMPTS[0], "lora_path": "nope",
                                                  "sampling_params": {"max_new_tokens": 4}}, timeout=60)
     assert 400 <= r.status_code < 500, r.text
+
+
+def test_siblings_under_an_adapter_draft_from_each_other(lora):
+    """Speculation with LoRA: a sibling that joins its group late drafts the lead's tokens (greedy, the
+    same adapter: the same tokens), verified under the adapter in one width per step; its tokens are
+    plain SGLang's with the adapter."""
+    import asyncio
+    import json
+
+    seer_url, plain_url, _ = lora
+    prompt, new_tokens = [44, 9, 310, 27, 5, 1201], 160
+    want = _plain(plain_url, prompt, "a", new_tokens)
+    body = {"input_ids": prompt, "lora_path": "a",
+            "sampling_params": {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}}
+
+    async def send():
+        async with httpx.AsyncClient(base_url=seer_url, timeout=300) as c:
+            async with c.stream("POST", "/generate", json={**body, "stream": True}) as first:
+                lead, late = None, None
+                async for line in first.aiter_lines():
+                    if not line.startswith("data:") or line.endswith("[DONE]"):
+                        continue
+                    lead = json.loads(line[5:])
+                    if late is None and len(lead["output_ids"]) >= new_tokens * 2 // 3:
+                        late = asyncio.create_task(c.post("/generate", json=body))
+            return lead, None if late is None else (await late).json()
+
+    lead, late = asyncio.run(send())
+    assert late is not None, "the lead finished before it was two thirds through"
+    assert lead["output_ids"] == late["output_ids"] == want
+    assert late["meta_info"]["group_id"] == lead["meta_info"]["group_id"]
+    assert late["meta_info"]["spec_verify_ct"] > 0 and late["meta_info"]["spec_accept_token_num"] > 0, late["meta_info"]
 
 
 def test_a_moved_adapter_sample_loads_its_context_from_the_pool(lora):
