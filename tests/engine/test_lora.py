@@ -106,19 +106,28 @@ def test_siblings_under_an_adapter_draft_from_each_other(lora):
 
 def test_a_moved_adapter_sample_loads_its_context_from_the_pool(lora):
     """The pool keys an adapter's pages by a digest of its weights, not by the id each instance draws
-    when it loads the adapter: a sample moved to the other instance loads its context from the pool
-    (each prompt here is its sample's own, so no other sample's pages can serve it), and its tokens are
-    still plain SGLang's with the adapter."""
-    seer_url, plain_url, _ = lora
-    prompts = [[19 + i, 400 + 13 * i, 8, 95, 1200 - i, 6, 33, 700 + i, 2, 51] for i in range(8)]
-    want = [_plain(plain_url, p, "a") for p in prompts]
-    samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in prompts], "n": 1, "max_tokens": 48,
-                                       "temperature": 0, "ignore_eos": True, "lora_path": "a"}, CHUNK)
+    when it loads the adapter (loaded at run time, each instance draws its own): a sample moved to the
+    other instance loads its context from the pool (each prompt here is its sample's own, so no other
+    sample's pages can serve it), and its tokens are still plain SGLang's with the adapter."""
+    seer_url, plain_url, adapters = lora
+    body = {"lora_name": "pooled", "lora_path": str(adapters / "b")}
+    for url in (seer_url, plain_url):
+        assert httpx.post(f"{url}/load_lora_adapter", json=body, timeout=120).status_code == 200
+    try:
+        # 80 tokens: an instance looks in the pool for a context of 64 tokens and more (KVPoolConfig)
+        prompts = [[19 + i, 400 + 13 * i] + [(37 * i + 11 * k) % 1500 + 3 for k in range(78)] for i in range(8)]
+        want = [_plain(plain_url, p, "pooled") for p in prompts]
+        samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in prompts], "n": 1,
+                                           "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                                           "lora_path": "pooled"}, CHUNK)
+    finally:
+        for url in (seer_url, plain_url):
+            httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "pooled"}, timeout=120)
     moves = []
     for s in samples:
         assert s["output_ids"] == want[s["prompt_index"]], s["prompt_index"]
         moves += [c for before, c in zip(s["chunks"], s["chunks"][1:]) if c["instance"] != before["instance"]]
-    assert moves and all(c["kv"]["pool"] >= PAGE for c in moves), moves
+    assert moves and all(c["kv"]["pool"] >= PAGE for c in moves), [c["kv"] for c in moves]
 
 
 def test_adapters_load_and_unload_on_every_instance(lora):
