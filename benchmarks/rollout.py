@@ -58,7 +58,7 @@ from benchmarks.harness.rollout_report import Measured, build_report
 from benchmarks.harness.rollout_setup import Setup, prepare
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import seer_server
-from benchmarks.harness.simulate import mode_options, mode_speculation
+from benchmarks.harness.simulate import mode_options, mode_speculation, verify_layout_of
 from benchmarks.harness.sglang_router import ParamsShim, start_router, stop_router
 from benchmarks.harness.telemetry import LoadPoller
 from benchmarks.harness.workload import Workload
@@ -155,10 +155,11 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
 # ---- main ------------------------------------------------------------------------------------
 
 
-def server_config(mode: str, default_draft: str) -> tuple[str, str, str]:
-    """(kv pool, drafter, draft budget) of the seer server a mode runs on: modes that agree share one."""
+def server_config(mode: str, default_draft: str) -> tuple[str, str, str, str]:
+    """(kv pool, drafter, draft budget, verify layout) of the seer server a mode runs on: modes that agree
+    share one."""
     _, options = mode_options(mode)
-    return ("file" if "pool" in options else "none"), *mode_speculation(mode, default_draft)
+    return ("file" if "pool" in options else "none"), *mode_speculation(mode, default_draft), verify_layout_of(mode)
 
 
 def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: random.Random, measured: Measured,
@@ -184,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
                          "cache_aware), plain-router-p2 (the router's power_of_two); the rest are seer's policies, "
                          "with options: +pool (global KV pool), +sd (grouped speculation, the adaptive budget), "
                          "+sd-fixed (every draft verified at every batch size: the GPU path's fixed verify width), "
+                         "+sd-bucketed (the budget's drafts, every request padded to the step's bucket), "
                          "+sd-<drafter>, +tail, +arrival")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--model", default="tiny")
@@ -293,15 +295,16 @@ def measure_plain(setup: Setup, modes: list[str], rng: random.Random, measured: 
         stop_instances(procs)
 
 
-def measure_seer(setup: Setup, server: tuple[str, str, str], modes: list[str], rng: random.Random,
+def measure_seer(setup: Setup, server: tuple[str, str, str, str], modes: list[str], rng: random.Random,
                  measured: Measured, calib: Calibration) -> None:
-    """One seer server (its kv pool, drafter and draft budget), the modes that run on it switched by
-    ``POST /scheduler``."""
+    """One seer server (its kv pool, drafter, draft budget and verify layout), the modes that run on it
+    switched by ``POST /scheduler``."""
     args = setup.args
-    pool, draft, budget = server
-    extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, *setup.emulate_flags]
+    pool, draft, budget, layout = server
+    extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, "--verify-layout", layout,
+             *setup.emulate_flags]
     proc, url = seer_server(setup.model_path, args, setup.engine_args + extra,
-                            setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}")
+                            setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}-{layout}")
     try:
         urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
         calib.on(urls)
@@ -310,7 +313,7 @@ def measure_seer(setup: Setup, server: tuple[str, str, str], modes: list[str], r
                  replay: dict | None) -> dict:
             return asyncio.run(run_seer(url, mode, prompts, rollout, args, setup.works[0].eos, tag=tag, replay=replay))
 
-        run_modes(f"seer {pool=} {draft=} {budget=}", modes, args, setup.works, rng, measured, urls,
+        run_modes(f"seer {pool=} {draft=} {budget=} {layout=}", modes, args, setup.works, rng, measured, urls,
                   setup.emulated is not None, seer)
     finally:
         proc.terminate()
@@ -332,7 +335,7 @@ def main() -> None:
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if not is_plain(m)]
     plain_modes = [m for m in modes if is_plain(m)]
-    servers: list[tuple[str, str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
+    servers: list[tuple[str, str, str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
     if plain_modes:
         servers.append(None)
     rng.shuffle(servers)

@@ -36,18 +36,28 @@ def mode_drafter(mode: str) -> str | None:
 # ``+sd-fixed``: the group drafts of ``+sd`` with every draft verified at every batch size
 # (``--draft-budget full``): the verify the GPU path runs today, at its fixed width (Seer's "No-Adapt")
 FIXED_WIDTH = "sd-fixed"
+# ``+sd-bucketed``: the group drafts and adaptive budget of ``+sd``, every request of a step padded to the
+# step's bucket (``--verify-layout bucketed``): the shapes a GPU captures one graph per width for
+BUCKETED = "sd-bucketed"
+GROUP_DRAFTS = ("sd", FIXED_WIDTH, BUCKETED)  # the modes that draft from the group with the default drafter
+
+
+def verify_layout_of(mode: str) -> str:
+    """The verify layout a mode's instances run (``--verify-layout``; ``auto`` is the device's own)."""
+    return "bucketed" if mode_drafter(mode) == BUCKETED else "auto"
 
 
 def mode_speculation(mode: str, default_draft: str) -> tuple[str, str]:
     """(drafter, draft budget) of a mode's seer server: ``+sd`` the default drafter and budget,
-    ``+sd-fixed`` the default drafter verifying every draft, ``+sd-<drafter>`` another drafter;
-    ("none", default budget) without speculation."""
+    ``+sd-fixed`` the default drafter verifying every draft, ``+sd-bucketed`` the default drafter and
+    budget on the bucketed verify (``verify_layout_of``), ``+sd-<drafter>`` another drafter; ("none",
+    default budget) without speculation."""
     option = mode_drafter(mode)
     if option is None:
         return "none", DRAFT.budget
     if option == FIXED_WIDTH:
         return default_draft, "full"
-    return (default_draft if option == "sd" else option[3:]), DRAFT.budget
+    return (default_draft if option in GROUP_DRAFTS else option[3:]), DRAFT.budget
 
 
 # Plain SGLang's client posts every request at once, and they reach the instances one after another
@@ -90,9 +100,10 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     if spec is not None:
         drafter = mode_drafter(mode)
         # a run's config says ``budget_kv_read`` since the budget counts the KV read; older runs ran without
-        spec = dataclasses.replace(spec, grouped=drafter in ("sd", FIXED_WIDTH),
+        spec = dataclasses.replace(spec, grouped=drafter in GROUP_DRAFTS,
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
-                                   budget_kv_read=getattr(args, "budget_kv_read", False))
+                                   budget_kv_read=getattr(args, "budget_kv_read", False),
+                                   verify_layout=verify_layout_of(mode))
     arrivals = client_arrivals(trace) if plain else None
     return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
                     plain=plain, arrival_s=arrivals, prompts=dict(enumerate(prompts)) if prompts else None)
@@ -120,7 +131,7 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
     out = {}
     for mode in modes:
         drafter = mode_drafter(mode)
-        if drafter is not None and (measured is None or drafter not in ("sd", "sd-suffix", FIXED_WIDTH)):
+        if drafter is not None and (measured is None or drafter not in (*GROUP_DRAFTS, "sd-suffix")):
             continue
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
         sims = {}

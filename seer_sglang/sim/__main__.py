@@ -34,9 +34,10 @@ POLICIES = ("round-robin", "group", "divided", "context", "oracle", "divided+poo
 
 
 def mode_features(name: str, spec: SpecModel | None = None) -> tuple[str, bool, SpecModel | None]:
-    """``<policy>[+pool][+sd|+sd-suffix]`` -> (policy, pool on, speculation model or None)."""
+    """``<policy>[+pool][+sd|+sd-suffix|+sd-bucketed]`` -> (policy, pool on, speculation model or None);
+    ``+sd-bucketed`` verifies the budget's drafts padded to each step's bucket."""
     policy, *features = name.split("+")
-    unknown = set(features) - {"pool", "sd", "sd-suffix"}
+    unknown = set(features) - {"pool", "sd", "sd-suffix", "sd-bucketed"}
     if unknown:
         raise ValueError(f"unknown mode feature(s) {sorted(unknown)} in {name!r}")
     spec = spec or SpecModel()
@@ -45,6 +46,8 @@ def mode_features(name: str, spec: SpecModel | None = None) -> tuple[str, bool, 
         sd = spec
     elif "sd-suffix" in features:
         sd = dataclasses.replace(spec, grouped=False)
+    elif "sd-bucketed" in features:
+        sd = dataclasses.replace(spec, verify_layout="bucketed")
     return policy, "pool" in features, sd
 
 

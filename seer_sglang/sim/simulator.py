@@ -33,7 +33,7 @@ from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import Group, Sample, SampleState, SamplingParams
 from ..core.router import Launch, Router
 from ..core.slo import SLO, CreditBatcher, Pace, Waiting, attainment, plan_step, prefill_fits, screen, step_time
-from ..speculative.budget import BudgetRequest, high_priority, make_budget
+from ..speculative.budget import BudgetRequest, bucket_width, high_priority, make_budget, verify_buckets
 from .spec_model import SpecModel
 from ..core.step_model import Admission, StepModel
 from .workload import SLOArrival, TraceSample, groups_of
@@ -598,7 +598,7 @@ class Simulation:
                                                       for key, slot in zip(keys, running)], high,
                                                      self.budgets[inst.index], inst.index, self.now,
                                                      sum(slot.context for slot in running))
-            width = 1 + max(verified, default=0)
+            width = self._verify_width(1 + max(verified, default=0))
             record = (len(running), gamma if width > 1 else 0, verified, [m - 1 for m in made])
             return [float(m) for m in made], len(running) * (width - 1), record
         scores = []
@@ -615,7 +615,16 @@ class Simulation:
                                            kv_tokens=sum(slot.context for slot in running)).per_request
         counts = [given[str(i)] for i in range(len(running))]
         rates = [1.0 + sum(sc[:k]) for sc, k in zip(scores, counts)]
+        if self.spec.verify_layout == "bucketed":  # every request padded to the step's bucket
+            return rates, len(running) * (self._verify_width(1 + max(counts, default=0)) - 1), None
         return rates, sum(counts), None  # a ragged verify: the drafts given out
+
+    def _verify_width(self, needed: int) -> int:
+        """A verify step's width for its widest request's ``needed`` nodes: its bucket, where the
+        instances verify in buckets."""
+        if self.spec.verify_layout != "bucketed":
+            return needed
+        return bucket_width(needed, verify_buckets(self.spec.gamma_max + 1))
 
     def _finish_step(self, inst: SimInstance) -> None:
         """Finished chunks reach the router ``request_overhead_s`` later (HTTP, detokenizing), and in

@@ -71,6 +71,10 @@ class SpecModel:
     # The instances' draft budget (``config.BUDGETS``): ``full`` verifies every draft at every batch
     # size, as the GPU path does today (its verify width is fixed).
     budget_name: str = DRAFT.budget
+    # The instances' verify layout (``--verify-layout``; ``auto`` verifies ragged, as on a CPU or an
+    # emulated instance): ``bucketed`` pads every request of a step to
+    # the step's bucket (``speculative.budget.verify_buckets``), and the padding is computed too.
+    verify_layout: str = DRAFT.verify_layout
     # Whether the adaptive budget counts the batch's KV read as memory time (``CostModel``), as the
     # engine's does; False rebuilds runs made before it did.
     budget_kv_read: bool = True

@@ -42,8 +42,9 @@ def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
     (the GPU path's fixed verify width) with the same drafter; modes that agree share one server."""
     from benchmarks.rollout import server_config
 
-    assert server_config("context", "group-suffix") == ("none", "none", "adaptive")
-    assert server_config("context+sd", "group-suffix") == ("none", "group-suffix", "adaptive")
-    assert server_config("context+sd-fixed", "group-suffix") == ("none", "group-suffix", "full")
-    assert server_config("context+pool+sd-suffix", "group-suffix") == ("file", "suffix", "adaptive")
+    assert server_config("context", "group-suffix") == ("none", "none", "adaptive", "auto")
+    assert server_config("context+sd", "group-suffix") == ("none", "group-suffix", "adaptive", "auto")
+    assert server_config("context+sd-fixed", "group-suffix") == ("none", "group-suffix", "full", "auto")
+    assert server_config("context+sd-bucketed", "group-suffix") == ("none", "group-suffix", "adaptive", "bucketed")
+    assert server_config("context+pool+sd-suffix", "group-suffix") == ("file", "suffix", "adaptive", "auto")
     assert server_config("oracle+sd", "group-suffix") == server_config("context+sd", "group-suffix")
