@@ -32,6 +32,7 @@ class RunningDrafts:
     cost_path: str | None = None  # the adaptive budget's profile; without one each instance fits its own
     server_timeout_s: float = DRAFT.server_timeout_s  # an instance's call to the draft server
     verify_layout: str = DRAFT.verify_layout  # ragged, bucketed or full (auto: by device)
+    lora: bool = False  # the instances run LoRA, which takes one verify width per step
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -41,7 +42,7 @@ class RunningDrafts:
     def describe(self) -> str:
         from ..speculative.budget import verify_layout
 
-        layout = verify_layout(self.verify_layout, self.cpu)
+        layout = verify_layout(self.verify_layout, self.cpu, self.lora)
         # At the full width (the GPU's default: FlashInfer plans and CUDA graphs are per width) every
         # draft is verified and --draft-budget does not apply.
         budget = "every draft verified" if layout == "full" else f"{self.budget} budget"
@@ -93,20 +94,16 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
         raise ValueError(f"--draft-budget must be one of {BUDGETS}, got {config.budget!r}")
     if config.verify_layout not in VERIFY_LAYOUTS:
         raise ValueError(f"--verify-layout must be one of {VERIFY_LAYOUTS}, got {config.verify_layout!r}")
-    from ..speculative.budget import load_cost, verify_layout
-
     if config.cost_path:
+        from ..speculative.budget import load_cost
+
         load_cost(config.cost_path)  # a bad profile fails here, not in every instance
     drafter = config.drafter
     if log_dir is None or not with_plugin:
         drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
-    layout = config.verify_layout
-    if drafter != "none" and lora_enabled(list(sglang_args)) and verify_layout(layout, cpu) == "ragged":
-        logger.info("LoRA is on: the instances verify drafts in the bucketed layout (one width per step)")
-        layout = "bucketed"
     drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
                            cost_path=config.cost_path, server_timeout_s=config.server_timeout_s,
-                           verify_layout=layout)
+                           verify_layout=config.verify_layout, lora=lora_enabled(list(sglang_args)))
     if not drafts.enabled:
         return drafts
     from ..draft_server.client import wait_ready

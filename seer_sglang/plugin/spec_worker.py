@@ -46,8 +46,7 @@ from sglang.srt.speculative.ngram_worker import NGRAMWorker
 
 from ..config import DRAFT, PluginConfig
 from ..core.step_model import emulated_model
-from ..speculative.budget import (BudgetRequest, bucket_width, high_priority, make_budget, verify_buckets,
-                                  verify_layout)
+from ..speculative.budget import BudgetRequest, high_priority, make_budget, verify_layout, verify_width
 from ..speculative.draft import Draft, Drafter
 from ..wire import CASCADE_BACKEND, DEPTH_PARAM, parse_chunk_rid
 from .emulation import batch_kv_tokens
@@ -241,14 +240,9 @@ class SeerSpecWorker(NGRAMWorker):
         self.full_width = self.draft_token_num
         on_cpu = str(self.device).startswith("cpu")
         # ragged: only the nodes given out go through the model (_CompactVerify); bucketed: the same
-        # budget, each request padded to the step's bucket; full: every draft, the full width
-        self.layout = verify_layout(config.verify_layout, on_cpu)
-        if self.layout == "ragged" and (server_args.enable_lora or server_args.lora_paths):
-            # SGLang's LoRA layers take a verify batch with one width for every request
-            logger.info("LoRA is on: the verify is bucketed (every request of a step at one width)")
-            self.layout = "bucketed"
+        # budget, each request padded to the step's bucket (with LoRA); full: every draft, the full width
+        self.layout = verify_layout(config.verify_layout, on_cpu, bool(server_args.enable_lora or server_args.lora_paths))
         self.budgeted = self.layout != "full"
-        self.buckets = verify_buckets(self.full_width)
         # Only the seer_cascade backend reads the verify input's group tags: no per-step work otherwise.
         self.tag_groups = not on_cpu and server_args.attention_backend == CASCADE_BACKEND
         # An emulated instance's steps last what its profile says: the budget prices drafts by the profile.
@@ -390,7 +384,7 @@ class SeerSpecWorker(NGRAMWorker):
             self._verified = [min(given[req.rid], len(draft)) for req, draft in zip(batch.reqs, drafts)]
         else:
             self._verified = [len(draft) for draft in drafts]
-        width = 1 if own else self._width(1 + max(self._verified, default=0))
+        width = 1 if own else verify_width(self.layout, 1 + max(self._verified, default=0), full)
         self.draft_token_num = width
         tokens = np.empty((bs, width), dtype=np.int64)
         masks = np.empty((bs, width, width), dtype=np.bool_)
@@ -406,13 +400,6 @@ class SeerSpecWorker(NGRAMWorker):
             self._group_ids = [index.setdefault(request_key(req.rid)[0], len(index)) for req in batch.reqs]
         self._note_budget(sum(self._verified) / max(1, bs), bs)
         return tokens.reshape(-1), masks.reshape(-1)
-
-    def _width(self, needed: int) -> int:
-        """The step's verify width for ``needed`` nodes in its widest request (1 in a bucket of its own:
-        no drafts at all, a plain decode step)."""
-        if self.layout == "ragged":
-            return needed
-        return bucket_width(needed, self.buckets) if self.layout == "bucketed" else self.full_width
 
     def _note_budget(self, drafts_per_request: float, batch_size: int) -> None:
         """A log line every 30 s: how often the budget turned drafts off, and the drafts verified."""

@@ -33,7 +33,7 @@ from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import Group, Sample, SampleState, SamplingParams
 from ..core.router import Launch, Router
 from ..core.slo import SLO, CreditBatcher, Pace, Waiting, attainment, plan_step, prefill_fits, screen, step_time
-from ..speculative.budget import BudgetRequest, bucket_width, high_priority, make_budget, verify_buckets
+from ..speculative.budget import BudgetRequest, high_priority, make_budget, verify_layout, verify_width
 from .spec_model import SpecModel
 from ..core.step_model import Admission, StepModel
 from .workload import SLOArrival, TraceSample, groups_of
@@ -620,11 +620,9 @@ class Simulation:
         return rates, sum(counts), None  # a ragged verify: the drafts given out
 
     def _verify_width(self, needed: int) -> int:
-        """A verify step's width for its widest request's ``needed`` nodes: its bucket, where the
-        instances verify in buckets."""
-        if self.spec.verify_layout != "bucketed":
-            return needed
-        return bucket_width(needed, verify_buckets(self.spec.gamma_max + 1))
+        """A verify step's width for its widest request's ``needed`` nodes, in the instances' layout
+        (``auto``: ragged, as on the CPU the emulated instances run on)."""
+        return verify_width(verify_layout(self.spec.verify_layout, cpu=True), needed, self.spec.gamma_max + 1)
 
     def _finish_step(self, inst: SimInstance) -> None:
         """Finished chunks reach the router ``request_overhead_s`` later (HTTP, detokenizing), and in

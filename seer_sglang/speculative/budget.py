@@ -107,14 +107,15 @@ def kv_bucket(tokens: int) -> int:
     return tokens >> drop << drop
 
 
-def verify_layout(name: str, cpu: bool) -> str:
+def verify_layout(name: str, cpu: bool, lora: bool = False) -> str:
     """``--verify-layout`` as an instance runs it: ``auto`` is ``ragged`` on a CPU and ``full`` on a GPU,
-    where the bucketed verify has yet to be measured against the full width's captured graphs."""
+    where the bucketed verify has yet to be measured against the full width's captured graphs. With
+    ``lora`` a ragged verify is bucketed: SGLang's LoRA layers take a verify batch with one width for
+    every request."""
     if name not in VERIFY_LAYOUTS:
         raise ValueError(f"unknown verify layout {name!r}; choose one of {VERIFY_LAYOUTS}")
-    if name == "auto":
-        return "ragged" if cpu else "full"
-    return name
+    layout = ("ragged" if cpu else "full") if name == "auto" else name
+    return "bucketed" if lora and layout == "ragged" else layout
 
 
 def verify_buckets(full_width: int) -> tuple[int, ...]:
@@ -125,6 +126,15 @@ def verify_buckets(full_width: int) -> tuple[int, ...]:
         widths.append(w)
         w *= 2
     return (*widths, full_width)
+
+
+def verify_width(layout: str, needed: int, full_width: int) -> int:
+    """A verify step's width in ``layout`` (as ``verify_layout`` resolves it) for ``needed`` nodes in its
+    widest request: those nodes (ragged), their bucket (bucketed; 1, no drafts at all, is a bucket of
+    its own), or the full width."""
+    if layout == "ragged":
+        return needed
+    return bucket_width(needed, verify_buckets(full_width)) if layout == "bucketed" else full_width
 
 
 def bucket_width(needed: int, buckets: Sequence[int]) -> int:

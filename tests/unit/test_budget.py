@@ -341,7 +341,7 @@ def test_the_kv_read_is_memory_time_that_drafts_verify_under():
 
 
 def test_buckets_cover_every_width_up_to_the_full_tree():
-    from seer_sglang.speculative.budget import bucket_width, verify_buckets
+    from seer_sglang.speculative.budget import bucket_width, verify_buckets, verify_width
 
     assert verify_buckets(9) == (1, 2, 4, 8, 9) and verify_buckets(8) == (1, 2, 4, 8) and verify_buckets(1) == (1,)
     for full in (1, 2, 5, 8, 9, 17, 64):
@@ -350,6 +350,8 @@ def test_buckets_cover_every_width_up_to_the_full_tree():
             width = bucket_width(needed, buckets)
             assert width in buckets and needed <= width  # no request gets a width its bucket cannot hold
             assert width == min(b for b in buckets if b >= needed)  # and the smallest that holds it
+            assert verify_width("bucketed", needed, full) == width
+            assert verify_width("ragged", needed, full) == needed and verify_width("full", needed, full) == full
         with pytest.raises(ValueError):
             bucket_width(full + 1, buckets)
 
@@ -373,5 +375,8 @@ def test_verify_layout_by_device():
 
     assert verify_layout("auto", cpu=True) == "ragged" and verify_layout("auto", cpu=False) == "full"
     assert verify_layout("bucketed", cpu=True) == "bucketed" == verify_layout("bucketed", cpu=False)
+    # LoRA takes one width for every request of a verify step: a ragged verify is bucketed there
+    assert verify_layout("auto", cpu=True, lora=True) == "bucketed" == verify_layout("ragged", cpu=False, lora=True)
+    assert verify_layout("auto", cpu=False, lora=True) == "full"
     with pytest.raises(ValueError):
         verify_layout("padded", cpu=True)
