@@ -79,7 +79,9 @@ def test_the_clock_counts_work_between_steps_and_catches_up_after_a_late_step(mo
     start = time.perf_counter()
     emulation.padded_forward(lambda worker, batch: None, None, _batch("decode", [10]))
     assert time.perf_counter() - start >= 0.05 and emulation.STATS["overruns"] == 0
-    assert emulation.STATS["lost_s"] < 0.005  # every late step was caught up before the idle spell
+    # every late step was caught up before the idle spell: uncaught, the 30 ms late step would be
+    # lost whole; what is left is the host's sleep overshoot, a few ms on a loaded machine
+    assert emulation.STATS["lost_s"] < 0.02
     emulation.reset()
     emulation.went_idle()
 
