@@ -227,7 +227,7 @@ class InstanceClient:
                 raw = await r.read()
         except asyncio.TimeoutError as e:
             return 504, {"error": f"{self.url} did not answer {path} in time ({type(e).__name__})"}
-        except aiohttp.ClientError as e:
+        except (aiohttp.ClientError, UnicodeError) as e:  # UnicodeError: a host name IDNA cannot encode
             return 503, {"error": f"{type(e).__name__}: {e}"}
         try:
             content: Any = orjson.loads(raw)

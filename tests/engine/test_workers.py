@@ -67,6 +67,9 @@ def test_an_engine_registered_as_slime_does_takes_chunks_and_leaves(seer_url, pl
     """A plain SGLang instance of the same model registers (as slime's engines do), is listed, takes
     chunks with the same greedy tokens, and after it leaves gets nothing more, while it keeps running."""
     assert httpx.post(f"{seer_url}/add_worker", params={"url": "ftp://x"}, timeout=30).status_code == 400
+    for host in ("a..b", "a" * 64):  # host names the resolver's IDNA encoding refuses
+        r = httpx.post(f"{seer_url}/workers", json={"url": f"http://{host}:30000"}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "url", r.text
     r = httpx.post(f"{seer_url}/workers", json={"url": "http://127.0.0.1:9"}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["code"] == "worker_unreachable"
     r = httpx.post(f"{seer_url}/workers", json={"url": seer_url}, timeout=60)

@@ -38,11 +38,14 @@ WORKER_URL = Query(..., min_length=8, max_length=2048, pattern=r"^\s*https?://[^
 
 
 def _worker_url(url: str) -> str:
-    """The address, checked as the instance client will use it (httpx's own parse, with IDNA)."""
+    """The address, checked as the instance client will use it: httpx's own parse, and the host name
+    as the resolver encodes it (IDNA refuses an empty label, as in ``a..b``, or one over 63 characters)."""
     url = url.strip()
     try:
         parsed = httpx.URL(url)
         ok = parsed.scheme in ("http", "https") and bool(parsed.host)
+        if ok:
+            parsed.host.encode("idna")
     except (httpx.InvalidURL, ValueError, UnicodeError):
         ok = False
     if not ok:
