@@ -80,7 +80,7 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
     why = mooncake_available()
     if why:
         raise MooncakeUnavailable(why)
-    rpc, meta, metrics, store = (free_port(host) for _ in range(4))
+    rpc, metrics, store = (free_port(host) for _ in range(3))
     procs: list[subprocess.Popen] = []
 
     env = {**os.environ, **library_env()}
@@ -90,10 +90,9 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=env, preexec_fn=die_with_parent))
 
-    spawn([str(_master_binary()), f"--rpc_address={host}", f"--rpc_port={rpc}", "--enable_http_metadata_server=true",
-           f"--http_metadata_server_host={host}", f"--http_metadata_server_port={meta}",
+    spawn([str(_master_binary()), f"--rpc_address={host}", f"--rpc_port={rpc}", "--enable_http_metadata_server=false",
            f"--metrics_host={host}", f"--metrics_port={metrics}"], "master")
-    common = {"local_hostname": host, "metadata_server": f"http://{host}:{meta}/metadata",
+    common = {"local_hostname": host, "metadata_server": "P2PHANDSHAKE",
               "master_server_address": f"{host}:{rpc}", "protocol": "tcp", "device_name": ""}
     store_config = log_dir / "mooncake-store.json"
     # The store's segment is DRAM: never more than an eighth of the machine's memory.
@@ -101,7 +100,7 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
     store_config.write_text(json.dumps({**common, "global_segment_size": f"{segment_gb}gb",
                                         "local_buffer_size": 0}))
     try:
-        _wait_port(host, meta, procs[0])
+        _wait_port(host, metrics, procs[0])
         spawn([sys.executable, "-m", "seer_sglang.launch.mooncake_store", "--host", host, f"--config={store_config}",
                f"--port={store}"], "store")
         _wait_port(host, store, procs[1])

@@ -1,7 +1,7 @@
 """``--kv-pool mooncake``: the same migration as with the file pool, through a local Mooncake store.
 
-Mooncake's metadata server binds every interface and its transfer engine the machine's address, so
-the whole run happens in a private network namespace: loopback plus an interface with a private
+Mooncake's transfer engines bind every interface and insist on the machine's address, so the whole
+run happens in a private network namespace: loopback plus an interface with a private
 address on a veth pair (the transfer engine insists on a LAN address), reachable from nowhere else.
 """
 
@@ -45,6 +45,9 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     print("Mooncake listeners:", binds)
     rest = [ip for ip, port in binds["store"] if port == binds["store_rest_port"]]
     assert rest == ["127.0.0.1"], binds
+    # The master listens on loopback only: its RPC and metrics ports; no HTTP metadata server (the
+    # transfer engines find each other by Mooncake's P2P handshake).
+    assert {ip for ip, _ in binds["master"]} == {"127.0.0.1"} and len(binds["master"]) == 2, binds
     assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
     assert result["details"].get("storage_backend") == "MooncakeStore", result
     assert result["identical"], result
