@@ -135,17 +135,19 @@ def master_killed(server, url: str, ref: list[list[int]]) -> dict:
 def mooncake_listeners(launcher_pid: int) -> dict:
     """What the launcher's Mooncake master and store service listen on ([address, port] by process),
     the store's REST API port (its ``--port``), and what every other process under it listens on."""
+    listening: dict[int, set] = {}
+    for c in psutil.net_connections(kind="inet"):
+        if c.status == psutil.CONN_LISTEN:
+            listening.setdefault(c.pid, set()).add((c.laddr.ip, c.laddr.port))
     out: dict = {"others": []}
     for p in psutil.Process(launcher_pid).children(recursive=True):
         cmdline = p.cmdline()
         cmd = " ".join(cmdline)
         name = "store" if "mooncake_store" in cmd else "master" if "mooncake_master" in cmd else None
         if name is None:  # the instances' processes, whose store clients run transfer engines too
-            out["others"] += sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
-                                     if c.pid == p.pid and c.status == psutil.CONN_LISTEN})
+            out["others"] += sorted(listening.get(p.pid, ()))
             continue
-        out[name] = sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
-                            if c.pid == p.pid and c.status == psutil.CONN_LISTEN})
+        out[name] = sorted(listening.get(p.pid, ()))
         if name == "store":
             out["store_rest_port"] = int(next(a for a in cmdline if a.startswith("--port=")).split("=", 1)[1])
         else:  # which of the master's ports is which

@@ -1,8 +1,8 @@
 """``--kv-pool mooncake``: the same migration as with the file pool, through a local Mooncake store.
 
-Mooncake's transfer engines bind every interface and insist on the machine's address, so the whole
-run happens in a private network namespace: loopback plus an interface with a private
-address on a veth pair (the transfer engine insists on a LAN address), reachable from nowhere else.
+Mooncake's transfer engines bind every interface, so the whole run happens in a private network
+namespace: loopback plus an interface with a private address on a veth pair (the transfer engine
+insists on a LAN address), reachable from nowhere else.
 """
 
 from __future__ import annotations
