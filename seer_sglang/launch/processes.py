@@ -53,8 +53,8 @@ def die_with_parent() -> None:
         pass
 
 
-def stop_processes(popens: list[subprocess.Popen], grace_s: float = 15.0) -> None:
-    """Stop what we started: SIGTERM each main pid, wait, then SIGKILL surviving descendants."""
+def stop_processes(popens: list[subprocess.Popen], grace_s: float = 15.0, sig: int = signal.SIGTERM) -> None:
+    """Stop what we started: ``sig`` to each main pid, wait, then SIGKILL surviving descendants."""
     family: list[psutil.Process] = []
     for popen in popens:
         try:
@@ -63,7 +63,7 @@ def stop_processes(popens: list[subprocess.Popen], grace_s: float = 15.0) -> Non
         except psutil.NoSuchProcess:
             continue
         if popen.poll() is None:
-            popen.send_signal(signal.SIGTERM)
+            popen.send_signal(sig)
     _, alive = psutil.wait_procs(family, timeout=grace_s)
     for proc in alive:
         try:
