@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 from typing import Callable
 
 from benchmarks.harness import manifest
@@ -212,7 +211,7 @@ def regime_text(run: dict) -> str:
 def simulator_speculation(results: Results, cfg: dict) -> str:
     """How the simulator checks the run's speculative modes: drafting the replayed text itself where
     the acceptance file was measured on it (``SpecModel.from_replay``), else by that file's figures."""
-    stem = Path(cfg["sim_acceptance"]).stem
+    stem = label_of(cfg["sim_acceptance"])
     acceptance = source([stem])
     measured_on = results.get(stem, {}).get("config", {}).get("outputs")
     if cfg.get("replay") and measured_on == cfg["replay"]:
