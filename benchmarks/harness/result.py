@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -36,11 +37,17 @@ def today() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
 
 
+DATED = re.compile(r"\d{4}-\d{2}-\d{2}-.")  # a run folder's name: <yyyy>-<mm>-<dd>-<label>
+
+
 def run_folder(benchmark: str, out: str | Path | None, date: str | None = None) -> Path:
     """Where ``--out`` puts a run of ``benchmark``: ``<out's folder>/<benchmark>/<date>-<out's stem>``;
-    without ``--out``, ``benchmarks/results/<benchmark>/<date>-run``."""
+    without ``--out``, ``benchmarks/results/<benchmark>/<date>-run``. An ``--out`` that already names a
+    run folder (``.../<benchmark>/<date>-<label>``, the form the docs' commands show) is taken as it is."""
     out = Path(out) if out else RESULTS / "run"
     label = out.name[: -len(out.suffix)] if out.suffix == ".json" else out.name
+    if out.parent.name == benchmark:
+        return out.parent / (label if DATED.match(label) else f"{date or today()}-{label}")
     return out.parent / benchmark / f"{date or today()}-{label}"
 
 

@@ -22,6 +22,10 @@ def test_a_run_is_a_dated_folder_named_by_out(tmp_path):
     assert result.run_folder("rollout", tmp_path / "cpu_tiny.json", "2026-01-02") == tmp_path / "rollout" / "2026-01-02-cpu_tiny"
     assert result.run_folder("slo", tmp_path / "slo_cpu", "2026-01-02") == tmp_path / "slo" / "2026-01-02-slo_cpu"
     assert result.run_folder("soak", None, "2026-01-02") == result.RESULTS / "soak" / "2026-01-02-run"
+    # a run folder named in full (as the docs' commands name them) is taken as it is, once
+    named = tmp_path / "rollout" / "2026-01-02-seerload"
+    assert result.run_folder("rollout", named, "2026-03-04") == named
+    assert result.run_folder("rollout", tmp_path / "rollout" / "seerload", "2026-03-04") == tmp_path / "rollout" / "2026-03-04-seerload"
 
 
 def test_the_result_holds_meta_and_figures_and_is_written_once(tmp_path, quiet_machine):
