@@ -7,9 +7,11 @@ within 3% of ``oracle``, grouped speculation (``context+sd``) at least 1.8x, and
 samples) at most 0.2x plain SGLang's. A run that also measured plain SGLang behind sglang-router
 (``plain-router``, ``plain-router-p2``) is held, against the fastest of the three (its ``reference``), to
 what a user who could run that instead must see: ``context`` at least 1.2x, ``context+sd`` at least 1.9x,
-a tail at most 0.3x, and ``context`` within 5% of ``oracle``. A run is held to those of its modes that it
-ran, and a run's own validity to two more: every mode's steps within the profile (at most 5% overran) and
-the simulator within 5% of every valid mode.
+a tail at most 0.3x, and ``context`` within 5% of ``oracle``. A run with speculation's ablation arms is held
+to Seer's ablation: ``context+sd`` at least 1.25x ``context+sd-fixed`` (every draft verified at every batch
+size: the paper's "No-Adapt") and above ``context+sd-suffix`` (each sample drafting from its own history
+only: "No-Context"). A run is held to those of its modes that it ran, and a run's own validity to two more:
+every mode's steps within the profile (at most 5% overran) and the simulator within 5% of every valid mode.
 
 A target missed carries its shortfall and the evidence of why, from the run itself: the same run's
 ``oracle`` (the most any dispatch order gets from these workloads), and the simulator's bound policies on
@@ -25,7 +27,7 @@ import statistics
 
 from dataclasses import dataclass, field
 
-from benchmarks.harness.baselines import PLAIN_MODES, is_plain, reference_of
+from benchmarks.harness.baselines import ROUTER_POLICIES, is_plain, reference_of
 from benchmarks.harness.emulation import is_invalid, worst_overrun
 
 
@@ -44,20 +46,25 @@ PAPER = Targets("plain SGLang's", {"divided": 1.3, "context": 1.4, "context+sd":
 # against the strongest plain SGLang a trainer runs (whole groups, or per sample behind sglang-router)
 STRONGEST = Targets("the strongest plain SGLang's", {"context": 1.2, "context+sd": 1.9}, 0.05, 0.3)
 ABOVE = (("context", "divided"), ("context", "group"))
+# Seer's speculation ablation: the full design's throughput over each arm's at least this much
+ABLATION_OF = "context+sd"
+ABLATION = {"context+sd-fixed": 1.25, "context+sd-suffix": 1.0}
 SIM_ERROR = 0.05
 
 
 def targets_of(run: dict) -> Targets:
-    """``STRONGEST`` for a run that measured every plain mode, else ``PAPER``."""
-    return STRONGEST if all(m in run["modes"] for m in PLAIN_MODES) else PAPER
+    """``STRONGEST`` for a run that measured plain SGLang behind sglang-router (its reference is then at
+    least as fast as the per-sample router a trainer runs), else ``PAPER``."""
+    return STRONGEST if any(m in run["modes"] for m in ROUTER_POLICIES) else PAPER
 
 
 def context_modes(modes) -> list[str]:
-    """The run's ``context`` modes held to ``oracle``: plain ``context`` and its grouped speculation."""
+    """The run's ``context`` modes held to ``oracle``: plain ``context`` and its grouped speculation (not the
+    ablation's arms, which are held to the full design)."""
     out = []
     for mode in modes:
         policy, *options = mode.split("+")
-        if policy == "context" and all(o.startswith("sd") for o in options):
+        if policy == "context" and all(o.startswith("sd") for o in options) and mode not in ABLATION:
             out.append(mode)
     return out
 
@@ -93,7 +100,8 @@ def overrun(run: dict, mode: str) -> float:
 
 def row(kind: str, target: str, mode: str, measured, met, short_by=None, why: str | None = None) -> dict:
     """One target: ``kind`` says what ``measured`` is (``retractions``; ``throughput`` and ``tail``, x plain
-    SGLang's; ``above``, relative throughput; ``oracle``, throughput behind it; ``overrun``, the share of
+    SGLang's; ``above``, relative throughput; ``ablation``, ``context+sd``'s throughput over an arm's;
+    ``oracle``, throughput behind it; ``overrun``, the share of
     steps; ``sim``, the simulator's signed error); ``met`` is None where the run cannot judge it."""
     return {"kind": kind, "target": target, "mode": mode, "measured": measured, "met": met, "short_by": short_by,
             "why": why}
@@ -122,11 +130,14 @@ def check(run: dict, bound: dict | None = None) -> list[dict]:
         rows.append(row("retractions", "plain SGLang retracts and idles in the tail", ref,
                         base["retractions"], base["retractions"] > 0, why=why))
         for mode, target in goal.throughput.items():
-            for m in [m for m in modes if m == mode or (mode == "context+sd" and m.startswith("context+sd"))]:
+            for m in [m for m in modes if m == mode or (mode == "context+sd" and m.startswith("context+sd")
+                                                         and m not in ABLATION)]:
                 rows.append(throughput_row(run, m, target, valid, goal))
     for a, b in ABOVE:  # a run's ratios are all against one mode, so these need no plain SGLang
         if a in modes and b in modes:
             rows.append(above_row(run, a, b, valid))
+    if ABLATION_OF in modes:
+        rows += [ablation_row(run, arm, valid) for arm in ABLATION if arm in modes]
     for mode in context_modes(modes):
         suffix = mode[len("context"):]
         oracle = f"oracle{suffix}"
@@ -183,6 +194,25 @@ def above_row(run: dict, a: str, b: str, valid: dict) -> dict:
     return row("above", name, a, ra["throughput"] / rb["throughput"] - 1.0, met,
                why=f"above on {wins} of {len(per_a)} {'workloads' if run['config'].get('vary_trace') else 'repeats'}"
                if per_a else None)
+
+
+def ablation_row(run: dict, arm: str, valid: dict) -> dict:
+    """``context+sd``'s throughput over an ablation arm's, with the simulator's ratio of the two on the
+    run's workloads where the target is missed: the step model's answer to what each arm's verify costs."""
+    need = ABLATION[arm]
+    name = f"`{ABLATION_OF}` {'above' if need == 1.0 else f'>= {need}x'} `{arm}`"
+    if not (valid[ABLATION_OF] and valid[arm]):
+        return row("ablation", name, arm, None, None, why=unreported(run, arm if valid[ABLATION_OF] else ABLATION_OF))
+    measured = run["ratios"][ABLATION_OF]["throughput"] / run["ratios"][arm]["throughput"]
+    met = measured > need if need == 1.0 else measured >= need
+    if met:
+        return row("ablation", name, arm, measured, True)
+    sim = run.get("sim_check", {})
+    why = None
+    if ABLATION_OF in sim and arm in sim:
+        why = (f"the simulator predicts {sim[arm]['predicted_s'] / sim[ABLATION_OF]['predicted_s']:.2f}x on the "
+               f"run's workloads from the step model alone")
+    return row("ablation", name, arm, measured, False, short_by=need - measured, why=why)
 
 
 def oracle_row(run: dict, mode: str, oracle: str, valid: dict, bound: dict, goal: Targets = PAPER) -> dict:

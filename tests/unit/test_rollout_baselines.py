@@ -55,13 +55,14 @@ def test_baseline_is_the_stored_name_of_plain_group():
 def test_targets_hold_seer_modes_to_the_runs_reference():
     results = {"plain-group": mode([100.0], tail=10.0, retractions=0, idle_share=[0.1]),
                "plain-router": mode([80.0], tail=8.0, retractions=4, idle_share=[0.1]),
-               "divided": mode([50.0], tail=2.0, retractions=0, idle_share=[0.1])}
+               "context": mode([50.0], tail=2.0, retractions=0, idle_share=[0.1])}
     run = {"config": {}, "modes": results, **ratio_keys(results)}
     rows = check(run)
     retract = next(r for r in rows if r["kind"] == "retractions")
     assert retract["mode"] == "plain-router" and retract["measured"] == 4
-    divided = next(r for r in rows if r["kind"] == "throughput" and r["mode"] == "divided")
-    assert divided["measured"] == pytest.approx(80.0 / 50.0)  # against plain-router, not plain-group's 2.0
+    context = next(r for r in rows if r["kind"] == "throughput" and r["mode"] == "context")
+    assert context["measured"] == pytest.approx(80.0 / 50.0)  # against plain-router, not plain-group's 2.0
+    assert context["target"] == "throughput >= 1.2x the strongest plain SGLang's"
 
 
 def test_the_critical_path_is_the_longest_sample_at_the_smallest_step():

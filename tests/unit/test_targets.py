@@ -29,7 +29,8 @@ def by(rows: list[dict], target: str, mode: str) -> dict:
 
 
 def test_bound_policies_are_simulated_for_context_modes_and_their_oracle_where_not_measured():
-    modes = ["baseline", "context", "oracle", "context+sd", "oracle+sd", "context+arrival", "context+pool"]
+    modes = ["baseline", "context", "oracle", "context+sd", "oracle+sd", "context+arrival", "context+pool",
+             "context+sd-fixed", "context+sd-suffix"]
     assert context_modes(modes) == ["context", "context+sd"]
     assert bound_modes(modes) == ["late-oracle", "group-oracle", "late-oracle+sd", "group-oracle+sd"]
     assert bound_modes(["baseline", "context", "divided"]) == ["late-oracle", "group-oracle", "oracle"]
@@ -134,3 +135,32 @@ def test_a_run_with_the_router_baselines_is_held_to_the_strongest_plain_sglangs_
     assert by(rows, "tail <= 0.3x the strongest plain SGLang's", "context")["met"] is True
     assert not [r for r in rows if "1.4x" in r["target"] or "3% of" in r["target"]]
     assert by(rows, "plain SGLang retracts", "plain-router-p2")["met"] is True
+
+
+def test_a_run_measured_against_the_router_alone_is_held_to_the_strongest_plain_sglangs_targets():
+    """A run whose only plain SGLang is the router (per sample, as slime sends) is held to the targets
+    against the strongest plain SGLang, not to Seer's gains against whole groups."""
+    run = run_of({"baseline": 100.0, "plain-router-p2": 100.0, "context": 90.0})
+    del run["modes"]["baseline"], run["ratios"]["baseline"], run["sim_check"]["baseline"]
+    run["reference"] = "plain-router-p2"
+    rows = check(run)
+    assert by(rows, "throughput >= 1.2x the strongest plain SGLang's", "context")["met"] is False
+    assert not [r for r in rows if "1.4x" in r["target"]]
+
+
+def test_speculation_is_held_to_seers_ablation_and_its_arms_not_to_the_designs_own_target():
+    """``context+sd`` at least 1.25x the fixed-width verify and above own-history drafts; a miss carries the
+    shortfall and the simulator's ratio of the two on the run's workloads."""
+    run = run_of({"baseline": 100.0, "context": 90.0, "context+sd": 50.0, "context+sd-fixed": 55.0,
+                  "context+sd-suffix": 60.0})
+    run["sim_check"]["context+sd-fixed"]["predicted_s"] = 51.0
+    rows = check(run)
+    fixed = by(rows, "`context+sd` >= 1.25x `context+sd-fixed`", "context+sd-fixed")
+    assert fixed["met"] is False and fixed["measured"] == pytest.approx(55 / 50)
+    assert fixed["short_by"] == pytest.approx(1.25 - 55 / 50) and "1.02x" in fixed["why"]
+    own = by(rows, "`context+sd` above `context+sd-suffix`", "context+sd-suffix")
+    assert own["met"] is True and own["measured"] == pytest.approx(60 / 50)
+    held = {r["mode"] for r in rows if r["kind"] == "throughput"}
+    assert "context+sd" in held and not held & {"context+sd-fixed", "context+sd-suffix"}
+    run["emulation"]["per_mode"]["context+sd-suffix"][0]["overrun_share"] = 0.2
+    assert by(check(run), "`context+sd` above", "context+sd-suffix")["met"] is None
