@@ -33,6 +33,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_bounds_qwen2vl_seerload": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_seerload"),
     "emulated_h100_qwen2vl_seerload_sd_x45":
         lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_sd_x45"),
+    "emulated_h100_qwen2vl_seerload_ablation_x45":
+        lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_ablation_x45"),
+    "targets_seerload": lambda r: targets_table(r, ["emulated_h100_qwen2vl_seerload_ablation_x45"]),
     "sim_errors": sim_errors_table,
     "sim_heldout": sim_heldout_table,
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),

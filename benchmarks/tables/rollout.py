@@ -347,7 +347,7 @@ def _recorded_at(replay: str) -> str:
 
 TARGET_FORMAT: dict[str, Callable[[float], str]] = {
     "retractions": lambda x: f"{x:.0f} retractions", "throughput": lambda x: f"{x:.2f}x",
-    "tail": lambda x: f"{x:.2f}x", "above": lambda x: f"{x:+.1%}", "oracle": lambda x: f"{x:.1%} behind",
+    "tail": lambda x: f"{x:.2f}x", "above": lambda x: f"{x:+.1%}", "ablation": lambda x: f"{x:.2f}x", "oracle": lambda x: f"{x:.1%} behind",
     "overrun": lambda x: f"{x:.1%} of steps", "sim": lambda x: f"{x:+.1%}"}
 
 
@@ -362,11 +362,12 @@ def targets_table(results: Results, stems: list[str]) -> str:
             fmt = TARGET_FORMAT[r["kind"]]
             met = "not judged" if r["met"] is None else "yes" if r["met"] else "**no**"
             if r["met"] is False and r["short_by"] is not None:
-                met += f", by {r['short_by']:.2f}x" if r["kind"] in ("throughput", "tail") \
+                met += f", by {r['short_by']:.2f}x" if r["kind"] in ("throughput", "tail", "ablation") \
                     else f", by {r['short_by'] * 100:.1f} points"
             rows.append([f"`{stem}`", mode_name(r["mode"]), r["target"], "-" if r["measured"] is None
                          else fmt(r["measured"]), met, r["why"] or "-"])
-    caption = ("EMULATED runs (not GPU measurements), held to Seer's reported gains; the reasons quote the same "
+    caption = ("EMULATED runs (not GPU measurements), held to Seer's reported gains or, where the run measured "
+               "sglang-router, to the targets against the strongest plain SGLang; the reasons quote the same "
                "run's `oracle` and the simulator's bound policies on the run's own workloads (SIMULATED). "
                "`python -m benchmarks.targets RUN` prints a stored run's targets as the code gives them now. Source: "
                + source(stems) + ".")
