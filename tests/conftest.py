@@ -90,6 +90,20 @@ def seer_beside_plain(model: str, logs: Path, sglang_args: list[str], seer_args:
             stop_instances([plain])
 
 
+def png_data_url(seed: int, size=(64, 48)) -> str:
+    """A random image as a data URL, as trainers send images in ``image_data``."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
 def chunked(url: str, chunk_size: int, **settings) -> None:
     """The context policy in chunks of exactly ``chunk_size`` (``kv_headroom=0.001``: one chunk per
     instance at a time, so chunks move between instances)."""

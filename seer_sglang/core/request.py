@@ -249,6 +249,12 @@ class Sample:
         return len(self.prompt_ids) + self.generated
 
     @property
+    def positions(self) -> int:
+        """The context's positions as the instances count them (media placeholders expanded): where
+        SGLang's routings and ``routed_experts_start_len`` count."""
+        return self.prompt_tokens + self.generated
+
+    @property
     def context_ids(self) -> list[int]:
         """What a continuation chunk is prefilled with: prompt plus everything generated so far."""
         return self.prompt_ids + self.output_ids
@@ -282,13 +288,13 @@ class Sample:
         token the previous chunk sampled, and the chunks' rows join end to end."""
         if self.routed_experts_start is None:
             return None
-        return self.routed_experts_start if self.generated == 0 else self.context_len - 1
+        return self.routed_experts_start if self.generated == 0 else self.positions - 1
 
     def add_routed_experts(self, raw: bytes) -> None:
         """Append a chunk's routings, read after its tokens were added: the sample then holds the rows
         of positions [start, context - 1)."""
         self.routed_experts += raw
-        self.routed_experts_rows = max(0, self.context_len - 1 - (self.routed_experts_start or 0))
+        self.routed_experts_rows = max(0, self.positions - 1 - (self.routed_experts_start or 0))
 
     def routed_experts_bytes(self) -> bytes:
         """The routings of positions [start, prompt + output - 1), as one unchunked request answers
@@ -296,7 +302,7 @@ class Sample:
         if not self.routed_experts_rows:
             return b""
         row = len(self.routed_experts) // self.routed_experts_rows
-        want = max(0, self.context_len - 1 - (self.routed_experts_start or 0))
+        want = max(0, self.positions - 1 - (self.routed_experts_start or 0))
         return bytes(self.routed_experts[:row * min(want, self.routed_experts_rows)])
 
     def routed_experts_base64(self) -> str:

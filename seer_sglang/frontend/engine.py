@@ -314,7 +314,9 @@ class RolloutEngine:
                                        SLO_PARAM: slo_param(slo.tpot_s, slo.ttft_s, deadline)}
         scope = dict(sample.cache_scope or {})
         routed_from = sample.routed_experts_from()
-        if sample.routed_experts_start is not None and sample.routed_experts_start < len(sample.prompt_ids) - 1:
+        # a prompt with media counts more positions than its ids before its first chunk says how many
+        start = sample.routed_experts_start
+        if start is not None and (sample.media or start < sample.prompt_tokens - 1):
             own = routing_namespace(sample.rid, sample.regenerations)
             scope["extra_key"] = f"{scope['extra_key']};{own}" if "extra_key" in scope else own
         return ChunkRequest(

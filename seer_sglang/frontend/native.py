@@ -303,7 +303,8 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
         ids = encode(prompt) if isinstance(prompt, str) else list(prompt)
         max_new = context_length - len(ids) if sp.max_new_tokens is None else sp.max_new_tokens
         check_prompt(ids, max_new, "text" if isinstance(prompt, str) else "input_ids", f"{param}.max_new_tokens")
-        if routed is not None and not 0 <= routed <= len(ids):
+        # with media the instance counts the prompt with each placeholder expanded, and checks the start there
+        if routed is not None and (routed < 0 or (not media[i] and routed > len(ids))):
             raise APIError(f"routed_experts_start_len {routed} is outside [0, {len(ids)}] (the prompt's tokens)",
                            param="routed_experts_start_len")
         if not -1 <= start[i] <= len(ids):

@@ -175,7 +175,7 @@ class Frontend:
         self.check_adapters(n.lora_path for n in natives)
         for n in natives:
             self.check_media(n.media)
-            self.check_routed_experts(n.routed_experts_start is not None, n.media)
+            self.check_routed_experts(n.routed_experts_start is not None)
             self.check_sampling_mask(n.params)
 
     def check_media(self, media: dict[str, Any] | None) -> None:
@@ -185,12 +185,8 @@ class Frontend:
             raise APIError(f"{field} given, but {self.model.served_name} takes no images or audio", 400,
                            param=field, code="media_not_supported")
 
-    def check_routed_experts(self, asked: bool, media: dict[str, Any] | None = None) -> None:
-        """Routings only where the instances capture them, and not for a prompt with media (its start
-        would count the media's expanded tokens)."""
-        if asked and media:
-            raise APIError("return_routed_experts is not supported with image, video or audio inputs here",
-                           param="return_routed_experts")
+    def check_routed_experts(self, asked: bool) -> None:
+        """Routings only where the instances capture them."""
         if asked and self.model.routed_experts is False:
             raise APIError("return_routed_experts asked for, but the instances run without it: start the server "
                            "with --enable-return-routed-experts", 400, param="return_routed_experts",

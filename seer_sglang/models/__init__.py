@@ -13,6 +13,9 @@
 - ``tiny-vl``: a small random Qwen2-VL (2-layer vision tower, 2-layer language model with M-RoPE) over
   the tiny tokenizer and its vision tokens, with Qwen2-VL's image processor (images of at most 112 x
   112 pixels: 4 to 16 image tokens) and a chat template that places images: image-conditioned RL on CPU.
+- ``tiny-vl-moe``: a small random Qwen3-VL-MoE (3-layer vision tower, each a deepstack layer, 2-layer
+  language model of 8 experts, 2 per token) over the same tokenizer and vision tokens, with Qwen3-VL's
+  processor (images of at most 128 x 128 pixels): routing replay of image prompts on CPU.
 - ``tiny-lora``: two random LoRA adapters for ``tiny`` (rank 8, every linear layer), in ``a/`` and
   ``b/`` (PEFT's layout), far from zero so that each changes the greedy tokens.
 - ``tiny-smollm2-4k``: the same over only the first 4,096 ids of SmolLM2's vocabulary (its tokenizer
@@ -31,11 +34,11 @@ from pathlib import Path
 
 from ..config import cache_root
 
-MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k", "tiny-moe", "tiny-vl", "tiny-lora")
+MODEL_NAMES = ("tiny", "smollm2", "tiny-smollm2", "tiny-smollm2-4k", "tiny-moe", "tiny-vl", "tiny-vl-moe", "tiny-lora")
 _READY = ".seer_ready"
 # Bumped when a recipe changes, so cached models are rebuilt.
 RECIPE_VERSION = {"tiny": "2", "smollm2": "1", "tiny-smollm2": "1", "tiny-smollm2-4k": "1", "tiny-moe": "1",
-                  "tiny-vl": "1", "tiny-lora": "1"}
+                  "tiny-vl": "1", "tiny-vl-moe": "1", "tiny-lora": "1"}
 COMPACT_VOCAB = 4096  # tiny-smollm2-4k
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -227,15 +230,23 @@ VL_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def _build_tiny_vl(out: Path) -> None:
-    import torch
-    from transformers import (PreTrainedTokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
-                              Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
+def _vision_tokenizer():
+    """The tiny tokenizer with the vision tokens and the image-placing chat template, and those tokens' ids
+    (vision start, vision end, image, video)."""
+    from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast.from_pretrained(prepare("tiny"))
     tok.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
-    start, end, image, video = tok.convert_tokens_to_ids(list(VISION_TOKENS))
     tok.chat_template = VL_TEMPLATE
+    return tok, tuple(tok.convert_tokens_to_ids(list(VISION_TOKENS)))
+
+
+def _build_tiny_vl(out: Path) -> None:
+    import torch
+    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration,
+                              Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
+
+    tok, (start, end, image, video) = _vision_tokenizer()
     text = dict(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=False,
                 initializer_range=0.3, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -249,6 +260,41 @@ def _build_tiny_vl(out: Path) -> None:
     Qwen2VLForConditionalGeneration(config).to(torch.bfloat16).save_pretrained(out)
     images = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
     Qwen2VLProcessor(image_processor=images, tokenizer=tok, video_processor=Qwen2VLVideoProcessor(),
+                     chat_template=VL_TEMPLATE).save_pretrained(out)
+
+
+def _build_tiny_vl_moe(out: Path) -> None:
+    import torch
+    from transformers import (Qwen2VLImageProcessor, Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration,
+                              Qwen3VLProcessor, Qwen3VLVideoProcessor)
+
+    tok, (start, end, image, video) = _vision_tokenizer()
+    text = dict(vocab_size=len(tok), hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8,
+                num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
+                max_position_embeddings=4096, tie_word_embeddings=False, initializer_range=0.3,
+                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6],
+                                 "mrope_interleaved": True})
+    # three deepstack layers: SGLang's Qwen3-VL-MoE language model takes three, as the released models have
+    vision = dict(depth=3, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, spatial_merge_size=2,
+                  temporal_patch_size=2, in_channels=3, out_hidden_size=128, num_position_embeddings=64,
+                  deepstack_visual_indexes=[0, 1, 2])
+    config = Qwen3VLMoeConfig(text_config=text, vision_config=vision, vision_start_token_id=start,
+                              vision_end_token_id=end, image_token_id=image, video_token_id=video,
+                              tie_word_embeddings=False)
+    torch.manual_seed(0)
+    Qwen3VLMoeForConditionalGeneration(config).to(torch.bfloat16).save_pretrained(out)
+    # Qwen3-VL-MoE's released checkpoints store fused experts as [experts, in, out], the layout SGLang
+    # loads; transformers 5 saves them as [experts, out, in]
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(out / "model.safetensors")
+    fused = [k for k in weights if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    save_file({k: v.transpose(-1, -2).contiguous() if k in fused else v for k, v in weights.items()},
+              str(out / "model.safetensors"), metadata={"format": "pt"})
+    images = Qwen2VLImageProcessor(patch_size=16, merge_size=2, min_pixels=64 * 64, max_pixels=128 * 128)
+    Qwen3VLProcessor(image_processor=images, tokenizer=tok, video_processor=Qwen3VLVideoProcessor(),
                      chat_template=VL_TEMPLATE).save_pretrained(out)
 
 
@@ -282,4 +328,4 @@ def _build_tiny_lora(out: Path, rank: int = 8) -> None:
 
 BUILDERS = {"tiny": _build_tiny, "smollm2": _build_smollm2, "tiny-smollm2": _build_tiny_smollm2,
             "tiny-smollm2-4k": lambda out: _build_tiny_smollm2(out, COMPACT_VOCAB), "tiny-moe": _build_tiny_moe,
-            "tiny-vl": _build_tiny_vl, "tiny-lora": _build_tiny_lora}
+            "tiny-vl": _build_tiny_vl, "tiny-vl-moe": _build_tiny_vl_moe, "tiny-lora": _build_tiny_lora}

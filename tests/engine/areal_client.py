@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 import types
 
 STOOD_IN = ("ray", "numba")
@@ -74,3 +75,33 @@ def load():
                          and m.__spec__.loader is finder]:
                 del sys.modules[name]
     return sglang_remote, remote_inf_engine, io_struct, cli_args
+
+
+class TrainerPause:
+    """``WorkflowExecutor.is_paused`` as the trainer drives it: the one part of AReaL's executor that
+    ``agenerate`` reads."""
+
+    def __init__(self):
+        self.paused = threading.Event()
+
+    def is_paused(self) -> bool:
+        return self.paused.is_set()
+
+
+def engine(areal, url: str):
+    """AReaL's RemoteInfEngine with its SGLang backend, on one server; it records the stop reason of
+    every answer it parses (what AReaL's own resume loop decides on)."""
+    sglang_remote, remote_inf_engine, _, cli_args = areal
+    reasons: list[str] = []
+
+    class Recorded(sglang_remote.SGLangBackend):
+        def parse_generation_response(self, response):
+            result = super().parse_generation_response(response)
+            reasons.append(result.stop_reason)
+            return result
+
+    config = cli_args.InferenceEngineConfig(backend="sglang:d1", request_timeout=600, request_retries=1)
+    built = remote_inf_engine.RemoteInfEngine(config, Recorded())
+    built.addresses = [url.removeprefix("http://")]
+    built.workflow_executor = TrainerPause()
+    return built, reasons

@@ -5,7 +5,8 @@ a weight update cut short, and that AReaL resent with its tokens so far, ends wi
 plain SGLang samples unchunked.
 
 The one thing the test stands in for is AReaL's ``WorkflowExecutor``, whose only part ``agenerate``
-reads is ``is_paused()``: the flag the trainer sets around a pause, set here by the test."""
+reads is ``is_paused()``: the flag the trainer sets around a pause, set here by the test
+(``areal_client.TrainerPause``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from areal_client import load
+from areal_client import engine as _engine, load
 
 PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
 
@@ -26,35 +27,6 @@ def areal():
     if loaded is None:
         pytest.skip("AReaL is not installed (bash scripts/setup.sh installs it)")
     return loaded
-
-
-class _TrainerPause:
-    """``WorkflowExecutor.is_paused`` as the trainer drives it."""
-
-    def __init__(self):
-        self.paused = threading.Event()
-
-    def is_paused(self) -> bool:
-        return self.paused.is_set()
-
-
-def _engine(areal, url: str):
-    """AReaL's RemoteInfEngine with its SGLang backend, on one server; it records the stop reason of
-    every answer it parses (what AReaL's own resume loop decides on)."""
-    sglang_remote, remote_inf_engine, _, cli_args = areal
-    reasons: list[str] = []
-
-    class Recorded(sglang_remote.SGLangBackend):
-        def parse_generation_response(self, response):
-            result = super().parse_generation_response(response)
-            reasons.append(result.stop_reason)
-            return result
-
-    config = cli_args.InferenceEngineConfig(backend="sglang:d1", request_timeout=600, request_retries=1)
-    engine = remote_inf_engine.RemoteInfEngine(config, Recorded())
-    engine.addresses = [url.removeprefix("http://")]
-    engine.workflow_executor = _TrainerPause()
-    return engine, reasons
 
 
 def _request(areal, max_new_tokens: int, ignore_eos: bool = False):

@@ -1,7 +1,7 @@
 """Routing replay across chunks on a MoE model (the local random Qwen3-MoE): a sample's expert routings,
 asked as slime's and veRL's MoE recipes ask them (``return_routed_experts``), equal plain SGLang's
 answer to the unchunked request, position by position, when the sample ran in chunks of 16 on two
-instances."""
+instances; and on a MoE VLM (the local random Qwen3-VL-MoE), for prompts with an image."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import chunked, moved_rollout, seer_beside_plain
+from conftest import (chunked, moved_rollout, png_data_url, seer_beside_plain, start_healthy, start_seer, stop_seer,
+                      wait_seer)
+from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, stop_instances
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -96,3 +98,67 @@ def test_routings_need_the_instances_flag(seer_url):
                                                  "routed_experts_start_len": 4,
                                                  "sampling_params": {"max_new_tokens": 2}}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "routed_experts_start_len", r.text
+
+
+@pytest.fixture(scope="module")
+def vl_moe(tmp_path_factory):
+    """A plain SGLang instance of the tiny Qwen3-VL-MoE with routing capture, and a seer frontend attached to it
+    (``--instance-urls``): seer's chunks run on the instance that also answers the unchunked requests."""
+    model = str(prepare("tiny-vl-moe"))
+    logs = tmp_path_factory.mktemp("vl_moe")
+    plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
+                                       sglang_args=[*ROUTING_ARGS, "--sleep-on-idle"], log_path=logs / "plain.log",
+                                       cpu_threads=cpu_threads_per_instance(3)))
+    seer = None
+    try:
+        seer = start_seer(model, logs / "seer", "--instance-urls", plain.url)
+        wait_seer(seer)
+        _scheduler(seer.url)
+        yield seer.url, plain.url, model
+    finally:
+        if seer is not None:
+            stop_seer(seer)
+        stop_instances([plain])
+
+
+IMAGE_QUESTION = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Which experts see {}?<|im_end|>\n" \
+                 "<|im_start|>assistant\n"
+
+
+def test_routings_of_an_image_prompt_over_chunks_equal_the_unchunked_answer(vl_moe):
+    """An image's placeholder is one id of the prompt and several positions on the instance. In chunks of 16,
+    a sample's routings, from the prompt's start or from a position past its ids (the instance counts the
+    expanded prompt), are plain SGLang's unchunked answer position by position, and its tokens are too."""
+    seer_url, plain_url, model = vl_moe
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [tokenizer.encode(IMAGE_QUESTION.format(i)) for i in range(2)]
+    images = [png_data_url(50 + i, (128, 96)) for i in range(2)]
+
+    def body(ids, image, start=0):
+        return {"input_ids": ids, "image_data": [image], "return_routed_experts": True,
+                "routed_experts_start_len": start,
+                "sampling_params": {"max_new_tokens": 40, "temperature": 0, "ignore_eos": True}}
+
+    want = [httpx.post(f"{plain_url}/generate", json=body(p, im), timeout=300).json() for p, im in zip(prompts, images)]
+    expanded = want[0]["meta_info"]["prompt_tokens"]
+    assert expanded > len(prompts[0])  # the image's positions
+    samples = httpx.post(f"{seer_url}/v1/rollout", json={
+        "prompts": [{"input_ids": p, "image_data": [im]} for p, im in zip(prompts, images)], "n": 1,
+        "max_tokens": 40, "temperature": 0, "ignore_eos": True, "return_routed_experts": True},
+        timeout=600).json()["samples"]
+    for s in samples:
+        expected = want[s["prompt_index"]]
+        assert len(s["chunks"]) == 3 and s["output_ids"] == expected["output_ids"]
+        got = _rows({"meta_info": s})
+        assert got.shape == (expected["meta_info"]["prompt_tokens"] + 40 - 1, LAYERS, TOP_K)
+        assert np.array_equal(got, _rows(expected)), s["prompt_index"]
+    inside = expanded - 2  # past the prompt's ids: a start only the expanded count holds
+    assert inside > len(prompts[0])
+    unchunked = httpx.post(f"{plain_url}/generate", json=body(prompts[0], images[0], inside), timeout=300).json()
+    chunked_answer = httpx.post(f"{seer_url}/generate", json=body(prompts[0], images[0], inside), timeout=300).json()
+    assert chunked_answer["output_ids"] == unchunked["output_ids"]
+    assert _rows(chunked_answer).shape[0] == expanded + 40 - 1 - inside
+    assert np.array_equal(_rows(chunked_answer), _rows(unchunked))
+    assert len({tuple(r.ravel()) for r in _rows(want[0])}) > 4  # the rows are not all alike

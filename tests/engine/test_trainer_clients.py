@@ -3,17 +3,17 @@
 of veRL's SGLang rollout, pointed at seer and at plain SGLang side by side. Every request here is made
 by veRL's code: generate (sync and async), GET /flush_cache with its retries, sleep mode, abort.
 
-AReaL's client is driven in test_areal.py. slime has no package (a git checkout only); its request
+AReaL's client is driven in test_areal.py; both trainers' clients send images in test_vlm.py. slime has no package (a git checkout only); its request
 bodies are replayed from its source in test_native_generate.py."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+
+from verl_client import adapter, load
 
 PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16}
@@ -21,33 +21,14 @@ GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16}
 
 @pytest.fixture(scope="module")
 def verl_http():
-    """The adapter module alone: ``verl/__init__`` imports ray and tensordict, which this client does
-    not use (scripts/setup.sh installs verl without its dependencies)."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None:
+    module = load()
+    if module is None:
         pytest.skip("verl is not installed (bash scripts/setup.sh installs it)")
-    path = Path(spec.submodule_search_locations[0]) / "workers" / "rollout" / "sglang_rollout" / "http_server_engine.py"
-    module_spec = importlib.util.spec_from_file_location("verl_http_server_engine", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
     return module
 
 
-def _concrete(cls):
-    """veRL 0.9.1 was written against SGLang 0.5.12; 0.5.23's ``EngineBase`` has abstract methods the
-    adapter lacks (in-process weight-update hooks, which an HTTP client never calls)."""
-    def unused(self, *args, **kwargs):
-        raise NotImplementedError("not part of veRL's HTTP client")
-
-    missing = {name: unused for name in getattr(cls, "__abstractmethods__", ())}
-    return type(cls.__name__, (cls,), missing) if missing else cls
-
-
 def _adapter(verl_http, url: str, tiny_model: str, asynchronous: bool = False):
-    address = urlparse(url)
-    cls = _concrete(verl_http.AsyncHttpServerAdapter if asynchronous else verl_http.HttpServerAdapter)
-    return cls(launch_server=False, host=address.hostname, port=address.port, model_path=tiny_model,
-               device="cpu", timeout=300)
+    return adapter(verl_http, url, tiny_model, asynchronous)
 
 
 def test_verl_generate_flush_and_sleep_mode(verl_http, seer_url, plain_url, tiny_model):

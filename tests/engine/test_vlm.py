@@ -1,32 +1,27 @@
 """Image-conditioned rollout through chunks, on the local random Qwen2-VL (``tiny-vl``): a sample keeps
 its images in every chunk on every instance, so its greedy tokens are plain SGLang's answer to the
 unchunked request, in each form the trainers send it (slime: the templated text and ``image_data``;
-AReaL and veRL: ``input_ids`` and ``image_data``; OpenAI chat: image_url parts)."""
+AReaL and veRL: ``input_ids`` and ``image_data``, built and sent by their own clients; OpenAI chat:
+image_url parts)."""
 
 from __future__ import annotations
 
-import base64
-import io
+import asyncio
+import threading
+import time
 
 import httpx
-import numpy as np
 import pytest
-from PIL import Image
 
-from conftest import chunked, moved_rollout, seer_beside_plain
+import areal_client
+import verl_client
+from conftest import chunked, moved_rollout, png_data_url, seer_beside_plain
 from seer_sglang.models import prepare
 
 CHUNK = 16
 TOKENS = 48
 QUESTION = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What is in the picture {}?<|im_end|>\n" \
            "<|im_start|>assistant\n"
-
-
-def _png(seed: int, size=(64, 48)) -> str:
-    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +52,7 @@ def test_image_conditioned_tokens_over_chunks_and_instances_equal_plain_sglang(v
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts = [QUESTION.format(i) for i in range(4)]
-    images = [_png(i) for i in range(4)]
+    images = [png_data_url(i) for i in range(4)]
     want = [_generate(plain_url, {"text": t, "image_data": [im]}) for t, im in zip(texts, images)]
     # the image conditions the tokens: another image, or none, gives others
     assert want[0]["output_ids"] != _generate(plain_url, {"text": texts[0], "image_data": [images[1]]})["output_ids"]
@@ -81,7 +76,7 @@ def test_image_conditioned_tokens_over_chunks_and_instances_equal_plain_sglang(v
 
 def test_chat_image_parts_and_seeded_sampling(vlm):
     seer_url, plain_url, _ = vlm
-    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _png(7)}},
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": png_data_url(7)}},
                                              {"type": "text", "text": "Describe it."}]}]
     body = {"messages": messages, "max_tokens": 40, "temperature": 0}
     got = httpx.post(f"{seer_url}/v1/chat/completions", json=body, timeout=300)
@@ -89,7 +84,7 @@ def test_chat_image_parts_and_seeded_sampling(vlm):
     assert got.status_code == want.status_code == 200, got.text
     assert got.json()["choices"][0]["message"]["content"] == want.json()["choices"][0]["message"]["content"]
     # temperature 1, seeded: in chunks, a sample draws what it draws in one request
-    seeded = {"text": QUESTION.format(9), "image_data": [_png(9)],
+    seeded = {"text": QUESTION.format(9), "image_data": [png_data_url(9)],
               "sampling_params": {"max_new_tokens": TOKENS, "temperature": 1.0, "sampling_seed": 5, "ignore_eos": True}}
     chunked(seer_url, TOKENS + 1)
     try:
@@ -109,15 +104,87 @@ def test_a_moved_continuation_loads_its_image_kv_from_the_pool_keyed_by_the_imag
 
     ids = AutoTokenizer.from_pretrained(model).encode(QUESTION.format("kept in the pool " * 8))
     a, b = [i["url"] for i in httpx.get(f"{seer_url}/instances", timeout=10).json()["instances"]]
-    first = _generate(a, {"input_ids": ids, "image_data": [_png(21)]})
+    first = _generate(a, {"input_ids": ids, "image_data": [png_data_url(21)]})
     context = ids + first["output_ids"]
-    moved = _generate(b, {"input_ids": context, "image_data": [_png(21)]})
+    moved = _generate(b, {"input_ids": context, "image_data": [png_data_url(21)]})
     stored = (moved["meta_info"].get("cached_tokens_details") or {}).get("storage", 0)
     expanded = first["meta_info"]["prompt_tokens"] + TOKENS  # the context as the instance counts it
     assert stored >= expanded - 1 - 2 * 16, moved["meta_info"]  # every whole page but the last
-    whole = httpx.post(f"{plain_url}/generate", json={"input_ids": ids, "image_data": [_png(21)], "sampling_params": {
-        "max_new_tokens": 2 * TOKENS, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
+    whole = _want(plain_url, ids, png_data_url(21), 2 * TOKENS)
     assert first["output_ids"] + moved["output_ids"] == whole["output_ids"]
-    other = _generate(b, {"input_ids": context, "image_data": [_png(22)]})
+    other = _generate(b, {"input_ids": context, "image_data": [png_data_url(22)]})
     assert (other["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) == 0, other["meta_info"]
     assert other["meta_info"]["cached_tokens"] < 16
+
+
+def _want(plain_url: str, ids: list[int], image: str, tokens: int = TOKENS) -> dict:
+    return httpx.post(f"{plain_url}/generate", json={"input_ids": ids, "image_data": [image], "sampling_params": {
+        "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
+
+
+def test_areals_client_sends_images_through_chunks_and_resumes_a_paused_image_sample(vlm):
+    """AReaL's ``RemoteInfEngine`` with its ``SGLangBackend`` (``input_ids`` with the image placeholder,
+    ``image_data``), on seer with chunks of 16: greedy tokens are plain SGLang's unchunked answer. Paused
+    mid-sample (SGLang's abort mode), AReaL resends prompt + tokens so far with the same image, and the
+    sample ends with the same tokens."""
+    areal = areal_client.load()
+    if areal is None:
+        pytest.skip("AReaL is not installed (bash scripts/setup.sh installs it)")
+    seer_url, plain_url, model = vlm
+    from transformers import AutoTokenizer
+
+    _, _, io_struct, cli_args = areal
+    ids = AutoTokenizer.from_pretrained(model).encode(QUESTION.format("AReaL"))
+
+    def request(image: str, tokens: int):
+        gconfig = cli_args.GenerationHyperparameters(greedy=True, max_new_tokens=tokens, ignore_eos=True)
+        return io_struct.ModelRequest(input_ids=list(ids), image_data=[image], gconfig=gconfig)
+
+    engine, reasons = areal_client.engine(areal, seer_url)
+    got = asyncio.run(engine.agenerate(request(png_data_url(31), TOKENS)))
+    want = _want(plain_url, ids, png_data_url(31))
+    assert got.output_tokens == want["output_ids"] and reasons == ["length"]
+    assert got.output_tokens != _want(plain_url, ids, png_data_url(32))["output_ids"]  # the image conditions them
+
+    n = 12 * CHUNK
+    want = _want(plain_url, ids, png_data_url(33), n)
+    reasons.clear()
+    box: dict = {}
+    paused = request(png_data_url(33), n)
+    thread = threading.Thread(target=lambda: box.update(out=asyncio.run(engine.agenerate(paused))))
+    thread.start()
+    before, deadline = _chunks(seer_url), time.monotonic() + 120
+    while _chunks(seer_url) < before + 2 and time.monotonic() < deadline:  # under way: two chunks done
+        time.sleep(0.05)
+    engine.workflow_executor.paused.set()
+    engine.pause_generation()  # AReaL's: POST /pause_generation
+    deadline = time.monotonic() + 60
+    while not reasons and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine.continue_generation()
+    engine.workflow_executor.paused.clear()
+    thread.join(600)
+    assert reasons[0] == "abort" and reasons[-1] == "length", reasons  # paused mid-sample, then resent
+    assert box["out"].output_tokens == want["output_ids"]
+
+
+def _chunks(url: str) -> float:
+    """Chunks the instances have returned to the frontend so far (its ``seer_chunks`` counter)."""
+    lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("seer_chunks_total"))
+
+
+def test_verls_client_sends_images_through_chunks(vlm):
+    """veRL's ``HttpServerAdapter.generate(input_ids=..., image_data=...)`` on seer with chunks of 16:
+    greedy tokens are plain SGLang's unchunked answer."""
+    verl = verl_client.load()
+    if verl is None:
+        pytest.skip("verl is not installed (bash scripts/setup.sh installs it)")
+    seer_url, plain_url, model = vlm
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(model).encode(QUESTION.format("veRL"))
+    adapter = verl_client.adapter(verl, seer_url, model)
+    got = adapter.generate(input_ids=ids, image_data=[png_data_url(41)],
+                           sampling_params={"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True})
+    assert got["output_ids"] == _want(plain_url, ids, png_data_url(41))["output_ids"]

@@ -25,7 +25,7 @@ DISTRIBUTION = {"zmq": "pyzmq", "prometheus_client": "prometheus-client", "flash
 SETUP_INSTALLED = {"mooncake", "verl", "areal"}
 # the repository's own modules, the CPU sgl_kernel stand-in, and pip (in every virtualenv)
 LOCAL = {"seer_sglang", "benchmarks", "conftest", "fault_proxy", "kill_rollout", "mooncake_migration",
-         "flashinfer_model", "import_graph", "unit_guard", "areal_client", "sgl_kernel", "pip"}
+         "flashinfer_model", "import_graph", "unit_guard", "areal_client", "verl_client", "sgl_kernel", "pip"}
 
 
 def names(requirements: list[str]) -> set[str]:

@@ -49,7 +49,6 @@ def _build_groups(fe: Frontend, req: RolloutRequest) -> tuple[list[Group], dict[
         fe.check_prompt(ids, req.max_tokens, param=f"prompts.{i}")
         media = fe.media_of(prompt.messages, prompt.image_data, prompt.video_data)
         fe.check_media(media)
-        fe.check_routed_experts(req.return_routed_experts, media)
         params = req.sampling_params(req.max_tokens, fe.tokenizer.vocab_size, logprobs=req.logprobs,
                                      top_logprobs=req.top_logprobs, skip_special_tokens=req.skip_special_tokens,
                                      custom_logit_processor=req.custom_logit_processor,
