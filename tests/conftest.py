@@ -122,6 +122,11 @@ def _counter(url: str, name: str, **labels) -> float:
                for s in f.samples if s.name.endswith("_total") and labels.items() <= s.labels.items())
 
 
+def chunks_returned(url: str) -> float:
+    """Chunks the instances have returned to a seer server (its Prometheus counter)."""
+    return _counter(url, "seer_chunks")
+
+
 def generated_tokens(url: str) -> float:
     """Tokens of the samples a seer server has finished (its Prometheus counter)."""
     return _counter(url, "seer_generation_tokens")

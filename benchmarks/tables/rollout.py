@@ -347,8 +347,8 @@ def _recorded_at(replay: str) -> str:
 
 TARGET_FORMAT: dict[str, Callable[[float], str]] = {
     "retractions": lambda x: f"{x:.0f} retractions", "throughput": lambda x: f"{x:.2f}x",
-    "tail": lambda x: f"{x:.2f}x", "above": lambda x: f"{x:+.1%}", "ablation": lambda x: f"{x:.2f}x", "oracle": lambda x: f"{x:.1%} behind",
-    "overrun": lambda x: f"{x:.1%} of steps", "sim": lambda x: f"{x:+.1%}"}
+    "tail": lambda x: f"{x:.2f}x", "above": lambda x: f"{x:+.1%}", "ablation": lambda x: f"{x:.2f}x",
+    "oracle": lambda x: f"{x:.1%} behind", "overrun": lambda x: f"{x:.1%} of steps", "sim": lambda x: f"{x:+.1%}"}
 
 
 def targets_table(results: Results, stems: list[str]) -> str:

@@ -18,6 +18,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
+import time
 import types
 
 STOOD_IN = ("ray", "numba")
@@ -105,3 +106,18 @@ def engine(areal, url: str):
     built.addresses = [url.removeprefix("http://")]
     built.workflow_executor = TrainerPause()
     return built, reasons
+
+
+def pause_and_continue(engine, reasons: list[str]) -> list[str]:
+    """The trainer's pause around a weight sync: AReaL's executor paused, ``pause_generation`` (POST
+    /pause_generation to every server), until an answer reaches AReaL's parser (at most 60 s), then
+    ``continue_generation`` and the executor going on. Returns the stop reasons parsed while paused."""
+    engine.workflow_executor.paused.set()
+    engine.pause_generation()
+    deadline = time.monotonic() + 60
+    while not reasons and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen = list(reasons)
+    engine.continue_generation()
+    engine.workflow_executor.paused.clear()
+    return seen

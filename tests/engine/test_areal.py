@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from areal_client import engine as _engine, load
+from areal_client import engine as _engine, load, pause_and_continue
 
 PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
 
@@ -73,14 +73,7 @@ def test_areal_pause_returns_partial_tokens_and_the_resent_sample_is_unchanged(a
     engine, reasons = _engine(areal, seer_url)
     thread, box = _run_in_thread(lambda: _generate(engine, _request(areal, n, ignore_eos=True)))
     _under_way()
-    engine.workflow_executor.paused.set()
-    engine.pause_generation()  # AReaL's: POST /pause_generation to every server
-    deadline = time.monotonic() + 60
-    while not reasons and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert reasons == ["abort"], "the pause did not answer the running sample"
-    engine.continue_generation()
-    engine.workflow_executor.paused.clear()
+    assert pause_and_continue(engine, reasons) == ["abort"], "the pause did not answer the running sample"
     thread.join(600)
     got = box["out"]
     assert reasons[-1] == "length" and len(reasons) >= 2

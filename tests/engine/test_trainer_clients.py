@@ -3,8 +3,8 @@
 of veRL's SGLang rollout, pointed at seer and at plain SGLang side by side. Every request here is made
 by veRL's code: generate (sync and async), GET /flush_cache with its retries, sleep mode, abort.
 
-AReaL's client is driven in test_areal.py; both trainers' clients send images in test_vlm.py. slime has no package (a git checkout only); its request
-bodies are replayed from its source in test_native_generate.py."""
+AReaL's client is driven in test_areal.py; both trainers' clients send images in test_vlm.py. slime has no
+package (a git checkout only); its request bodies are replayed from its source in test_native_generate.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from verl_client import adapter, load
+import verl_client
 
 PROMPT_IDS = [1, 17, 42, 99, 7, 256, 3]
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16}
@@ -21,18 +21,14 @@ GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 16}
 
 @pytest.fixture(scope="module")
 def verl_http():
-    module = load()
+    module = verl_client.load()
     if module is None:
         pytest.skip("verl is not installed (bash scripts/setup.sh installs it)")
     return module
 
 
-def _adapter(verl_http, url: str, tiny_model: str, asynchronous: bool = False):
-    return adapter(verl_http, url, tiny_model, asynchronous)
-
-
 def test_verl_generate_flush_and_sleep_mode(verl_http, seer_url, plain_url, tiny_model):
-    seer, plain = _adapter(verl_http, seer_url, tiny_model), _adapter(verl_http, plain_url, tiny_model)
+    seer, plain = (verl_client.adapter(verl_http, url, tiny_model) for url in (seer_url, plain_url))
     answers = [a.generate(input_ids=PROMPT_IDS, sampling_params=GREEDY, return_logprob=True) for a in (seer, plain)]
     got, want = answers
     assert got["output_ids"] == want["output_ids"] and got["text"] == want["text"]
@@ -49,7 +45,7 @@ def test_verl_generate_flush_and_sleep_mode(verl_http, seer_url, plain_url, tiny
 
 
 def test_verl_async_generate_and_abort(verl_http, seer_url, tiny_model):
-    adapter = _adapter(verl_http, seer_url, tiny_model, asynchronous=True)
+    adapter = verl_client.adapter(verl_http, seer_url, tiny_model, asynchronous=True)
 
     async def run():
         short = await adapter.async_generate(input_ids=PROMPT_IDS, sampling_params=GREEDY)

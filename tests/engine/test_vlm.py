@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import httpx
 import pytest
 
 import areal_client
 import verl_client
-from conftest import chunked, moved_rollout, png_data_url, seer_beside_plain
+from conftest import chunked, chunks_returned, moved_rollout, png_data_url, seer_beside_plain, wait_until
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -39,8 +38,8 @@ def _scheduler(url: str, **settings) -> None:
     chunked(url, CHUNK, **settings)
 
 
-def _generate(url: str, body: dict) -> dict:
-    r = httpx.post(f"{url}/generate", json={**body, "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0,
+def _generate(url: str, body: dict, tokens: int = TOKENS) -> dict:
+    r = httpx.post(f"{url}/generate", json={**body, "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
                                                                          "ignore_eos": True}}, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()
@@ -110,16 +109,11 @@ def test_a_moved_continuation_loads_its_image_kv_from_the_pool_keyed_by_the_imag
     stored = (moved["meta_info"].get("cached_tokens_details") or {}).get("storage", 0)
     expanded = first["meta_info"]["prompt_tokens"] + TOKENS  # the context as the instance counts it
     assert stored >= expanded - 1 - 2 * 16, moved["meta_info"]  # every whole page but the last
-    whole = _want(plain_url, ids, png_data_url(21), 2 * TOKENS)
+    whole = _generate(plain_url, {"input_ids": ids, "image_data": [png_data_url(21)]}, 2 * TOKENS)
     assert first["output_ids"] + moved["output_ids"] == whole["output_ids"]
     other = _generate(b, {"input_ids": context, "image_data": [png_data_url(22)]})
     assert (other["meta_info"].get("cached_tokens_details") or {}).get("storage", 0) == 0, other["meta_info"]
     assert other["meta_info"]["cached_tokens"] < 16
-
-
-def _want(plain_url: str, ids: list[int], image: str, tokens: int = TOKENS) -> dict:
-    return httpx.post(f"{plain_url}/generate", json={"input_ids": ids, "image_data": [image], "sampling_params": {
-        "max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}}, timeout=300).json()
 
 
 def test_areals_client_sends_images_through_chunks_and_resumes_a_paused_image_sample(vlm):
@@ -142,36 +136,24 @@ def test_areals_client_sends_images_through_chunks_and_resumes_a_paused_image_sa
 
     engine, reasons = areal_client.engine(areal, seer_url)
     got = asyncio.run(engine.agenerate(request(png_data_url(31), TOKENS)))
-    want = _want(plain_url, ids, png_data_url(31))
+    want = _generate(plain_url, {"input_ids": ids, "image_data": [png_data_url(31)]})
     assert got.output_tokens == want["output_ids"] and reasons == ["length"]
-    assert got.output_tokens != _want(plain_url, ids, png_data_url(32))["output_ids"]  # the image conditions them
+    other = _generate(plain_url, {"input_ids": ids, "image_data": [png_data_url(32)]})
+    assert got.output_tokens != other["output_ids"]  # the image conditions them
 
     n = 12 * CHUNK
-    want = _want(plain_url, ids, png_data_url(33), n)
+    want = _generate(plain_url, {"input_ids": ids, "image_data": [png_data_url(33)]}, n)
     reasons.clear()
     box: dict = {}
     paused = request(png_data_url(33), n)
     thread = threading.Thread(target=lambda: box.update(out=asyncio.run(engine.agenerate(paused))))
     thread.start()
-    before, deadline = _chunks(seer_url), time.monotonic() + 120
-    while _chunks(seer_url) < before + 2 and time.monotonic() < deadline:  # under way: two chunks done
-        time.sleep(0.05)
-    engine.workflow_executor.paused.set()
-    engine.pause_generation()  # AReaL's: POST /pause_generation
-    deadline = time.monotonic() + 60
-    while not reasons and time.monotonic() < deadline:
-        time.sleep(0.05)
-    engine.continue_generation()
-    engine.workflow_executor.paused.clear()
+    before = chunks_returned(seer_url)
+    wait_until(lambda: chunks_returned(seer_url) >= before + 2, 120, 0.05, "two chunks of the sample")
+    assert areal_client.pause_and_continue(engine, reasons) == ["abort"], "the pause did not answer the sample"
     thread.join(600)
-    assert reasons[0] == "abort" and reasons[-1] == "length", reasons  # paused mid-sample, then resent
+    assert reasons[-1] == "length", reasons  # resent after the pause
     assert box["out"].output_tokens == want["output_ids"]
-
-
-def _chunks(url: str) -> float:
-    """Chunks the instances have returned to the frontend so far (its ``seer_chunks`` counter)."""
-    lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("seer_chunks_total"))
 
 
 def test_verls_client_sends_images_through_chunks(vlm):
@@ -187,4 +169,5 @@ def test_verls_client_sends_images_through_chunks(vlm):
     adapter = verl_client.adapter(verl, seer_url, model)
     got = adapter.generate(input_ids=ids, image_data=[png_data_url(41)],
                            sampling_params={"max_new_tokens": TOKENS, "temperature": 0, "ignore_eos": True})
-    assert got["output_ids"] == _want(plain_url, ids, png_data_url(41))["output_ids"]
+    want = _generate(plain_url, {"input_ids": ids, "image_data": [png_data_url(41)]})
+    assert got["output_ids"] == want["output_ids"]
