@@ -162,3 +162,8 @@ def test_routings_of_an_image_prompt_over_chunks_equal_the_unchunked_answer(vl_m
     assert _rows(chunked_answer).shape[0] == expanded + 40 - 1 - inside
     assert np.array_equal(_rows(chunked_answer), _rows(unchunked))
     assert len({tuple(r.ravel()) for r in _rows(want[0])}) > 4  # the rows are not all alike
+    # a start past the expanded prompt: the instance refuses it, as plain SGLang does, and stays up
+    beyond = httpx.post(f"{seer_url}/generate", json=body(prompts[0], images[0], expanded + 100), timeout=300)
+    refused = httpx.post(f"{plain_url}/generate", json=body(prompts[0], images[0], expanded + 100), timeout=300)
+    assert 400 <= beyond.status_code < 500 and 400 <= refused.status_code < 500, (beyond.text, refused.text)
+    assert httpx.get(f"{seer_url}/health", timeout=30).status_code == 200
