@@ -85,9 +85,18 @@ def seer_beside_plain(model: str, logs: Path, sglang_args: list[str], seer_args:
         wait_seer(seer)
         yield seer, plain
     finally:
+        stop_beside(seer, [plain] if plain is not None else [])
+
+
+def stop_beside(seer: SeerServer, instances: list[InstanceProcess]) -> None:
+    """Stop a seer server and plain instances at once: each waits out its own shutdown, so the waits
+    overlap instead of adding up."""
+    stopping = threading.Thread(target=stop_instances, args=(instances,))
+    stopping.start()
+    try:
         stop_seer(seer)
-        if plain is not None:
-            stop_instances([plain])
+    finally:
+        stopping.join()
 
 
 def png_data_url(seed: int, size=(64, 48)) -> str:
@@ -178,12 +187,10 @@ def servers(tiny_model: str, tmp_path_factory) -> Servers:
         wait_healthy([plain], timeout_s=STARTUP_TIMEOUT_S, progress=False)
         wait_seer(seer)
     except BaseException:
-        stop_seer(seer)
-        stop_instances([plain])
+        stop_beside(seer, [plain])
         raise
     yield Servers(seer, plain)
-    stop_seer(seer)
-    stop_instances([plain])
+    stop_beside(seer, [plain])
 
 
 @pytest.fixture(scope="session")

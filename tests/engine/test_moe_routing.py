@@ -1,7 +1,8 @@
-"""Routing replay across chunks on a MoE model (the local random Qwen3-MoE): a sample's expert routings,
+"""Routing replay across chunks on a MoE model (the local random Qwen3-VL-MoE): a sample's expert routings,
 asked as slime's and veRL's MoE recipes ask them (``return_routed_experts``), equal plain SGLang's
 answer to the unchunked request, position by position, when the sample ran in chunks of 16 on two
-instances; and on a MoE VLM (the local random Qwen3-VL-MoE), for prompts with an image."""
+instances, for text prompts and for prompts with an image. One model serves both: its language model
+is a Qwen3-MoE, and its image positions are the case the text model cannot show."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import (chunked, moved_rollout, png_data_url, seer_beside_plain, start_healthy, start_seer, stop_seer,
-                      wait_seer)
-from seer_sglang.launch.instances import InstanceSpec, cpu_threads_per_instance, free_port, has_cuda, stop_instances
+from conftest import chunked, moved_rollout, png_data_url, seer_beside_plain
 from seer_sglang.models import prepare
 
 CHUNK = 16
@@ -23,12 +22,13 @@ ROUTING_ARGS = ("--dtype", "float32", "--enable-return-routed-experts")
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory):
-    """(seer with 2 instances, a plain SGLang instance), both of the tiny MoE with routing capture."""
-    model = str(prepare("tiny-moe"))
+    """(seer with 2 instances, a plain SGLang instance, the model), all of the tiny Qwen3-VL-MoE with routing
+    capture."""
+    model = str(prepare("tiny-vl-moe"))
     logs = tmp_path_factory.mktemp("moe")
     with seer_beside_plain(model, logs, list(ROUTING_ARGS)) as (seer, plain):
         _scheduler(seer.url)
-        yield seer.url, plain.url
+        yield seer.url, plain.url, model
 
 
 def _scheduler(url: str, **settings) -> None:
@@ -45,7 +45,7 @@ def _prompt(i: int) -> list[int]:
 
 
 def test_routed_experts_over_chunks_and_instances_equal_the_unchunked_answer(moe):
-    seer_url, plain_url = moe
+    seer_url, plain_url, _ = moe
     # 6 samples of 56 tokens: four chunks each, spread over both instances
     bodies = [{"input_ids": _prompt(i), "return_routed_experts": True, "routed_experts_start_len": start,
                "sampling_params": {"max_new_tokens": 56, "temperature": 0, "ignore_eos": True}}
@@ -71,7 +71,7 @@ def test_routed_experts_over_chunks_and_instances_equal_the_unchunked_answer(moe
 
 
 def test_a_rollout_returns_routings_for_samples_moved_between_instances(moe):
-    seer_url, plain_url = moe
+    seer_url, plain_url, _ = moe
     prompts = [_prompt(i) for i in range(4)]
     samples = moved_rollout(seer_url, {"prompts": [{"input_ids": p} for p in prompts], "n": 2, "max_tokens": 48,
                                        "temperature": 0, "ignore_eos": True, "return_routed_experts": True}, CHUNK)
@@ -100,36 +100,15 @@ def test_routings_need_the_instances_flag(seer_url):
     assert r.status_code == 400 and r.json()["error"]["param"] == "routed_experts_start_len", r.text
 
 
-@pytest.fixture(scope="module")
-def vl_moe(tmp_path_factory):
-    """A plain SGLang instance of the tiny Qwen3-VL-MoE with routing capture, and a seer frontend attached to it
-    (``--instance-urls``): seer's chunks run on the instance that also answers the unchunked requests."""
-    model = str(prepare("tiny-vl-moe"))
-    logs = tmp_path_factory.mktemp("vl_moe")
-    plain = start_healthy(InstanceSpec(model_path=model, port=free_port(), cpu=not has_cuda(), with_plugin=False,
-                                       sglang_args=[*ROUTING_ARGS, "--sleep-on-idle"], log_path=logs / "plain.log",
-                                       cpu_threads=cpu_threads_per_instance(3)))
-    seer = None
-    try:
-        seer = start_seer(model, logs / "seer", "--instance-urls", plain.url)
-        wait_seer(seer)
-        _scheduler(seer.url)
-        yield seer.url, plain.url, model
-    finally:
-        if seer is not None:
-            stop_seer(seer)
-        stop_instances([plain])
-
-
 IMAGE_QUESTION = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Which experts see {}?<|im_end|>\n" \
                  "<|im_start|>assistant\n"
 
 
-def test_routings_of_an_image_prompt_over_chunks_equal_the_unchunked_answer(vl_moe):
+def test_routings_of_an_image_prompt_over_chunks_equal_the_unchunked_answer(moe):
     """An image's placeholder is one id of the prompt and several positions on the instance. In chunks of 16,
     a sample's routings, from the prompt's start or from a position past its ids (the instance counts the
     expanded prompt), are plain SGLang's unchunked answer position by position, and its tokens are too."""
-    seer_url, plain_url, model = vl_moe
+    seer_url, plain_url, model = moe
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
