@@ -80,6 +80,19 @@ def test_the_gap_to_oracle_is_split_by_the_bound_policies():
     assert tail["met"] is False and "`group-oracle` 0.40x" in tail["why"]
 
 
+def test_a_missed_throughput_quotes_the_simulated_bound_policies_where_the_run_has_no_oracle():
+    run = run_of({"baseline": 100.0, "context": 95.0})
+    bounds = {"late-oracle": {"predicted_s": 96.0, "predicted_tail_s": 5.0},
+              "group-oracle": {"predicted_s": 94.0, "predicted_tail_s": 4.0},
+              "oracle": {"predicted_s": 92.0, "predicted_tail_s": 4.0}}
+    why = by(check(run, bounds), "throughput >= 1.4x", "context")["why"]
+    assert why == ("in the simulator on this run's workloads: `late-oracle` 1.04x, `group-oracle` 1.06x, "
+                   "`oracle` 1.09x, so no policy simulated reaches the target")
+    bounds["oracle"]["predicted_s"] = 70.0  # an order that knows every length would reach it
+    why = by(check(run, bounds), "throughput >= 1.4x", "context")["why"]
+    assert "`oracle` 1.43x" in why and "no policy" not in why
+
+
 def test_a_stored_run_names_its_missed_targets():
     """The Moonlight-shaped run with speculation: grouped speculation above 1.8x, its tail above 0.2x."""
     run = by_label()["emulated_h100_moonlight_sd_x30_t0.6_4k_warm"].load()
