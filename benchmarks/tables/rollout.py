@@ -410,6 +410,37 @@ def sim_bounds_table(results: Results, stem: str) -> str:
                             "tokens per verify step"], rows) + ["", caption])
 
 
+def sim_load_table(results: Results, stems: list[str]) -> str:
+    """``benchmarks.sim_bounds --prompts``: one emulated run's shape, instances and KV at several loads, each mode
+    against the strongest plain SGLang simulated at that load, with the simulated instances' retractions."""
+    rows = []
+    for stem in stems:
+        d = results[stem]
+        cfg, ref = d["config"], d["reference"]
+        load = f"{cfg['prompts']} groups ({cfg['working_set_over_kv']:.1f}x the KV)"
+        for m, r in d["modes"].items():
+            vs = r["vs_reference"]
+            ratio = fratio(vs["throughput"])
+            if fratio(vs["min"]) != fratio(vs["max"]):
+                ratio += f" ({fratio(vs['min'])}–{fratio(vs['max'])})"
+            acc = r.get("mean_acceptance_length")
+            mode = "baseline" if m == "baseline" else m.partition(" (")[0]
+            rows.append([load, mode_name(mode) + (" (reference)" if m == ref else ""), ratio, fratio(vs["tail"]),
+                         fint(r["retractions"]), f"{acc:.2f}" if acc else "-"])
+    cfg = results[stems[0]]["config"]
+    acceptance = "; ".join(f"`{k}`: {v}" for k, v in cfg.get("acceptance", {}).items())
+    caption = (f"SIMULATED, not measured: the simulator over the step model, KV ({cfg['kv_tokens']:,} tokens per "
+               f"instance), admission rule and workload shape of {source([label_of(cfg['from'])])} "
+               f"(`{cfg['emulate']}` profile, times x{cfg['emulate_time_scale']:g}; {cfg['instances']} instances, "
+               f"groups of {cfg['group_size']} {cfg['workload']}-shaped samples up to {cfg['max_tokens']} tokens, "
+               f"chunk {cfg['chunk_size']}), {len(cfg['seeds'])} workloads per load, the groups per workload "
+               f"varied (`--prompts`). Ratios against the strongest plain SGLang simulated at the same load, "
+               f"on the same workloads." + (f" Acceptance: {acceptance}." if acceptance else "")
+               + f" Source: {source(stems)}.")
+    return "\n".join(table(["load", "mode", "throughput vs the strongest plain SGLang", "tail vs it",
+                            "retractions", "tokens per verify step"], rows) + ["", caption])
+
+
 def emulation_check_table(results: Results, stem: str) -> str:
     """``benchmarks.emulation_check``: per mode, real SmolLM2 instances against the tiny model padded to the
     profile fitted on them."""
