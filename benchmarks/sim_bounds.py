@@ -142,7 +142,9 @@ def main() -> None:
         elif name in SEER_ACCEPTANCE:
             specs[name] = lambda seed, name=name: seer_spec(name)
         else:  # a benchmarks.draft_replay --references result
-            specs[Path(name).stem] = lambda seed, name=name: SpecModel.from_replay(resolve(name))
+            path = Path(name)  # a run folder's result.json is named by its folder
+            specs[path.parent.name if path.name == "result.json" else path.stem] = \
+                lambda seed, name=name: SpecModel.from_replay(resolve(name))
 
     runs: dict[str, list] = {}
     for mode in ["baseline", *modes]:

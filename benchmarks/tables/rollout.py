@@ -424,18 +424,20 @@ def sim_load_table(results: Results, stems: list[str]) -> str:
             if fratio(vs["min"]) != fratio(vs["max"]):
                 ratio += f" ({fratio(vs['min'])}–{fratio(vs['max'])})"
             acc = r.get("mean_acceptance_length")
-            mode = "baseline" if m == "baseline" else m.partition(" (")[0]
-            rows.append([load, mode_name(mode) + (" (reference)" if m == ref else ""), ratio, fratio(vs["tail"]),
+            mode = "plain-group" if m == "baseline" else m.partition(" (")[0]  # sim_bounds' baseline: whole groups
+            rows.append([load, mode_name(mode) + (", the reference" if m == ref else ""), ratio, fratio(vs["tail"]),
                          fint(r["retractions"]), f"{acc:.2f}" if acc else "-"])
     cfg = results[stems[0]]["config"]
-    acceptance = "; ".join(f"`{k}`: {v}" for k, v in cfg.get("acceptance", {}).items())
+    acceptance = "; ".join(cfg.get("acceptance", {}).values())
     caption = (f"SIMULATED, not measured: the simulator over the step model, KV ({cfg['kv_tokens']:,} tokens per "
                f"instance), admission rule and workload shape of {source([label_of(cfg['from'])])} "
                f"(`{cfg['emulate']}` profile, times x{cfg['emulate_time_scale']:g}; {cfg['instances']} instances, "
                f"groups of {cfg['group_size']} {cfg['workload']}-shaped samples up to {cfg['max_tokens']} tokens, "
                f"chunk {cfg['chunk_size']}), {len(cfg['seeds'])} workloads per load, the groups per workload "
                f"varied (`--prompts`). Ratios against the strongest plain SGLang simulated at the same load, "
-               f"on the same workloads." + (f" Acceptance: {acceptance}." if acceptance else "")
+               f"on the same workloads; the working set counts each group's prompt once and every output."
+               + (f" Acceptance of `context+sd`: {acceptance}, no text drafted (the recording holds only the "
+                  f"run's own groups)." if acceptance else "")
                + f" Source: {source(stems)}.")
     return "\n".join(table(["load", "mode", "throughput vs the strongest plain SGLang", "tail vs it",
                             "retractions", "tokens per verify step"], rows) + ["", caption])

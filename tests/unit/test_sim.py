@@ -371,6 +371,23 @@ def test_sim_bounds_seeds_and_the_papers_acceptance():
         assert sum(a ** i for i in range(spec.gamma_max + 1)) == pytest.approx(length, rel=1e-6)
 
 
+def test_sim_bounds_ratios_pool_the_workloads_and_keep_each_ones_range():
+    """A mode against a plain SGLang on the same workloads: throughput is the total time over the total,
+    each workload's own ratio gives the range, and the tail is the mean tail over the mean."""
+    from types import SimpleNamespace
+
+    from benchmarks.sim_bounds import against
+
+    def runs(*pairs):
+        return [SimpleNamespace(completion_s=c, tail_s=t, efficiency=0.5, mean_acceptance_length=None)
+                for c, t in pairs]
+
+    got = against(runs((100.0, 20.0), (300.0, 40.0)), runs((80.0, 10.0), (200.0, 20.0)))
+    assert got["throughput"] == pytest.approx(400 / 280)
+    assert (got["min"], got["max"]) == (pytest.approx(1.25), pytest.approx(1.5))
+    assert got["tail"] == pytest.approx(15 / 30) and got["mean_acceptance_length"] is None
+
+
 def test_the_cache_shares_a_prompt_among_siblings_as_sglangs_radix_tree(trace):
     """A sample's cached context is its own tokens below its group's prompt: the prompt counts once
     however many siblings cached theirs, a sibling's continuation hits prompt and own tokens, and the
