@@ -70,6 +70,12 @@ def test_an_engine_registered_as_slime_does_takes_chunks_and_leaves(seer_url, pl
     for host in ("a..b", "a" * 64):  # host names the resolver's IDNA encoding refuses
         r = httpx.post(f"{seer_url}/workers", json={"url": f"http://{host}:30000"}, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == "url", r.text
+    # a backslash in the host: httpx takes it, aiohttp's parser (the instance client's) does not
+    for route in ("/add_worker", "/remove_worker"):
+        r = httpx.post(f"{seer_url}{route}", params={"url": " \t\x0b\thttps://\\"}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "url", r.text
+    r = httpx.post(f"{seer_url}/workers", json={"url": "https://\\x"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "url", r.text
     r = httpx.post(f"{seer_url}/workers", json={"url": "http://127.0.0.1:9"}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["code"] == "worker_unreachable"
     r = httpx.post(f"{seer_url}/workers", json={"url": seer_url}, timeout=60)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
+import yarl
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,15 +38,16 @@ WORKER_URL = Query(..., min_length=8, max_length=2048, pattern=r"^\s*https?://[^
 
 
 def _worker_url(url: str) -> str:
-    """The address, checked as the instance client will use it: httpx's own parse, and the host name
-    as the resolver encodes it (IDNA refuses an empty label, as in ``a..b``, or one over 63 characters)."""
+    """The address, checked as the instance client will use it: aiohttp's parse (yarl's, which refuses a
+    backslash in the host), and the host name as the resolver encodes it (IDNA refuses an empty label,
+    as in ``a..b``, or one over 63 characters)."""
     url = url.strip()
     try:
-        parsed = httpx.URL(url)
+        parsed = yarl.URL(url)
         ok = parsed.scheme in ("http", "https") and bool(parsed.host)
         if ok:
             parsed.host.encode("idna")
-    except (httpx.InvalidURL, ValueError, UnicodeError):
+    except (ValueError, UnicodeError, TypeError):
         ok = False
     if not ok:
         raise APIError(f"url must be an SGLang server's http(s) address, got {url!r}", param="url")
