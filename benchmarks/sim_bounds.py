@@ -121,7 +121,8 @@ def main() -> None:
 
     source = load_run(args.source)
     config = {**source["config"], **({"prompts": args.prompts} if args.prompts else {})}
-    drafted = any(mode_drafter(m) for m in args.modes.split(","))
+    modes = args.modes.split(",")
+    drafted = any(mode_drafter(m) for m in modes)
     if (args.prompts and args.prompts != source["config"]["prompts"] and drafted
             and "measured" in args.acceptance.split(",")):
         raise SystemExit("--prompts other than the run's: the recorded text covers only the run's own groups; "
@@ -133,8 +134,7 @@ def main() -> None:
     prompts: list = []
     traces, model, rule = rebuild(config, seeds, prompts)
     specs: dict[str, Callable[[int], SpecModel]] = {}  # acceptance name -> the SpecModel for a workload seed
-    modes = args.modes.split(",")
-    for name in args.acceptance.split(",") if any(mode_drafter(m) for m in modes) else []:
+    for name in args.acceptance.split(",") if drafted else []:
         if name == "measured":
             if not config.get("sim_acceptance"):
                 raise SystemExit("the file has no --sim-acceptance: use seer-linear or seer-4path")

@@ -378,6 +378,14 @@ def targets_table(results: Results, stems: list[str]) -> str:
     return "\n".join(table(["run", "mode", "target", "measured", "met", "why"], rows) + ["", caption])
 
 
+def ratio_with_range(r: dict) -> str:
+    """A simulated mode's throughput over all its workloads, with the per-workload range where it has one."""
+    ratio = fratio(r["throughput"])
+    if fratio(r["min"]) != fratio(r["max"]):
+        ratio += f" ({fratio(r['min'])}–{fratio(r['max'])})"
+    return ratio
+
+
 def sim_bounds_table(results: Results, stem: str) -> str:
     """``benchmarks.sim_bounds``: the simulator over an emulated run's workload shape, with bound policies
     and other acceptance, against plain SGLang on the same workloads."""
@@ -387,9 +395,7 @@ def sim_bounds_table(results: Results, stem: str) -> str:
     for m, r in d["modes"].items():
         if m == "baseline":
             continue
-        ratio = fratio(r["throughput"])
-        if fratio(r["min"]) != fratio(r["max"]):
-            ratio += f" ({fratio(r['min'])}–{fratio(r['max'])})"
+        ratio = ratio_with_range(r)
         acc = r.get("mean_acceptance_length")
         mode, _, accepted_on = m.partition(" (")  # "<mode> (<acceptance>)" for a +sd mode
         rows.append([mode_name(mode) + (f" ({accepted_on}" if accepted_on else ""), ratio,
@@ -420,9 +426,7 @@ def sim_load_table(results: Results, stems: list[str]) -> str:
         load = f"{cfg['prompts']} groups ({cfg['working_set_over_kv']:.1f}x the KV)"
         for m, r in d["modes"].items():
             vs = r["vs_reference"]
-            ratio = fratio(vs["throughput"])
-            if fratio(vs["min"]) != fratio(vs["max"]):
-                ratio += f" ({fratio(vs['min'])}–{fratio(vs['max'])})"
+            ratio = ratio_with_range(vs)
             acc = r.get("mean_acceptance_length")
             mode = "plain-group" if m == "baseline" else m.partition(" (")[0]  # sim_bounds' baseline: whole groups
             rows.append([load, mode_name(mode) + (", the reference" if m == ref else ""), ratio, fratio(vs["tail"]),
