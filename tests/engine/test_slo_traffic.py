@@ -20,7 +20,7 @@ MAX_TOKENS = 48
 ROLLOUT_TOKENS = 400  # 32 samples fit the instance's KV together, and outlast the probes beside them
 PARKED_ROLLOUT_TOKENS = 1200  # speculative decoding makes the shared server fast: the rollout outlasts the probes
 # Step times on a shared CPU host vary 15-35% from step to step: a strict request's TPOT is held to its
-# SLO within this factor, and the test runs only where the rollout's batch is slower than that by far.
+# SLO within this factor, and never to more than half way from the SLO to its TPOT unprotected.
 TIMING_NOISE = 1.25
 
 
@@ -100,7 +100,7 @@ def test_strict_request_keeps_its_tpot_beside_a_rollout_and_no_token_changes(slo
     slo_ms = 1e3 * (fit["base_s"] + 8 * fit["per_seq_s"]) / report["headroom"]
     print(f"TPOT alone {alone * 1e3:.1f} ms, beside the rollout {contended * 1e3:.1f} ms; SLO {slo_ms:.1f} ms; "
           f"the instance's decode steps: {report}")
-    if contended < 1.5 * TIMING_NOISE * slo_ms / 1e3:
+    if contended < 1.2 * slo_ms / 1e3:
         pytest.skip(f"the rollout's batch is not much slower than a few sequences on this machine "
                     f"({contended * 1e3:.1f} ms vs an SLO of {slo_ms:.1f} ms): nothing to protect")
 
@@ -112,7 +112,8 @@ def test_strict_request_keeps_its_tpot_beside_a_rollout_and_no_token_changes(slo
     tpots = [tpot for status, _, _, tpot, _ in results if status == 200]
     print("strict TPOTs (ms):", [round(t * 1e3, 1) for t in tpots], "statuses:", [r[0] for r in results])
     assert tpots, results
-    assert statistics.median(tpots) <= TIMING_NOISE * slo_ms / 1e3, (tpots, slo_ms)
+    bound = min(TIMING_NOISE * slo_ms / 1e3, (slo_ms / 1e3 + contended) / 2)
+    assert statistics.median(tpots) <= bound, (tpots, slo_ms, contended)
     assert all(status in (200, 429) for status, *_ in results)
 
     info = httpx.get(f"{slo_url}/server_info", timeout=30).json()
