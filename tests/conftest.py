@@ -182,7 +182,9 @@ def servers(tiny_model: str, tmp_path_factory) -> Servers:
     plain = start_instance(plain_spec)
     # --kv-pool file: the tests look at pool pages (16 tokens); the default (auto) leaves the tiny
     # model without a pool, since it recomputes a page faster than a page file opens.
-    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32", "--kv-pool", "file")
+    # --enable-metrics (SGLang's flag, off by default): the tests read the instances' metrics re-exported.
+    seer = start_seer(tiny_model, logs / "seer", "--num-instances", "2", "--dtype", "float32", "--kv-pool", "file",
+                      "--enable-metrics")
     try:
         wait_healthy([plain], timeout_s=STARTUP_TIMEOUT_S, progress=False)
         wait_seer(seer)

@@ -51,6 +51,7 @@ class SampleGrouper:
         ``sample`` set). Raises what forming the group raised (e.g. no healthy instance)."""
         loop = asyncio.get_running_loop()
         waits = []
+        now_forming = []  # unnamed buckets: formed once this call's samples are in them
         now = loop.time()
         for key, native in keyed:
             bucket = self._open.get(key)
@@ -58,15 +59,25 @@ class SampleGrouper:
                 bucket = self._open[key] = _Bucket(opened_at=now, size=size, formed=loop.create_future())
             if bucket.timer is not None:
                 bucket.timer.cancel()
-            # Samples of the same call always group: the flush runs after this loop.
-            due = min(bucket.opened_at + self.max_wait * self.window_s, now + self.window_s)
-            bucket.timer = (loop.call_at(due, self._flush, key) if self.window_s > 0 and bucket.size
-                            else loop.call_soon(self._flush, key))
+                bucket.timer = None
+            if self.window_s > 0 and bucket.size:
+                due = min(bucket.opened_at + self.max_wait * self.window_s, now + self.window_s)
+                bucket.timer = loop.call_at(due, self._flush, key)
+            elif key not in now_forming:
+                now_forming.append(key)
             bucket.natives.append(native)
             if bucket.formed not in waits:
                 waits.append(bucket.formed)
             if len(bucket.natives) >= min(bucket.size or self.max_size, self.max_size):
                 self._flush(key)
+        # Samples of the same call always group: the unnamed buckets are formed after the loop, with
+        # no trip through the event loop (a multi-turn agent's turn waits for it).
+        for key in now_forming:
+            self._flush(key)
+        if all(w.done() for w in waits):
+            for w in waits:
+                w.result()  # raises what forming the group raised
+            return
         # Shielded: a caller that goes away must not cancel a group other callers' samples are in.
         await asyncio.gather(*(asyncio.shield(w) for w in waits))
 
@@ -74,7 +85,8 @@ class SampleGrouper:
         bucket = self._open.pop(key, None)
         if bucket is None:
             return
-        bucket.timer.cancel()
+        if bucket.timer is not None:
+            bucket.timer.cancel()
         try:
             group = self.form(key, bucket.natives)
         except Exception as e:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import uuid
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -139,13 +140,23 @@ def _generate_input_adapter():
     return TypeAdapter(GenerateReqInput)
 
 
+@functools.cache
+def _generate_input_fields() -> tuple[frozenset[str], dict[str, Any]]:
+    """The fields of SGLang's ``GenerateReqInput``, and the defaults of those seer refuses to change."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    default = GenerateReqInput()
+    names = [f.name for f in dataclasses.fields(GenerateReqInput)]
+    return frozenset(names), {name: getattr(default, name) for name in names
+                              if name not in _APPLIED and name not in _NEUTRAL and name not in _PASSED}
+
+
 def _sglang_generate_input(body: dict[str, Any]):
     """SGLang's parse of the body: its JSON contract, then its dataclass and batch normalisation."""
     from pydantic import ValidationError
     from sglang.srt.entrypoints.api_contract import generate_contract_error
-    from sglang.srt.managers.io_struct import GenerateReqInput
 
-    known = {f.name for f in dataclasses.fields(GenerateReqInput)}
+    known, refused = _generate_input_fields()
     unknown = sorted(set(body) - known)
     if unknown:  # SGLang drops these; a misspelt field here would change the result unnoticed
         raise APIError(f"unknown field {unknown[0]!r}", param=unknown[0])
@@ -158,13 +169,10 @@ def _sglang_generate_input(body: dict[str, Any]):
         first = e.errors()[0]
         raise APIError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}",
                        param=".".join(map(str, first["loc"]))) from e
-    default = GenerateReqInput()
-    for f in dataclasses.fields(GenerateReqInput):
-        if f.name in _APPLIED or f.name in _NEUTRAL or f.name in _PASSED:
-            continue
-        value = getattr(obj, f.name)
-        if value != getattr(default, f.name) and not _empty(value):
-            raise _refuse(f.name, "seer_sglang generates text from text or input_ids only")
+    for name, default in refused.items():
+        value = getattr(obj, name)
+        if value != default and not _empty(value):
+            raise _refuse(name, "seer_sglang generates text from text or input_ids only")
     try:
         obj.normalize_batch_and_arguments()
     except ValueError as e:
@@ -336,8 +344,10 @@ def parse_generate(body: Any, *, encode, check_prompt, check_samples, vocab_size
             # A caller's seed is hashed with the sample's identity: its rid when the caller named it,
             # else the prompt and the sample's place in the request. Siblings never share noise, and
             # the same request with the same seed draws the same samples again.
-            seed_key = f"rid:{rid}" if raw_rid is not None else group_seed_key(ids, i)
-            seed = None if sp.sampling_seed is None else derive_seed(sp.sampling_seed, seed_key, j)
+            seed = None
+            if sp.sampling_seed is not None:
+                seed_key = f"rid:{rid}" if raw_rid is not None else group_seed_key(ids, i)
+                seed = derive_seed(sp.sampling_seed, seed_key, j)
             scope = {name: str(values[i]) for name, values in scopes.items() if values[i] is not None}
             named = raw_rid[i] if isinstance(raw_rid, list) else raw_rid
             path = trajectory if trajectory is not None or named is None else rid_trajectory(str(named))
@@ -356,10 +366,19 @@ def group_key(native: NativeSample, explicit: str | None) -> str:
     draw with their own), and the same group key when the caller gives one."""
     settings = dataclasses.asdict(native.params)
     settings.pop("seed", None)
-    text = json.dumps([explicit, native.prompt_ids, settings, native.logprob_start, native.custom_params,
-                       native.cache_scope, native.lora_path, native.routed_experts_start, native.media],
-                      sort_keys=True, default=str)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()  # kept while the group runs: small
+    text = json.dumps([explicit, settings, native.logprob_start, native.custom_params, native.cache_scope,
+                       native.lora_path, native.routed_experts_start, native.media], sort_keys=True, default=str)
+    digest = hashlib.blake2b(text.encode(), digest_size=16)
+    digest.update(_token_bytes(native.prompt_ids))  # the prompt as bytes: a long one is hashed, not printed
+    return digest.hexdigest()  # kept while the group runs: small
+
+
+def _token_bytes(ids: list[int]) -> bytes:
+    """Token ids as fixed-width bytes (8 per id); an id that does not fit, as its decimal text."""
+    try:
+        return array("q", ids).tobytes()
+    except (OverflowError, TypeError):
+        return ",".join(map(str, ids)).encode()
 
 
 # ---- the response ------------------------------------------------------------------------------

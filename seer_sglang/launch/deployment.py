@@ -79,7 +79,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
                             start_instance, tp_size, visible_gpus, wait_healthy)
     from .kv_pool import start_kv_pool
     from .processes import free_port
-    from .sglang_args import flag_value, has_flag
+    from .sglang_args import flag_value
     from ..models import resolve_model_path
 
     inst = config.instances
@@ -108,9 +108,10 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         plugin = PluginConfig(**{**dep.pool.plugin_settings(), **dep.drafts.plugin_settings(),
                                  **emulation.plugin_settings(config.emulation),
                                  "slo_headroom": config.slo.headroom})
-        # SGLang's own metrics on every instance: the frontend re-exports them (sglang:*, per instance)
-        metrics_args = [] if has_flag(sglang_args, "--enable-metrics") else ["--enable-metrics"]
-        instance_args = (sglang_args + metrics_args + emulation.instance_args(config.emulation, sglang_args)
+        # SGLang's own metrics stay off unless asked for (SGLang's default): they cost its scheduler work
+        # at every step, 2-3 ms of a 17-step request's latency on the CPU host. With SGLang's
+        # --enable-metrics, which every instance gets, the frontend re-exports them (sglang:*, per instance).
+        instance_args = (sglang_args + emulation.instance_args(config.emulation, sglang_args)
                          + dep.pool.setup.instance_args(sglang_args) + dep.drafts.instance_args(sglang_args))
         specs = [InstanceSpec(model_path=model_path, port=free_port(inst.instance_host), host=inst.instance_host,
                               sglang_args=instance_args, cpu=not gpu, gpus=gpu_sets[i],

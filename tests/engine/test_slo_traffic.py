@@ -204,3 +204,16 @@ def test_rows_parked_under_speculation_keep_every_token(seer_url, plain_url):
     want = plain_tokens(plain_url, ids, PARKED_ROLLOUT_TOKENS)
     for s in response.json()["samples"]:
         assert s["output_ids"] == want[s["prompt_index"]], (s["prompt_index"], s["index"])
+
+
+def test_instances_run_sglang_metrics_only_when_asked(slo_url, seer_url):
+    """SGLang's own metrics cost its scheduler work at every step: seer's instances run without them,
+    as SGLang does by default, and with them when the server is given SGLang's ``--enable-metrics``
+    (the suite's shared server), whose ``sglang:*`` families the frontend then re-exports."""
+    def instances_metrics(url):
+        instances = httpx.get(f"{url}/instances", timeout=30).json()["instances"]
+        return {httpx.get(f"{i['url']}/server_info", timeout=30).json()["enable_metrics"] for i in instances}
+
+    assert instances_metrics(slo_url) == {False}
+    assert "sglang:" not in httpx.get(f"{slo_url}/metrics", timeout=30).text
+    assert instances_metrics(seer_url) == {True}
