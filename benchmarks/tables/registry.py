@@ -35,7 +35,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
         lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_sd_x45"),
     "emulated_h100_qwen2vl_seerload_ablation_x45":
         lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_ablation_x45"),
-    "targets_seerload": lambda r: targets_table(r, ["emulated_h100_qwen2vl_seerload_ablation_x45"]),
+    "emulated_h100_moonlight_seerload_x45": lambda r: emulated_table(r, "emulated_h100_moonlight_seerload_x45"),
+    "targets_seerload": lambda r: targets_table(r, ["emulated_h100_qwen2vl_seerload_ablation_x45",
+                                                    "emulated_h100_moonlight_seerload_x45"]),
     "sim_load_qwen2vl_seerload": lambda r: sim_load_table(r, [f"sim_load_qwen2vl_seerload_p{p}" for p in (32, 64, 128)]),
     "sim_errors": sim_errors_table,
     "sim_heldout": sim_heldout_table,
