@@ -50,8 +50,8 @@ class SampleGrouper:
         """Put each sample in its key's bucket; returns once each is in a submitted group (its
         ``sample`` set). Raises what forming the group raised (e.g. no healthy instance)."""
         loop = asyncio.get_running_loop()
-        waits = []
-        now_forming = []  # unnamed buckets: formed once this call's samples are in them
+        waits: dict[asyncio.Future, None] = {}  # each bucket's future once, in order
+        now_forming: dict[str, None] = {}  # unnamed buckets: formed once this call's samples are in them
         now = loop.time()
         for key, native in keyed:
             bucket = self._open.get(key)
@@ -63,11 +63,10 @@ class SampleGrouper:
             if self.window_s > 0 and bucket.size:
                 due = min(bucket.opened_at + self.max_wait * self.window_s, now + self.window_s)
                 bucket.timer = loop.call_at(due, self._flush, key)
-            elif key not in now_forming:
-                now_forming.append(key)
+            else:
+                now_forming[key] = None
             bucket.natives.append(native)
-            if bucket.formed not in waits:
-                waits.append(bucket.formed)
+            waits[bucket.formed] = None
             if len(bucket.natives) >= min(bucket.size or self.max_size, self.max_size):
                 self._flush(key)
         # Samples of the same call always group: the unnamed buckets are formed after the loop, with

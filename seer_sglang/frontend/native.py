@@ -369,16 +369,10 @@ def group_key(native: NativeSample, explicit: str | None) -> str:
     text = json.dumps([explicit, settings, native.logprob_start, native.custom_params, native.cache_scope,
                        native.lora_path, native.routed_experts_start, native.media], sort_keys=True, default=str)
     digest = hashlib.blake2b(text.encode(), digest_size=16)
-    digest.update(_token_bytes(native.prompt_ids))  # the prompt as bytes: a long one is hashed, not printed
+    # The prompt as 8 bytes a token (``Frontend.check_prompt`` has held each id to the vocabulary): a
+    # long prompt is hashed, not printed.
+    digest.update(array("q", native.prompt_ids).tobytes())
     return digest.hexdigest()  # kept while the group runs: small
-
-
-def _token_bytes(ids: list[int]) -> bytes:
-    """Token ids as fixed-width bytes (8 per id); an id that does not fit, as its decimal text."""
-    try:
-        return array("q", ids).tobytes()
-    except (OverflowError, TypeError):
-        return ",".join(map(str, ids)).encode()
 
 
 # ---- the response ------------------------------------------------------------------------------
