@@ -24,6 +24,12 @@ END = "<!-- /table:{} -->"
 Results = dict[str, dict]
 
 
+def slug(heading: str) -> str:
+    """A heading's anchor, as GitHub makes it."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip("# ").strip().lower())
+    return text.replace(" ", "-")
+
+
 
 # ---------------------------------------------------------------- formatting
 

@@ -40,6 +40,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
                                                     "emulated_h100_moonlight_seerload_x45"]),
     "sim_load_qwen2vl_seerload": lambda r: sim_load_table(r, [f"sim_load_qwen2vl_seerload_p{p}" for p in (32, 64, 128)]),
     "sim_errors": sim_errors_table,
+    "sim_errors_superseded": lambda r: sim_errors_table(r, "superseded"),
     "sim_heldout": sim_heldout_table,
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),

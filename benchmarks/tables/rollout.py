@@ -280,12 +280,13 @@ def rebuildable(run: dict) -> bool:
     return bool(run.get("meta") or run.get("sim_check_revision"))
 
 
-def sim_errors_table(results: Results) -> str:
-    """The simulator against every stored emulated run (``sim_check``, as the last recheck stored it,
-    before results were written once): the signed error of each mode's predicted completion time. A mode whose worst
-    repeat overran the profile on more than 5% of its steps measured the host, not the profile: it is
-    shown, marked, and left out of the count."""
-    checked = [s for s in pick(results, r"emulated_h100_.*") if results[s].get("sim_check")]
+def sim_errors_table(results: Results, status: str = "current") -> str:
+    """The simulator against every stored emulated run of ``status`` in the manifest (``sim_check``, as
+    the last recheck stored it, before results were written once): the signed error of each mode's
+    predicted completion time. A mode whose worst repeat overran the profile on more than 5% of its
+    steps measured the host, not the profile: it is shown, marked, and left out of the count."""
+    runs = manifest.by_label(status)
+    checked = [s for s in pick(results, r"emulated_h100_.*") if s in runs and results[s].get("sim_check")]
     stems = [s for s in checked if rebuildable(results[s])]
     old = [s for s in checked if s not in stems]  # configs older than what the rebuild needs
     rows, errors = [], []
@@ -306,7 +307,7 @@ def sim_errors_table(results: Results) -> str:
         text = f"{cfg['workload']}, x{cfg['emulate_time_scale']:g}" + (", replayed text" if cfg.get("replay") else "")
         rows.append([f"`{stem}`", text, *cells])
     within = sum(abs(e) <= 0.05 for e in errors)
-    caption = (f"Simulated against EMULATED runs (not GPU measurements): predicted / measured completion time "
+    caption = (f"Simulated against the {status} EMULATED runs (not GPU measurements): predicted / measured completion time "
                f"- 1 per mode, each run's workload, profile, KV and admission rule rebuilt from its file. "
                f"{within} of {len(errors)} valid mode-runs within 5% (largest miss "
                f"{max(errors, key=abs) * 100:+.1f}%)."
