@@ -7,7 +7,8 @@ FlashInfer's (what SGLang runs), per layer, on the same shapes.
 sequence and KV head) and torch's or FlashInfer's prefill (torch's falls back to a masked kernel where
 tokens are cached). This times the attention of one layer of the same rank, with the same functions
 (``gpu_step.decode_attention``, ``gpu_step.prefill_attention``), in both libraries: decode over batches and KV lengths (FlashInfer's paged decode with tensor cores, as SGLang
-uses it for grouped-query attention), and one request's prefill of N new tokens after C cached
+uses it for grouped-query attention, over one page per sequence and over pages of one token as SGLang's
+pool holds them: only the latter lets FlashInfer split a lone long sequence's KV), and one request's prefill of N new tokens after C cached
 (FlashInfer's single prefill, causal to the lower right). Per library it fits the KV read per token of
 decode and the time per query-key pair of prefill, both for the whole model (x layers).
 ``--smoke`` runs torch's side on the CPU to check the code.
@@ -28,7 +29,10 @@ from benchmarks.harness.result import start as start_run
 import benchmarks.gpu_step as gpu_step
 from benchmarks.gpu_step import ARCHS, SMOKE, Arch, decode_attention, lstsq, prefill_attention, timed
 
-DECODE = [(1, 4096), (16, 4096), (64, 1024), (64, 4096), (256, 1024), (256, 4096), (1024, 1024)]
+DECODE = [(1, 1024), (1, 4096), (1, 16384), (16, 4096), (16, 16384), (64, 1024), (64, 4096), (256, 1024),
+          (256, 4096), (1024, 1024)]
+SMOKE_DECODE = [(1, 64), (1, 256), (64, 64), (64, 256)]
+FEW = 16  # batches up to this many sequences: where a long sequence is read alone
 PREFILL = [(1024, 0), (4096, 0), (8192, 0), (1024, 4096), (1024, 16384), (4096, 8192)]
 
 
@@ -42,18 +46,25 @@ def decode_case(arch: Arch, batch: int, length: int, device: str, dtype: torch.d
     out = {}
     if "torch" in backends:
         out["torch"] = timed(lambda: decode_attention(q, k, v), 20, cuda)
-    if "flashinfer" in backends:
+    for backend in ("flashinfer", "flashinfer_p1"):
+        if backend not in backends:
+            continue
         import flashinfer
 
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             torch.empty(128 << 20, dtype=torch.uint8, device=device), "NHD", use_tensor_cores=True)
         i32 = dict(dtype=torch.int32, device=device)
-        # one page per sequence, the page its whole context: k[b] is page b
-        wrapper.plan(torch.arange(batch + 1, **i32), torch.arange(batch, **i32), torch.full((batch,), length, **i32),
-                     hq, hk, d, length, q_data_type=dtype, kv_data_type=dtype)
+        if backend == "flashinfer":  # one page per sequence, the page its whole context: k[b] is page b
+            pages = (k, v)
+            wrapper.plan(torch.arange(batch + 1, **i32), torch.arange(batch, **i32),
+                         torch.full((batch,), length, **i32), hq, hk, d, length, q_data_type=dtype, kv_data_type=dtype)
+        else:  # SGLang's token pool: pages of one token, so FlashInfer may split a long sequence's KV
+            pages = (k.reshape(batch * length, 1, hk, d), v.reshape(batch * length, 1, hk, d))
+            wrapper.plan(torch.arange(batch + 1, **i32) * length, torch.arange(batch * length, **i32),
+                         torch.ones(batch, **i32), hq, hk, d, 1, q_data_type=dtype, kv_data_type=dtype)
         ref = decode_attention(q.float(), k.float(), v.float())
-        out["flashinfer_max_diff"] = float((wrapper.run(q, (k, v)).float() - ref).abs().max())
-        out["flashinfer"] = timed(lambda: wrapper.run(q, (k, v)), 20, cuda)
+        out[f"{backend}_max_diff"] = float((wrapper.run(q, pages).float() - ref).abs().max())
+        out[backend] = timed(lambda: wrapper.run(q, pages), 20, cuda)
     return out
 
 
@@ -77,13 +88,20 @@ def prefill_case(arch: Arch, new: int, cached: int, device: str, dtype: torch.dt
 
 def fit(points: list[dict], backend: str, layers: int) -> dict:
     """Per backend, for the whole model: decode KV read per token (over batches of 64 and more, which
-    fill the GPU) and prefill time per query-key pair, each with an intercept."""
+    fill the GPU), the read per token of the longest sequence where a few are read alone (batches up to
+    ``FEW``, over at least two lengths: the step model's ``decode_lone_kv_token_s``; a kernel that splits
+    a long sequence's KV reads it at the bandwidth), and prefill time per query-key pair, each with an
+    intercept."""
     dec = [p for p in points if p["kind"] == "decode" and backend in p["s"] and p["batch"] >= 64]
+    few = [p for p in points if p["kind"] == "decode" and backend in p["s"] and p["batch"] <= FEW]
     pre = [p for p in points if p["kind"] == "prefill" and backend in p["s"]]
     out = {}
     if len(dec) >= 2:
         _, per_token = lstsq([[1.0, p["batch"] * p["kv_per_seq"]] for p in dec], [p["s"][backend] for p in dec])
         out["decode_per_kv_token_s"] = per_token * layers
+    if len({p["kv_per_seq"] for p in few}) >= 2:
+        _, lone = lstsq([[1.0, p["kv_per_seq"]] for p in few], [p["s"][backend] for p in few])
+        out["decode_lone_kv_token_s"] = lone * layers
     if len(pre) >= 2:
         _, per_pair = lstsq([[1.0, p["new"] * (p["cached"] + p["new"] / 2)] for p in pre], [p["s"][backend] for p in pre])
         out["attention_per_pair_s"] = per_pair * layers
@@ -93,7 +111,8 @@ def fit(points: list[dict], backend: str, layers: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="h100-70b", choices=sorted(ARCHS))
-    ap.add_argument("--backends", default="torch,flashinfer")
+    ap.add_argument("--backends", default="torch,flashinfer,flashinfer_p1",
+                    help="torch; flashinfer: one page per sequence; flashinfer_p1: pages of one token, as SGLang's pool")
     ap.add_argument("--smoke", action="store_true", help="torch only, a tiny architecture on the CPU")
     ap.add_argument("--cases", default="decode,prefill")
     ap.add_argument("--fi-backend", default="auto", choices=["auto", "fa2", "fa3"])
@@ -106,7 +125,7 @@ def main() -> None:
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     arch = SMOKE if args.smoke else ARCHS[args.profile]
     backends = args.backends.split(",") if cuda else ["torch"]
-    decode, prefill = (DECODE, PREFILL) if not args.smoke else ([(64, 64), (64, 256)], [(32, 0), (32, 64)])
+    decode, prefill = (DECODE, PREFILL) if not args.smoke else (SMOKE_DECODE, [(32, 0), (32, 64)])
     t0 = time.time()
     result = dict(benchmark="gpu_attention", device=torch.cuda.get_device_name() if cuda else "cpu",
                   torch=torch.__version__, dtype=str(dtype).replace("torch.", ""), smoke=args.smoke,

@@ -296,8 +296,11 @@ def fit(points: list[dict]) -> dict:
 
     The KV fit leaves out long contexts in batches under 64. There a layer's decode attention takes
     about 0.1 ms whatever it reads (on an H100, one 4096-token sequence adds 4.1 ms to a step for 0.17
-    GB read; ``benchmarks.gpu_attention`` finds FlashInfer's decode as slow there as torch's), which no
-    per-token term describes.
+    GB read), which the batch's per-token term does not describe. Torch's decode kernel reads each
+    sequence in one block, without splitting its KV; so does FlashInfer's over one page per sequence,
+    the layout ``benchmarks.gpu_attention`` first measured. SGLang's pool holds pages of one token, over
+    which FlashInfer may split a lone sequence: ``gpu_attention``'s ``flashinfer_p1`` measures that, and
+    its ``decode_lone_kv_token_s`` is the step model's term for it.
     """
     dec = [p for p in points if p["kind"] == "decode" and p["batch"] <= 256
            and (p["kv_per_seq"] <= 1 or p["batch"] >= 64)]

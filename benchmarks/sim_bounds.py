@@ -115,12 +115,15 @@ def main() -> None:
                     help="policies, as benchmarks.rollout names them; plain SGLang (baseline) always runs")
     ap.add_argument("--acceptance", default="measured", help="for +sd modes: measured (the file's --sim-acceptance), seer-linear, "
                     "seer-4path, or a benchmarks.draft_replay --references result file")
+    ap.add_argument("--profile", default=None, help="the step-time profile to simulate on, in place of the file's "
+                    "--emulate (a profile name or file): the run's shape on another GPU model")
     ap.add_argument("--out", required=True, help="names the run (benchmarks.harness.result)")
     args = ap.parse_args()
     run = start_run("sim_bounds", args.out)
 
     source = load_run(args.source)
-    config = {**source["config"], **({"prompts": args.prompts} if args.prompts else {})}
+    config = {**source["config"], **({"prompts": args.prompts} if args.prompts else {}),
+              **({"emulate": args.profile} if args.profile else {})}
     modes = args.modes.split(",")
     drafted = any(mode_drafter(m) for m in modes)
     if (args.prompts and args.prompts != source["config"]["prompts"] and drafted
@@ -166,6 +169,7 @@ def main() -> None:
                          "prompts": config["prompts"], "group_size": config["group_size"],
                          "max_tokens": config["max_tokens"], "chunk_size": config["chunk_size"],
                          "kv_tokens": config["kv_tokens"], "emulate": config["emulate"],
+                         "source_emulate": source["config"]["emulate"],
                          "emulate_time_scale": config["emulate_time_scale"],
                          "source_prompts": source["config"]["prompts"],
                          "working_set_over_kv": statistics.fmean(working_set(t) for t in traces)

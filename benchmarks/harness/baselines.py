@@ -114,8 +114,9 @@ def regime(model, samples: int, instances: int, prompt_tokens: float, mean_outpu
     per_sample = prompt_tokens + mean_output
     share = math.ceil(samples / instances)
     batch = max(1, min(share, int(model.capacity_tokens // per_sample) if model.capacity_tokens else share))
-    full = model.decode_step(batch, int(batch * (prompt_tokens + mean_output / 2)))
-    idle = model.decode_step(1, int(prompt_tokens + longest_output))
+    longest = int(prompt_tokens + longest_output)
+    full = model.decode_step(batch, int(batch * (prompt_tokens + mean_output / 2)), longest=longest)
+    idle = model.decode_step(1, longest, longest=longest)
     out = {"requests_per_step": batch, "fixed_share": model.fixed_s(batch) / full, "full_step_s": full,
            "idle_step_s": idle, "full_over_idle": full / idle, "step_model": model.name}
     if out["full_over_idle"] < FULL_OVER_IDLE_MIN:

@@ -117,21 +117,27 @@ def gpu_step_table(results: Results, stem: str, flashinfer: str | None = None, r
 
 def gpu_attention_table(results: Results, stem: str, fa2: str | None = None) -> str:
     """``benchmarks.gpu_attention``: one layer's attention of one rank, torch's kernels against
-    FlashInfer's, and the whole model's terms fitted from them against the profile's."""
+    FlashInfer's (over one page per sequence, and where the run has it, over pages of one token as
+    SGLang's pool), and the whole model's terms fitted from them against the profile's."""
     d = results[stem]
+    p1 = any("flashinfer_p1" in p["s"] for p in d["points"])
     rows = []
     for p in d["points"]:
         shape = (f"decode, batch {p['batch']:,} x {p['kv_per_seq']:,} KV tokens" if p["kind"] == "decode"
                  else f"prefill, {p['new']:,} new after {p['cached']:,} cached")
-        t, f = p["s"].get("torch"), p["s"].get("flashinfer")
+        t, f, f1 = p["s"].get("torch"), p["s"].get("flashinfer"), p["s"].get("flashinfer_p1")
         rows.append([shape, f"{t * 1e6:.0f} µs" if t else "-", f"{f * 1e6:.0f} µs" if f else "-",
-                     fratio(t / f) if t and f else "-"])
+                     *([f"{f1 * 1e6:.0f} µs" if f1 else "-"] if p1 else []), fratio(t / f) if t and f else "-"])
     fit = d["fitted"]
     terms = []
     for key, label, scale, unit in [("decode_per_kv_token_s", "decode KV read per token", 1e9, "ns"),
+                                     ("decode_lone_kv_token_s", "decode read per token of a lone sequence", 1e9, "ns"),
                                      ("attention_per_pair_s", "prefill attention per query-key pair", 1e9, "ns")]:
-        terms.append(f"{label}: torch {fit['torch'][key] * scale:.2f} {unit}, FlashInfer {fit['flashinfer'][key] * scale:.2f} "
-                     f"{unit}")
+        got = [f"{name} {fit[b][key] * scale:.2f} {unit}" for b, name in
+               (("torch", "torch"), ("flashinfer", "FlashInfer"), ("flashinfer_p1", "FlashInfer, pages of one token"))
+               if key in fit.get(b, {})]
+        if got:
+            terms.append(f"{label}: {', '.join(got)}")
     extra = ""
     if fa2 and fa2 in results:
         extra = (f" FlashInfer's FA2 prefill instead of the default: {results[fa2]['fitted']['flashinfer']['attention_per_pair_s'] * 1e9:.2f} ns "
@@ -139,7 +145,8 @@ def gpu_attention_table(results: Results, stem: str, fa2: str | None = None) -> 
     caption = (f"GPU-measured ({d['device']}, torch {d['torch']}, FlashInfer {d.get('flashinfer', '-')}, {d['dtype']}): "
                f"{d['timing']}, one rank of `{d['profile']}` ({d['layers']} layers). Fitted for the whole model "
                f"({'; '.join(terms)}).{extra} Source: {source([stem])}.")
-    return "\n".join(table(["attention of one layer", "torch", "FlashInfer", "torch / FlashInfer"], rows) + ["", caption])
+    head = ["attention of one layer", "torch", "FlashInfer"] + (["FlashInfer, pages of one token"] if p1 else [])
+    return "\n".join(table(head + ["torch / FlashInfer"], rows) + ["", caption])
 
 
 def sim_profile_table(results: Results, pairs: list[tuple[str, str]]) -> str:

@@ -37,7 +37,7 @@ EPS = 1e-9  # credit rounding: three steps of TRP 1/3 make one whole credit
 
 def step_time(model: StepModel) -> StepTime:
     """A decode step of ``batch`` sequences with ``kv`` KV tokens each, by the simulator's model."""
-    return lambda batch, kv: model.decode_step(batch, batch * kv)
+    return lambda batch, kv: model.decode_step(batch, batch * kv, longest=int(kv))
 
 
 def fitted_step_time(base_s: float, per_seq_s: float) -> StepTime:

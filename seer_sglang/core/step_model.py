@@ -8,9 +8,13 @@ A decode or verify step reads the weights and the batch's KV once, and computes 
 batch: it takes the larger of the two, plus a fixed cost (launches, all-reduce, scheduling) and a cost
 per sequence (sampling, bookkeeping)::
 
-    step = base + per_seq * B + max(weight_read + kv_read * K, compute * T)
+    step = base + per_seq * B + max(weight_read + max(kv_read * K, lone_kv_read * L), compute * T)
 
-with B sequences, T tokens (B for decode, B x tree width for a verify) and K KV tokens read. A
+with B sequences, T tokens (B for decode, B x tree width for a verify), K KV tokens read and L the
+longest sequence's length. The attention kernel reads each sequence's KV in order, so a step cannot
+read faster than its longest sequence allows: a few long sequences (a rollout's last samples) take
+``lone_kv_read`` per token, far more than their share of the bandwidth (measured on an H100: one
+4,096-token sequence adds as much to a step as 64 of them). A
 prefill of N new tokens over C cached ones computes its tokens and their attention to everything
 before them (N * (C + N/2) query-key pairs), and reads the weights at least once::
 
@@ -58,6 +62,8 @@ class StepModel:
     kv_bytes_per_token: int = 0  # informative: what the KV read and the capacity were derived from
     prefill_fixed_scale: float = 1.0  # share of a prefill step's fixed cost (base, weight read) charged
     prefill_base_s: float = 0.0  # a prefill step's fixed cost beside decode_base_s (eager launches)
+    # KV read per token of the longest sequence, which the attention kernel reads serially (0: not modelled)
+    decode_lone_kv_token_s: float = 0.0
     # A fit whose step is not linear in the batch (a CPU's): measured (batch, seconds) points at a short
     # context, which replace base + per_seq * B; linear between them and along the last segment after.
     decode_batch_s: tuple[tuple[int, float], ...] = ()
@@ -79,33 +85,34 @@ class StepModel:
                 return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
         return t1 + (t1 - t0) * (batch - b1) / (b1 - b0)
 
-    def decode_step(self, batch: int, kv_tokens: int, tokens: int | None = None) -> float:
-        """One decode (``tokens`` = batch) or verify (``tokens`` = every tree node) step."""
-        memory = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens
+    def decode_step(self, batch: int, kv_tokens: int, tokens: int | None = None, longest: int = 0) -> float:
+        """One decode (``tokens`` = batch) or verify (``tokens`` = every tree node) step; ``longest``: the
+        longest sequence's KV tokens."""
+        memory = self.weight_read_s + max(self.decode_per_kv_token_s * kv_tokens, self.decode_lone_kv_token_s * longest)
         compute = self.compute_per_token_s * (batch if tokens is None else tokens)
         return self.fixed_s(batch) + max(memory, compute)
 
     def decode_steps(self, steps: int, batch: int, kv_tokens: int, tokens: int | None = None,
-                     growth: float | None = None) -> float:
+                     growth: float | None = None, longest: int = 0, longest_growth: float = 1.0) -> float:
         """Time of ``steps`` consecutive decode (or verify: ``tokens`` tree nodes) steps of a fixed batch
-        whose KV grows by ``growth`` (default ``batch``) tokens per step (closed form: memory grows
-        linearly, compute is constant, the step takes the larger)."""
+        whose KV grows by ``growth`` (default ``batch``) tokens per step and its longest sequence by
+        ``longest_growth`` (closed form: both KV terms grow linearly, so the larger of them changes at
+        most once; compute is constant, and each step takes the larger of memory and compute)."""
         if steps <= 0:
             return 0.0
-        fixed = self.fixed_s(batch)
-        m0 = self.weight_read_s + self.decode_per_kv_token_s * kv_tokens
-        slope = self.decode_per_kv_token_s * (batch if growth is None else growth)
         compute = self.compute_per_token_s * (batch if tokens is None else tokens)
-        # steps k < first are compute-bound (memory m0 + slope * k below compute), the rest memory-bound
-        if compute <= m0:
-            first = 0
-        elif slope <= 0:
-            first = steps
-        else:
-            first = min(steps, math.ceil((compute - m0) / slope))
-        memory_steps = steps - first
-        memory = memory_steps * m0 + slope * (first * memory_steps + memory_steps * (memory_steps - 1) / 2)
-        return steps * fixed + first * compute + memory
+        total = self.decode_per_kv_token_s * kv_tokens, self.decode_per_kv_token_s * (batch if growth is None else growth)
+        lone = self.decode_lone_kv_token_s * longest, self.decode_lone_kv_token_s * longest_growth
+        # the step from which the lone sequence's read is the larger (or, if it starts larger, stops being)
+        d0, d1 = lone[0] - total[0], lone[1] - total[1]
+        switch = steps if d1 == 0 or (d0 >= 0) == (d1 >= 0) else min(steps, max(0, math.ceil(-d0 / d1)))
+        out = steps * self.fixed_s(batch)
+        for k0, k1 in ((0, switch), (switch, steps)):
+            if k1 > k0:
+                mid = (k0 + k1 - 1) / 2
+                a, b = max((total, lone), key=lambda line: line[0] + line[1] * mid)
+                out += _sum_max(k1 - k0, self.weight_read_s + a + b * k0, b, compute)
+        return out
 
     def prefill(self, tokens: int, cached: int = 0) -> float:
         """A prefill of ``tokens`` new tokens after ``cached`` ones (one request, or a batch's sums
@@ -151,6 +158,7 @@ class StepModel:
             self, name=f"{self.name}@len{s:g}" + (f"x{x:g}" if x != 1 else ""),
             decode_base_s=self.decode_base_s * x, decode_per_seq_s=self.decode_per_seq_s * x,
             decode_per_kv_token_s=self.decode_per_kv_token_s * x / s, prefill_per_token_s=self.prefill_per_token_s * x,
+            decode_lone_kv_token_s=self.decode_lone_kv_token_s * x / s,
             capacity_tokens=max(1, int(self.capacity_tokens * s)), weight_read_s=self.weight_read_s * x,
             compute_per_token_s=self.compute_per_token_s * x, attention_per_pair_s=self.attention_per_pair_s * x / s,
             pool_load_s_per_token=self.pool_load_s_per_token * x / s, request_overhead_s=self.request_overhead_s * x,
@@ -216,6 +224,19 @@ class Admission:
                 "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS": str(self.decay_steps),
                 "SGLANG_RETRACT_DECODE_STEPS": str(self.retract_steps),
                 "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": str(self.clip_max_new)}
+
+
+def _sum_max(n: int, m0: float, slope: float, floor: float) -> float:
+    """sum over k < n of max(m0 + slope * k, floor), slope >= 0: the steps before the line passes the floor
+    take the floor (compute-bound), the rest the line (memory-bound)."""
+    if floor <= m0:
+        first = 0
+    elif slope <= 0:
+        first = n
+    else:
+        first = min(n, math.ceil((floor - m0) / slope))
+    rest = n - first
+    return first * floor + rest * m0 + slope * (first * rest + rest * (rest - 1) / 2)
 
 
 def profile_names() -> list[str]:

@@ -68,6 +68,12 @@ def batch_kv_tokens(batch) -> int:
     return int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else int(batch.seq_lens_sum or 0)
 
 
+def batch_longest(batch) -> int:
+    """The longest sequence of a decode or verify step over a ScheduleBatch, in KV tokens."""
+    lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
+    return int(lens.max()) if lens is not None and len(lens) else 0
+
+
 def batch_step_s(model: StepModel, batch) -> float:
     """The modelled time of one forward step over a ScheduleBatch."""
     mode = batch.forward_mode
@@ -75,7 +81,7 @@ def batch_step_s(model: StepModel, batch) -> float:
     if mode.is_extend() and not mode.is_target_verify():
         return model.prefill_batch(list(batch.extend_lens or []), list(batch.prefix_lens or []))
     tokens = verify_tokens(batch) if mode.is_target_verify() else bs
-    return model.decode_step(bs, batch_kv_tokens(batch), tokens)
+    return model.decode_step(bs, batch_kv_tokens(batch), tokens, batch_longest(batch))
 
 
 def verify_tokens(batch) -> int:

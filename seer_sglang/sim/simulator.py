@@ -509,8 +509,11 @@ class Simulation:
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
         extra_s = self.spec.token_cost(self.model) * drafts if self.spec is not None else 0.0
 
+        longest, longest_rate = max(((s.context, r) for s, r in zip(decoding, rates)), key=lambda x: x[0])
+
         def span(k: int) -> float:
-            return prefill_s + self.model.decode_steps(k, batch, kv, batch + drafts, sum(rates)) + k * extra_s
+            return prefill_s + self.model.decode_steps(k, batch, kv, batch + drafts, sum(rates), longest,
+                                                       longest_rate) + k * extra_s
 
         steps = self._until_next_event(inst, steps, span)
         dt = span(steps)

@@ -109,6 +109,11 @@ def test_attention_fit_recovers_known_terms_and_the_stored_run_refits():
     got = attention_fit(points, "x", layers)
     assert got["decode_per_kv_token_s"] == pytest.approx(per_token * layers, rel=1e-6)
     assert got["attention_per_pair_s"] == pytest.approx(per_pair * layers, rel=1e-6)
+    assert "decode_lone_kv_token_s" not in got  # one length among the few-sequence batches: no slope
+    lone = 1.2e-8  # a lone sequence read serially: its length, not the batch's KV, sets the time
+    points += [dict(kind="decode", batch=b, kv_per_seq=n, s={"x": 3e-5 + lone * n}) for b, n in [(1, 1024), (16, 16384)]]
+    points[3]["s"]["x"] = 3e-5 + lone * 4096
+    assert attention_fit(points, "x", layers)["decode_lone_kv_token_s"] == pytest.approx(lone * layers, rel=1e-6)
     stored = json.loads(resolve(RESULTS / "gpu_attention_NVIDIA_H200.json").read_text())
     for backend in stored["backends"]:
         assert attention_fit(stored["points"], backend, stored["layers"]) == pytest.approx(stored["fitted"][backend],

@@ -30,6 +30,10 @@ def test_emulated_steps_are_priced_from_the_batch_sglang_ran():
         ROOF.decode_step(2, 400, tokens=16))
     assert batch_step_s(ROOF, _batch("extend", [120, 40], extend=[20, 40], prefix=[100, 0])) == pytest.approx(
         ROOF.prefill_batch([20, 40], [100, 0]))
+    # a profile with the lone sequence's read: the batch's longest sequence sets it
+    lone = dataclasses.replace(ROOF, decode_lone_kv_token_s=1e-6)
+    assert batch_step_s(lone, _batch("decode", [100, 3000])) == pytest.approx(lone.decode_step(2, 3100, longest=3000))
+    assert batch_step_s(lone, _batch("decode", [100, 3000])) > batch_step_s(ROOF, _batch("decode", [100, 3000])) + 2e-3
 
 
 def test_padded_forward_waits_for_the_model_and_counts_overruns(monkeypatch):

@@ -32,6 +32,34 @@ def test_macro_steps_equal_the_sum_of_single_steps(batch, kv):
         sum(linear.decode_step(batch, kv + batch * k) for k in range(300)), rel=1e-9)
 
 
+LONE = dataclasses.replace(ROOF, decode_lone_kv_token_s=1e-6)
+
+
+def test_a_few_long_sequences_cost_what_the_longest_takes_to_read():
+    """The attention kernel reads a sequence serially: one 4,096-token sequence costs as much as 64 of
+    them would by bandwidth alone, and a batch of short ones is priced by bandwidth as before."""
+    assert LONE.decode_step(1, 4096, longest=4096) == pytest.approx(0.005 + 2e-5 + 0.006 + 4096e-6)
+    assert LONE.decode_step(64, 64 * 4096, longest=4096) == pytest.approx(
+        LONE.fixed_s(64) + 0.006 + max(64 * 4096 * 1e-8, 4096e-6))
+    assert LONE.decode_step(512, 512 * 10, longest=10) == ROOF.decode_step(512, 512 * 10)
+    assert ROOF.decode_step(1, 4096, longest=4096) == ROOF.decode_step(1, 4096)  # not modelled: unchanged
+    scaled = LONE.scaled(0.01, 10)
+    assert scaled.decode_step(1, 41, longest=41) == pytest.approx(10 * LONE.decode_step(1, 4100, longest=4100))
+
+
+@pytest.mark.parametrize("batch,kv,longest,growth,longest_growth", [
+    (1, 100, 100, 1, 1), (64, 64 * 200, 300, 64, 1), (64, 64 * 20, 40, 64, 2.5), (400, 500_000, 2000, 400, 1),
+    (8, 8 * 5000, 5000, 8, 0), (8, 0, 0, 8, 1)])
+def test_macro_steps_with_a_long_sequence_equal_the_sum_of_single_steps(batch, kv, longest, growth, longest_growth):
+    """The lone sequence's read and the batch's read both grow linearly: the closed form switches between
+    them (and to compute) where the single steps do."""
+    for tokens in (None, batch * 4):
+        stepwise = sum(LONE.decode_step(batch, kv + growth * k, tokens, longest + longest_growth * k)
+                       for k in range(300))
+        assert LONE.decode_steps(300, batch, kv, tokens, growth, longest, longest_growth) == pytest.approx(
+            stepwise, rel=1e-9)
+
+
 def test_prefill_prices_attention_to_cached_and_earlier_tokens():
     alone = ROOF.prefill(4096)
     after = ROOF.prefill(4096, cached=32_768)
