@@ -314,7 +314,9 @@ def sim_errors_table(results: Results, status: str = "current") -> str:
                + (f" Not shown: {', '.join(f'`{x}`' for x in old)}, whose configurations predate settings the "
                   f"rebuild needs; their tables keep the simulator of their day." if old else "")
                + f" Source: {source(stems)}.")
-    return "\n".join(table(["run", "workload", *[mode_name(m) for m in SIM_ERROR_MODES]], rows) + ["", caption])
+    shown = [i for i in range(len(SIM_ERROR_MODES)) if any(row[2 + i] != "-" for row in rows)]  # modes some run has
+    return "\n".join(table(["run", "workload", *[mode_name(SIM_ERROR_MODES[i]) for i in shown]],
+                           [row[:2] + [row[2 + i] for i in shown] for row in rows]) + ["", caption])
 
 
 def sim_heldout_table(results: Results) -> str:
