@@ -26,6 +26,7 @@ HEADS = {DOC: SECTIONS / "_benchmarks.md", ARCHIVE: SECTIONS / "_archive.md"}
 SECTION_FILE = re.compile(r"^\d{4}-[\w-]+\.md$")
 ARCHIVE_LEVEL = 2  # the archive lists every superseded section at one level
 
+
 @dataclass(frozen=True)
 class Section:
     path: Path
