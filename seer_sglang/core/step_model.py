@@ -8,13 +8,16 @@ A decode or verify step reads the weights and the batch's KV once, and computes 
 batch: it takes the larger of the two, plus a fixed cost (launches, all-reduce, scheduling) and a cost
 per sequence (sampling, bookkeeping)::
 
-    step = base + per_seq * B + max(weight_read + max(kv_read * K, lone_kv_read * L), compute * T)
+    step = base + per_seq * B + max(weight_read + max(kv_read * K, lone_kv_read * L),
+                                    compute * T + attention * (T - B) / B * K)
 
 with B sequences, T tokens (B for decode, B x tree width for a verify), K KV tokens read and L the
 longest sequence's length. The attention kernel reads each sequence's KV in order, so a step cannot
 read faster than its longest sequence allows: a few long sequences (a rollout's last samples) take
 ``lone_kv_read`` per token, far more than their share of the bandwidth (measured on an H100: one
-4,096-token sequence adds as much to a step as 64 of them). A
+4,096-token sequence adds as much to a step as 64 of them). A verify's extra tree nodes (T - B) each
+attend to their request's context, about K / B tokens, on the compute side (``tree_attention``;
+a decode's one token per request is priced by its KV read). A
 prefill of N new tokens over C cached ones computes its tokens and their attention to everything
 before them (N * (C + N/2) query-key pairs), and reads the weights at least once::
 
@@ -64,6 +67,9 @@ class StepModel:
     prefill_base_s: float = 0.0  # a prefill step's fixed cost beside decode_base_s (eager launches)
     # KV read per token of the longest sequence, which the attention kernel reads serially (0: not modelled)
     decode_lone_kv_token_s: float = 0.0
+    # a verify's tree nodes after each request's first attend to its context on the compute side
+    # (attention_per_pair_s per query-key pair); off in profiles whose stored runs priced verifies without it
+    tree_attention: bool = False
     # A fit whose step is not linear in the batch (a CPU's): measured (batch, seconds) points at a short
     # context, which replace base + per_seq * B; linear between them and along the last segment after.
     decode_batch_s: tuple[tuple[int, float], ...] = ()
@@ -88,31 +94,32 @@ class StepModel:
     def decode_step(self, batch: int, kv_tokens: int, tokens: int | None = None, longest: int = 0) -> float:
         """One decode (``tokens`` = batch) or verify (``tokens`` = every tree node) step; ``longest``: the
         longest sequence's KV tokens."""
+        t = batch if tokens is None else tokens
         memory = self.weight_read_s + max(self.decode_per_kv_token_s * kv_tokens, self.decode_lone_kv_token_s * longest)
-        compute = self.compute_per_token_s * (batch if tokens is None else tokens)
-        return self.fixed_s(batch) + max(memory, compute)
+        return self.fixed_s(batch) + max(memory, self.compute_per_token_s * t + self._tree_pairs_s(batch, t) * kv_tokens)
+
+    def _tree_pairs_s(self, batch: int, tokens: int) -> float:
+        """Attention compute per KV token of the batch for a verify's tree nodes after each request's first:
+        each attends to its request's context (a decode's one token per request is priced by its KV read)."""
+        if not self.tree_attention or batch <= 0 or tokens <= batch:
+            return 0.0
+        return self.attention_per_pair_s * (tokens - batch) / batch
 
     def decode_steps(self, steps: int, batch: int, kv_tokens: int, tokens: int | None = None,
                      growth: float | None = None, longest: int = 0, longest_growth: float = 1.0) -> float:
         """Time of ``steps`` consecutive decode (or verify: ``tokens`` tree nodes) steps of a fixed batch
         whose KV grows by ``growth`` (default ``batch``) tokens per step and its longest sequence by
-        ``longest_growth`` (closed form: both KV terms grow linearly, so the larger of them changes at
-        most once; compute is constant, and each step takes the larger of memory and compute)."""
+        ``longest_growth``, in closed form: the batch's KV read, the longest sequence's read and the
+        compute each grow linearly, and each step takes the largest."""
         if steps <= 0:
             return 0.0
-        compute = self.compute_per_token_s * (batch if tokens is None else tokens)
-        total = self.decode_per_kv_token_s * kv_tokens, self.decode_per_kv_token_s * (batch if growth is None else growth)
-        lone = self.decode_lone_kv_token_s * longest, self.decode_lone_kv_token_s * longest_growth
-        # the step from which the lone sequence's read is the larger (or, if it starts larger, stops being)
-        d0, d1 = lone[0] - total[0], lone[1] - total[1]
-        switch = steps if d1 == 0 or (d0 >= 0) == (d1 >= 0) else min(steps, max(0, math.ceil(-d0 / d1)))
-        out = steps * self.fixed_s(batch)
-        for k0, k1 in ((0, switch), (switch, steps)):
-            if k1 > k0:
-                mid = (k0 + k1 - 1) / 2
-                a, b = max((total, lone), key=lambda line: line[0] + line[1] * mid)
-                out += _sum_max(k1 - k0, self.weight_read_s + a + b * k0, b, compute)
-        return out
+        t = batch if tokens is None else tokens
+        g = batch if growth is None else growth
+        kv, lone, pairs = self.decode_per_kv_token_s, self.decode_lone_kv_token_s, self._tree_pairs_s(batch, t)
+        lines = [(self.weight_read_s + kv * kv_tokens, kv * g),
+                 (self.weight_read_s + lone * longest, lone * longest_growth),
+                 (self.compute_per_token_s * t + pairs * kv_tokens, pairs * g)]
+        return steps * self.fixed_s(batch) + _sum_max_lines(steps, lines)
 
     def prefill(self, tokens: int, cached: int = 0) -> float:
         """A prefill of ``tokens`` new tokens after ``cached`` ones (one request, or a batch's sums
@@ -226,17 +233,22 @@ class Admission:
                 "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": str(self.clip_max_new)}
 
 
-def _sum_max(n: int, m0: float, slope: float, floor: float) -> float:
-    """sum over k < n of max(m0 + slope * k, floor), slope >= 0: the steps before the line passes the floor
-    take the floor (compute-bound), the rest the line (memory-bound)."""
-    if floor <= m0:
-        first = 0
-    elif slope <= 0:
-        first = n
-    else:
-        first = min(n, math.ceil((floor - m0) / slope))
-    rest = n - first
-    return first * floor + rest * m0 + slope * (first * rest + rest * (rest - 1) / 2)
+def _sum_max_lines(n: int, lines: list[tuple[float, float]]) -> float:
+    """sum over k < n of max over ``lines`` (a, b) of a + b * k. Between the integers where two lines
+    cross one line is the largest throughout, so the sum is a few arithmetic series."""
+    cuts = {0, n}
+    for i, (a1, b1) in enumerate(lines):
+        for a2, b2 in lines[i + 1:]:
+            if b1 != b2:
+                x = (a2 - a1) / (b1 - b2)
+                if 0 < x < n:
+                    cuts.add(math.ceil(x))
+    total = 0.0
+    bounds = sorted(cuts)
+    for k0, k1 in zip(bounds, bounds[1:]):
+        a, b = max(lines, key=lambda line: (line[0] + line[1] * k0, line[1]))  # a tie at k0: the steeper leads after
+        total += (k1 - k0) * a + b * (k0 + k1 - 1) * (k1 - k0) / 2
+    return total
 
 
 def profile_names() -> list[str]:

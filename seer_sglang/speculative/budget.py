@@ -29,7 +29,8 @@ class CostModel:
     draft token i + 1 of a linear draft is accepted (non-increasing; zero past its end).
 
     With ``memory_s`` (a GPU profile's weight read) the token term is a roofline instead:
-    max(memory_s + kv_s_per_token * K, per_token_s * B * n) for a step that reads K KV tokens. A
+    max(memory_s + kv_s_per_token * K, per_token_s * B * n + pair_s * (n - 1) * K) for a step that reads
+    K KV tokens (``pair_s``: each tree node after a request's first attends to its context). A
     memory-bound decode step computes far less than it reads, so drafts verify for free until their
     compute passes the read; a linear model would price every one. The KV read is part of that read:
     a batch of long contexts verifies more drafts for free than the weights alone would say."""
@@ -42,10 +43,11 @@ class CostModel:
     verify_per_seq_s: float = 0.0
     memory_s: float = 0.0
     kv_s_per_token: float = 0.0  # memory time per KV token the step reads (with ``memory_s``)
+    pair_s: float = 0.0  # compute per (tree node after a request's first, context token) pair: tree attention
 
     def step_time(self, batch: int, tokens_per_request: float, kv_tokens: int = 0) -> float:
         verify = self.verify_base_s + self.verify_per_seq_s * batch if tokens_per_request > 1 else 0.0
-        tokens = self.per_token_s * batch * tokens_per_request
+        tokens = self.per_token_s * batch * tokens_per_request + self.pair_s * max(0.0, tokens_per_request - 1) * kv_tokens
         memory = self.memory_s + self.kv_s_per_token * kv_tokens if self.memory_s else 0.0
         return self.base_s + self.per_seq_s * batch + max(memory, tokens) + verify
 
@@ -58,7 +60,8 @@ class CostModel:
         curve = tuple(float(p) for p in accept_curve)
         if model.compute_per_token_s and verify_per_token_s is None:
             return cls(model.decode_base_s, model.decode_per_seq_s, model.compute_per_token_s, curve,
-                       memory_s=model.weight_read_s, kv_s_per_token=model.decode_per_kv_token_s if kv_read else 0.0)
+                       memory_s=model.weight_read_s, kv_s_per_token=model.decode_per_kv_token_s if kv_read else 0.0,
+                       pair_s=model.attention_per_pair_s if model.tree_attention and kv_read else 0.0)
         per_token = model.prefill_per_token_s if verify_per_token_s is None else verify_per_token_s
         return cls(model.decode_base_s + model.weight_read_s, max(0.0, model.decode_per_seq_s - per_token),
                    per_token, curve)

@@ -3,6 +3,8 @@ rules, and the fixed-threshold policy, on hand-checked numbers."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from seer_sglang.speculative.budget import BudgetRequest, CostModel, DraftBudget, ThresholdSwitch
@@ -338,6 +340,13 @@ def test_the_kv_read_is_memory_time_that_drafts_verify_under():
     budget = DraftBudget(with_kv, 8)
     assert budget.gamma_star(batch, kv) == with_kv.best_gamma(batch, 8, kv_bucket(kv))
     assert kv_bucket(0) == 0 and kv_bucket(15) == 15 and kv_bucket(1000) == 960 and kv_bucket(1024) == 1024
+    # with tree attention the budget prices a verify as the profile's step does, and drafts less at long contexts
+    tree = dataclasses.replace(model, tree_attention=True)
+    priced = CostModel.from_step_model(tree, curve)
+    for kv_tokens in (0, kv, 128 * 8192, 128 * 40_000):
+        for n in (1, 3, 9):
+            assert priced.step_time(batch, n, kv_tokens) == pytest.approx(tree.decode_step(batch, kv_tokens, batch * n))
+    assert priced.best_gamma(batch, 8, 128 * 8192) < with_kv.best_gamma(batch, 8, 128 * 8192)
 
 
 def test_buckets_cover_every_width_up_to_the_full_tree():

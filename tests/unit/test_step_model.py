@@ -33,6 +33,7 @@ def test_macro_steps_equal_the_sum_of_single_steps(batch, kv):
 
 
 LONE = dataclasses.replace(ROOF, decode_lone_kv_token_s=1e-6)
+TREE = dataclasses.replace(LONE, tree_attention=True)
 
 
 def test_a_few_long_sequences_cost_what_the_longest_takes_to_read():
@@ -51,13 +52,26 @@ def test_a_few_long_sequences_cost_what_the_longest_takes_to_read():
     (1, 100, 100, 1, 1), (64, 64 * 200, 300, 64, 1), (64, 64 * 20, 40, 64, 2.5), (400, 500_000, 2000, 400, 1),
     (8, 8 * 5000, 5000, 8, 0), (8, 0, 0, 8, 1)])
 def test_macro_steps_with_a_long_sequence_equal_the_sum_of_single_steps(batch, kv, longest, growth, longest_growth):
-    """The lone sequence's read and the batch's read both grow linearly: the closed form switches between
-    them (and to compute) where the single steps do."""
-    for tokens in (None, batch * 4):
-        stepwise = sum(LONE.decode_step(batch, kv + growth * k, tokens, longest + longest_growth * k)
-                       for k in range(300))
-        assert LONE.decode_steps(300, batch, kv, tokens, growth, longest, longest_growth) == pytest.approx(
-            stepwise, rel=1e-9)
+    """The lone sequence's read, the batch's read and (with tree attention) a verify's compute all grow
+    linearly: the closed form switches between them where the single steps do."""
+    for model in (LONE, TREE):
+        for tokens in (None, batch * 4, batch * 16):
+            stepwise = sum(model.decode_step(batch, kv + growth * k, tokens, longest + longest_growth * k)
+                           for k in range(300))
+            assert model.decode_steps(300, batch, kv, tokens, growth, longest, longest_growth) == pytest.approx(
+                stepwise, rel=1e-9)
+
+
+def test_a_verify_pays_its_tree_nodes_attention_on_the_compute_side():
+    """Each tree node after a request's first attends to the request's context: at a long context a wide
+    verify turns compute-bound, where without the term it stays on the KV read."""
+    batch, kv = 64, 64 * 40_000
+    assert TREE.decode_step(batch, kv) == LONE.decode_step(batch, kv)  # a decode: one token per request
+    wide = TREE.decode_step(batch, kv, tokens=batch * 16)
+    compute = 3e-5 * batch * 16 + 5e-10 * 15 * kv
+    assert wide == pytest.approx(TREE.fixed_s(batch) + compute)
+    assert compute > 0.006 + 1e-8 * kv > 3e-5 * batch * 16  # compute-bound only with the tree's attention
+    assert LONE.decode_step(batch, kv, tokens=batch * 16) == pytest.approx(TREE.fixed_s(batch) + 0.006 + 1e-8 * kv)
 
 
 def test_prefill_prices_attention_to_cached_and_earlier_tokens():
