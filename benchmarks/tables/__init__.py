@@ -159,8 +159,13 @@ def main(argv: list[str] | None = None) -> int:
                     "is out of date, or a link leads to no section; change nothing")
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    results = load_results(args.results)
     listing = args.results / "manifest.json"
+    new = manifest.unlisted(listing)
+    if new and not args.check:  # a new run is listed as current first, so its tables can read it
+        data = json.loads(listing.read_text())
+        data["runs"] += [manifest.new_entry(folder) for folder in new]
+        listing.write_text(json.dumps(data, indent=1) + "\n")
+    results = load_results(args.results)
     entries = manifest.read(listing)
     texts, placed, errors = pages.generate(results, TABLES, {e.label: e for e in entries})
     errors += pages.readme_links(README, placed.anchors)

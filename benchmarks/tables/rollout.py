@@ -450,6 +450,30 @@ def sim_load_table(results: Results, stems: list[str]) -> str:
                             "retractions", "tokens per verify step"], rows) + ["", caption])
 
 
+def sim_profiles_table(results: Results, stems: list[str]) -> str:
+    """``benchmarks.sim_bounds --profile``: one emulated run's shape, instances and KV simulated on several
+    step-time profiles, each mode against the strongest plain SGLang simulated on the same profile."""
+    rows = []
+    for stem in stems:
+        d = results[stem]
+        for m, r in d["modes"].items():
+            if m == "baseline":
+                continue
+            vs, acc = r["vs_reference"], r.get("mean_acceptance_length")
+            rows.append([f"`{d['config']['emulate']}`", mode_name(m.partition(" (")[0]) + (", the reference" if m == d["reference"] else ""),
+                         ratio_with_range(vs), fratio(vs["tail"]), f"{acc:.2f}" if acc else "-"])
+    cfg = results[stems[0]]["config"]
+    caption = (f"SIMULATED, not measured: the simulator over the KV ({cfg['kv_tokens']:,} tokens per instance), "
+               f"admission rule and workload shape of {source([label_of(cfg['from'])])} (run on "
+               f"`{cfg.get('source_emulate', cfg['emulate'])}`, times x{cfg['emulate_time_scale']:g}; "
+               f"{cfg['instances']} instances, {cfg['prompts']} x {cfg['group_size']} {cfg['workload']}-shaped "
+               f"samples up to {cfg['max_tokens']} tokens, chunk {cfg['chunk_size']}), {len(cfg['seeds'])} workloads, "
+               f"on each profile in turn (`--profile`). Ratios against the strongest plain SGLang simulated on the "
+               f"same profile and workloads, with the range over workloads. Source: {source(stems)}.")
+    return "\n".join(table(["profile", "mode", "throughput vs the strongest plain SGLang", "tail vs it",
+                            "tokens per verify step"], rows) + ["", caption])
+
+
 def emulation_check_table(results: Results, stem: str) -> str:
     """``benchmarks.emulation_check``: per mode, real SmolLM2 instances against the tiny model padded to the
     profile fitted on them."""
