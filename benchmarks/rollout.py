@@ -212,7 +212,7 @@ def parser() -> argparse.ArgumentParser:
                     help="before its measured rollouts, every server (plain or seer) runs one rollout of this many "
                          "other prompts (default: one per instance)")
     ap.add_argument("--emulate", default=None, help="EMULATION: pad every instance's steps to this step-time "
-                    "profile (h100-70b, moe-kimi-k2, cpu-smollm2, or a file)")
+                    "profile (h100-70b, h100-70b-v2, moe-kimi-k2, cpu-smollm2, or a file)")
     ap.add_argument("--emulate-time-scale", type=float, default=EMULATION.time_scale,
                     help="stretch every emulated time (keep the real model below it)")
     ap.add_argument("--emulate-length-scale", type=float, default=None,

@@ -262,7 +262,7 @@ class SLOConfig:
 class EmulationConfig:
     profile: Optional[str] = flag(None, "--emulate", "EMULATION, not a GPU measurement: pad every forward step "
                                   "of every instance to the time a step-time profile gives for its batch "
-                                  "(h100-70b, moe-kimi-k2, cpu-smollm2 from seer_sglang/profiles, or a JSON file)")
+                                  "(h100-70b, h100-70b-v2, moe-kimi-k2, cpu-smollm2 from seer_sglang/profiles, or a JSON file)")
     time_scale: float = flag(1.0, "--emulate-time-scale", "stretch every emulated time by this factor, so the "
                              "real model's steps stay below the emulated ones (default: %(default)s)")
     length_scale: float = flag(1.0, "--emulate-length-scale", "the workload's lengths relative to the "
