@@ -12,10 +12,11 @@ per sequence (sampling, bookkeeping)::
                                     compute * T + attention * (T - B) / B * K)
 
 with B sequences, T tokens (B for decode, B x tree width for a verify), K KV tokens read and L the
-longest sequence's length. The attention kernel reads each sequence's KV in order, so a step cannot
-read faster than its longest sequence allows: a few long sequences (a rollout's last samples) take
-``lone_kv_read`` per token, far more than their share of the bandwidth (measured on an H100: one
-4,096-token sequence adds as much to a step as 64 of them). A verify's extra tree nodes (T - B) each
+longest sequence's length. An attention kernel that does not split a sequence's KV reads it in
+order, so a step cannot read faster than its longest sequence allows: a few long sequences (a
+rollout's last samples) take ``lone_kv_read`` per token, far more than their share of the bandwidth
+(with such a kernel on an H100, one 4,096-token sequence adds as much to a step as 64 of them; a
+kernel that splits the KV across the GPU makes the term small). A verify's extra tree nodes (T - B) each
 attend to their request's context, about K / B tokens, on the compute side (``tree_attention``;
 a decode's one token per request is priced by its KV read). A
 prefill of N new tokens over C cached ones computes its tokens and their attention to everything
