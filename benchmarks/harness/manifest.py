@@ -147,6 +147,13 @@ def unlisted(path: Path = MANIFEST) -> list[Path]:
     return sorted(p.parent for p in RESULTS.glob(f"*/*/{RESULT}") if p.parent not in listed)
 
 
+def with_unlisted(path: Path = MANIFEST) -> dict:
+    """The manifest's data with every run folder it does not list yet added as current (``new_entry``)."""
+    data = json.loads(Path(path).read_text())
+    data["runs"] += [new_entry(folder) for folder in unlisted(path)]
+    return data
+
+
 def load_run(name: str | Path) -> dict:
     """A stored run's result from its folder, its ``result.json``, or the flat path it had before."""
     path = resolve(name)

@@ -108,7 +108,7 @@ def quotes(doc: str, text: str, results: Results, entries: list[manifest.Entry])
     chunks: list[tuple[str, list[str]]] = [(doc, [])]
     code = False
     for line in text.split("\n"):
-        code ^= line.lstrip().startswith("```")
+        code ^= pages.is_fence(line)
         if not code and line.startswith("#"):
             chunks.append((f"{doc}#{slug(line)}", []))
         chunks[-1][1].append(line)
@@ -130,8 +130,7 @@ def quoted_in(texts: dict[Path, str], results: Results, entries: list[manifest.E
 def manifest_text(found: dict[str, list[str]], path: Path = manifest.MANIFEST) -> str:
     """The manifest with each run's ``quoted_in`` as the docs have it now (``found``), and a run folder
     it did not list yet added as current (a later run's status is set by hand, with the run it replaces)."""
-    data = json.loads(path.read_text())
-    data["runs"] += [manifest.new_entry(folder) for folder in manifest.unlisted(path)]
+    data = manifest.with_unlisted(path)
     for run in data["runs"]:
         run["quoted_in"] = found.get(run["label"], [])
     return json.dumps(data, indent=1) + "\n"
@@ -160,17 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     listing = args.results / "manifest.json"
-    new = manifest.unlisted(listing)
-    if new and not args.check:  # a new run is listed as current first, so its tables can read it
-        data = json.loads(listing.read_text())
-        data["runs"] += [manifest.new_entry(folder) for folder in new]
-        listing.write_text(json.dumps(data, indent=1) + "\n")
+    if manifest.unlisted(listing) and not args.check:  # a new run is listed as current first, so its tables can read it
+        listing.write_text(json.dumps(manifest.with_unlisted(listing), indent=1) + "\n")
     results = load_results(args.results)
     entries = manifest.read(listing)
     texts, placed, errors = pages.generate(results, TABLES, {e.label: e for e in entries})
     errors += pages.readme_links(README, placed.anchors)
-    placed = {n for text in texts.values() for n in marked(text)}
-    missing = [n for n in TABLES if n not in placed]
+    names = {n for text in texts.values() for n in marked(text)}
+    missing = [n for n in TABLES if n not in names]
     if missing:
         print(f"note: tables not placed in the docs: {', '.join(missing)}", file=sys.stderr)
     stale = []
@@ -195,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if stale or errors:
             print("run: python -m benchmarks.tables")
             return 1
-        print(f"{', '.join(d.name for d in texts)}: {len(placed)} tables up to date")
+        print(f"{', '.join(d.name for d in texts)}: {len(names)} tables up to date")
         return 0
     print(f"rewritten: {', '.join(stale) or 'none'}")
     return 1 if errors else 0

@@ -30,7 +30,6 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-
 # ---------------------------------------------------------------- formatting
 
 def fnum(x: float | None, digits: int = 1) -> str:

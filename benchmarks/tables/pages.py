@@ -63,7 +63,8 @@ def _names(path: str, label: str) -> re.Pattern:
 OUT = re.compile(r"--out\s+(\S+)")
 
 
-def _fence(line: str) -> bool:
+def is_fence(line: str) -> bool:
+    """A line that opens or closes a code block (indented inside a list too)."""
     return line.lstrip().startswith("```")
 
 
@@ -76,7 +77,7 @@ def written_runs(lines: list[str], entries: list[manifest.Entry]) -> set[str]:
         outputs.update({old: e.label for old in e.former.values()})
     found, code = set(), False
     for line in lines:
-        if _fence(line):
+        if is_fence(line):
             code = not code
         elif code:
             found |= {outputs[p.rstrip("/")] for p in OUT.findall(line) if p.rstrip("/") in outputs}
@@ -92,9 +93,9 @@ def quoted_runs(lines: list[str], results: Results, tables: dict[str, Callable[[
     found = written_runs(lines, entries)
     code = False
     for line in lines:
-        if _fence(line):
+        if is_fence(line):
             code = not code
-        if code or _fence(line):
+        if code or is_fence(line):
             continue
         m = MARKER.match(line)
         if m and m.group(1) in tables:
@@ -131,14 +132,20 @@ def placement(sections: list[Section], results: Results, tables: dict[str, Calla
     return placed
 
 
-def replaced(section: Section, placed: Placed, entries: dict[str, manifest.Entry]) -> str:
-    """What the manifest says replaced the superseded runs ``section`` quotes: each replacing run with
-    the current section that shows it, and why."""
-    home: dict[str, Section] = {}  # the first current section that ran it, else the first that quotes it
+def homes(placed: Placed, entries: dict[str, manifest.Entry]) -> dict[str, Section]:
+    """label -> the current section that shows the run: the first whose command wrote it, else the first
+    that quotes it."""
+    home: dict[str, Section] = {}
     for s in reversed(placed.pages[DOC]):
         home.update({label: s for label in placed.runs[s.path]})
     for s in reversed(placed.pages[DOC]):
         home.update({label: s for label in written_runs(s.text.split("\n"), list(entries.values()))})
+    return home
+
+
+def replaced(section: Section, placed: Placed, entries: dict[str, manifest.Entry], home: dict[str, Section]) -> str:
+    """What the manifest says replaced the superseded runs ``section`` quotes: each replacing run with
+    the current section that shows it (``home``), and why."""
     groups: dict[tuple[str, str], list[str]] = {}
     for label in sorted(placed.runs[section.path]):
         e = entries.get(label)
@@ -156,10 +163,11 @@ def assemble(page: Path, placed: Placed, entries: dict[str, manifest.Entry]) -> 
     """A page's text before its tables are rendered: its head, then its sections; in the archive each
     section at the archive's level, with what replaced its runs under its heading."""
     parts = [HEADS[page].read_text().rstrip("\n")]
+    home = homes(placed, entries) if page == ARCHIVE else {}
     for s in placed.pages[page]:
         if page == ARCHIVE:
             heading, _, body = s.at_level(ARCHIVE_LEVEL).partition("\n")
-            parts.append("\n\n".join([heading, replaced(s, placed, entries), body.lstrip("\n")]))
+            parts.append("\n\n".join([heading, replaced(s, placed, entries, home), body.lstrip("\n")]))
         else:
             parts.append(s.text)
     return "\n\n".join(parts) + "\n"
