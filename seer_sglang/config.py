@@ -181,9 +181,9 @@ class KVPoolConfig:
     mooncake_config: Optional[str] = flag(None, "--kv-pool-config", "mooncake: JSON file with the store client "
                                           "config of an existing Mooncake cluster (multi-node); without it a "
                                           "master + store are started on --kv-pool-host")
-    host: str = flag(LOOPBACK, "--kv-pool-host", "mooncake: the address the local store's REST API binds and the "
-                     "master announces (default: loopback only). That API has no authentication: on several "
-                     "nodes, name an interface only the instances' machines reach")
+    host: str = flag(LOOPBACK, "--kv-pool-host", "mooncake: the address the local store binds (its REST API, "
+                     "master and transfer-engine ports) and announces (default: loopback only). None of them "
+                     "authenticates: on several nodes, name an interface only the instances' machines reach")
     transfer_starvation_steps: int = flag(4, "--transfer-starvation-steps", "pool transfers yield to decode "
                                           "steps, but wait at most this many (weighted); 0 = never yield "
                                           "(default: %(default)s)")

@@ -1,5 +1,5 @@
-"""Run inside a private network namespace by test_kv_pool_mooncake.py (Mooncake's metadata server and
-transfer engine do not bind to loopback only): start seer_sglang with ``--kv-pool mooncake`` on
+"""Run inside a private network namespace by test_kv_pool_mooncake.py: print what every process under
+the launcher listens on; start seer_sglang with ``--kv-pool mooncake`` on
 2 instances, move a request from A to B, print what B loaded and whether the tokens match; then
 update both instances' weights (no cache flush) and print what a continuation then loaded: nothing,
 since every page is keyed by the weights that computed it; then kill one instance mid-rollout and

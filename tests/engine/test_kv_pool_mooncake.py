@@ -1,8 +1,8 @@
 """``--kv-pool mooncake``: the same migration as with the file pool, through a local Mooncake store.
 
-Mooncake's transfer engines bind every interface, so the whole run happens in a private network
-namespace: loopback plus an interface with a private address on a veth pair (the transfer engine
-insists on a LAN address), reachable from nowhere else.
+The run happens in a private network namespace: loopback plus an interface with a private address on
+a veth pair, reachable from nowhere else. The routable interface is there so that a port bound to
+every interface shows as such; seer's bind shim must keep every Mooncake port on loopback.
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     # The master listens on loopback only: its RPC and metrics ports; no HTTP metadata server (the
     # transfer engines find each other by Mooncake's P2P handshake).
     assert {ip for ip, _ in binds["master"]} == {"127.0.0.1"} and len(binds["master"]) == 2, binds
+    # Every process under the launcher listens on loopback only: the transfer engines' RPC and data
+    # ports in the store service and in every instance's store client included.
+    loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+    assert len(binds["store"]) >= 3, binds  # the REST API, the transfer engine's RPC and its TCP data port
+    assert {ip for ip, _ in binds["store"] + binds["others"]} <= loopback, binds
     assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
     assert result["details"].get("storage_backend") == "MooncakeStore", result
     assert result["identical"], result

@@ -13,73 +13,37 @@ builds. ``best()`` is None when nothing compiles, and callers fall back to the P
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib.util
 import logging
-import os
-import shutil
-import subprocess
 import sysconfig
-import tempfile
 from array import array
 from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-from ...config import cache_root
+from ...cbuild import cache_dir, compile_shared, digest
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 CORE, BINDING = HERE / "sam.c", HERE / "samext.c"
-CFLAGS = ["-O2", "-std=c11", "-shared", "-fPIC"]
 _loaded: dict[str, object] = {}  # kind -> module / library, or the error message (str)
-
-
-def cache_dir() -> Path:
-    return cache_root() / "native"
-
-
-def _digest(*files: Path) -> str:
-    h = hashlib.sha256(" ".join(CFLAGS).encode())
-    for f in files:
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def library_path(kind: str) -> Path:
     """``ext``: the CPython extension; ``ctypes``: the plain shared library."""
     if kind == "ext":
-        return cache_dir() / f"_sam-{_digest(CORE, BINDING)}{sysconfig.get_config_var('EXT_SUFFIX')}"
-    return cache_dir() / f"libseer_sam-{_digest(CORE)}.so"
+        return cache_dir() / f"_sam-{digest([CORE, BINDING])}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    return cache_dir() / f"libseer_sam-{digest([CORE])}.so"
 
 
 def _compile(kind: str, force: bool) -> Path:
-    out = library_path(kind)
-    if out.exists() and not force:
-        return out
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise RuntimeError("no C compiler found (set CC)")
     if kind == "ext":
         include = sysconfig.get_paths()["include"]
         if not (Path(include) / "Python.h").exists():
             raise RuntimeError(f"no Python.h under {include} (install the Python development headers)")
-        cmd = [cc, *CFLAGS, f"-I{include}", f"-I{HERE}", str(BINDING)]
-    else:
-        cmd = [cc, *CFLAGS, str(CORE)]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)  # atomic: other processes may build too
-    os.close(fd)
-    try:
-        subprocess.run([*cmd, "-o", tmp], check=True, capture_output=True, text=True)
-        os.replace(tmp, out)
-    except subprocess.CalledProcessError as e:
-        raise RuntimeError(f"compiling {cmd[-1]} failed:\n{e.stderr}") from e
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+        return compile_shared(library_path(kind), BINDING, [f"-I{include}", f"-I{HERE}"], force=force)
+    return compile_shared(library_path(kind), CORE, force=force)
 
 
 def build(force: bool = False) -> dict[str, str]:
