@@ -178,10 +178,10 @@ fi
 
 step "build the native suffix automaton (drafters)"
 "$VPY" -m seer_sglang.speculative.native || echo "[setup] native suffix automaton not built; the Python one will be used"
-# The shim that keeps Mooncake's transfer-engine ports on the store's host (launch/bind_host.c);
-# built on first use otherwise.
-"$VPY" -c "from seer_sglang.launch.mooncake import bind_shim; bind_shim()" \
-  || echo "[setup] bind shim not built: a local Mooncake store's transfer-engine ports would listen on every interface"
+# The shim that keeps the ports SGLang and Mooncake bind to every interface on the instances' host
+# (launch/bind_host.c); built on first use otherwise.
+"$VPY" -c "from seer_sglang.launch.bind_host import bind_shim; bind_shim()" \
+  || echo "[setup] bind shim not built: some instance and Mooncake ports would listen on every interface"
 
 # SGLang compiles the KV pool's page-hash extension on first use and again for a new venv path;
 # building it here keeps that compile out of a server start (and out of any prefetch deadline).

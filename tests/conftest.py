@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from seer_sglang.launch.instances import (InstanceProcess, InstanceSpec, cpu_threads_per_instance, free_port,
@@ -161,6 +162,20 @@ def moved_rollout(url: str, body: dict, chunk_size: int) -> list[dict]:
     samples = r.json()["samples"]
     assert any(len({c["instance"] for c in s["chunks"]}) > 1 for s in samples), "no sample moved"
     return samples
+
+
+LOOPBACK_ADDRESSES = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def listening_under(pid: int) -> dict[int, list[tuple[str, int]]]:
+    """The TCP ports a process and all its descendants listen on: pid -> sorted (address, port)."""
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    pids = {p.pid for p in tree}
+    out: dict[int, list] = {p: [] for p in pids}
+    for c in psutil.net_connections(kind="inet"):
+        if c.status == psutil.CONN_LISTEN and c.pid in pids:
+            out[c.pid].append((c.laddr.ip, c.laddr.port))
+    return {p: sorted(v) for p, v in out.items()}
 
 
 @dataclass

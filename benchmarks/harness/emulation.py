@@ -52,3 +52,21 @@ def is_invalid(runs: list[dict]) -> bool:
     """Whether a mode's worst repeat overran the profile on more than 5% of its steps: it measured the
     host, not the profile, so no figure of it is a result."""
     return worst_overrun(runs) > MAX_OVERRUN_SHARE
+
+
+def schedule_bound(run: dict, mode: str) -> dict | None:
+    """How much of ``mode``'s rollout its instances spent in steps, from the profile's step times the
+    emulation padded to (every repeat pooled): ``work_s``, the steps' time per instance; ``completion_s``;
+    and ``bound``, their ratio: the most a dispatch order that left no instance idle could gain over
+    ``mode`` with the same steps. Only a change of the steps themselves (fewer, or cheaper: speculation,
+    other batches) goes further. None for a run not emulated."""
+    runs = run.get("emulation", {}).get("per_mode", {}).get(mode) or []
+    repeats = run["modes"][mode].get("repeats") or []
+    if not runs or len(runs) != len(repeats):
+        return None
+    n = run["config"]["instances"]
+    work = sum(sum(k["model_s"] for k in r.get("kinds", {}).values()) for r in runs) / n
+    completion = sum(r["completion_s"] for r in repeats)
+    if work <= 0:
+        return None
+    return {"work_s": work / len(runs), "completion_s": completion / len(runs), "bound": completion / work}

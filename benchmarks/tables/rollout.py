@@ -9,7 +9,7 @@ from typing import Callable
 from benchmarks.harness import manifest
 from benchmarks.harness.baselines import PLAIN_GROUP, is_plain, reference_of
 from benchmarks.harness.heldout import checks as heldout_checks, is_held_out
-from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, worst_overrun
+from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, schedule_bound, worst_overrun
 from benchmarks.harness.manifest import resolve
 from benchmarks.harness.targets import check as check_targets
 
@@ -206,6 +206,11 @@ def regime_text(run: dict) -> str:
     if b:
         out += (f"Critical path (the longest sample, {b['longest_tokens']} tokens, at the smallest step): "
                 f"{b['critical_path_s']:.1f} s, {b['share']:.0%} of `{b['share_of']}`'s completion. ")
+    work = schedule_bound(run, run["reference"]) if run.get("reference") in run.get("modes", {}) else None
+    if work:
+        out += (f"Work: `{run['reference']}`'s instances spent {work['work_s']:.0f} s each in steps of its "
+                f"{work['completion_s']:.0f} s, so with the same steps no dispatch order is more than "
+                f"{work['bound']:.2f}x faster. ")
     return out
 
 

@@ -1,9 +1,9 @@
-/* Loaded with LD_PRELOAD into the processes that run Mooncake's transfer engine: a bind() to every
+/* Loaded with LD_PRELOAD into the processes seer starts on one host (bind_host.py): a bind() to every
  * interface (0.0.0.0 or ::) binds to $SEER_BIND_HOST instead.
  *
- * Mooncake's transfer engine binds its RPC/handshake port and its TCP data port to every interface,
- * whatever host it is told to use, and offers no setting for it. These ports carry KV pages in and
- * out of the store without authentication. A one-machine store needs them on loopback only.
+ * SGLang's scheduler (torch.distributed's TCP store) and Mooncake's transfer engine (its RPC/handshake
+ * and TCP data ports, which carry KV pages without authentication) bind to every interface whatever
+ * host they are given, and offer no setting for it.
  *
  * An IPv6 wildcard becomes the IPv4 host mapped into IPv6 (::ffff:127.0.0.1), so a dual-stack socket
  * still accepts the IPv4 connections its peers make to the advertised address; an IPv6-only socket,

@@ -74,6 +74,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
     """Start (or attach to) the instances with the pool and the draft server; returns once every
     started instance is healthy. On failure everything started so far is stopped again."""
     from . import emulation
+    from .bind_host import loopback_env
     from .drafting import start_drafting
     from .instances import (InstanceSpec, cpu_threads_per_instance, has_cuda, plan_gpus, seeded_sampling,
                             start_instance, tp_size, visible_gpus, wait_healthy)
@@ -113,11 +114,16 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         # --enable-metrics, which every instance gets, the frontend re-exports them (sglang:*, per instance).
         instance_args = (sglang_args + emulation.instance_args(config.emulation, sglang_args)
                          + dep.pool.setup.instance_args(sglang_args) + dep.drafts.instance_args(sglang_args))
+        # On a loopback host, what the instances bind to every interface (SGLang's process-group store,
+        # Mooncake's transfer engines) stays on loopback too; a process group across nodes needs its
+        # store reachable from the others.
+        confine = dep.pool.confines_instances and flag_value(sglang_args, "--nnodes") in (None, "1")
+        bind_env = loopback_env(inst.instance_host) if confine else {}
         specs = [InstanceSpec(model_path=model_path, port=free_port(inst.instance_host), host=inst.instance_host,
                               sglang_args=instance_args, cpu=not gpu, gpus=gpu_sets[i],
                               with_plugin=not inst.no_plugin, log_path=log_dir / f"instance-{i}.log",
                               cpu_threads=None if gpu else cpu_threads_per_instance(k),
-                              extra_env={**dep.pool.process_env(), **plugin.to_env(),
+                              extra_env={**dep.pool.process_env(), **bind_env, **plugin.to_env(),
                                          **emulation.instance_env(config.emulation)})
                  for i in range(k)]
         if seeded_sampling(instance_args):

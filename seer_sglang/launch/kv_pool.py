@@ -91,8 +91,10 @@ class RunningPool:
     write_wait_ms: float = KV_POOL.write_wait_ms
     processes: list[subprocess.Popen] = field(default_factory=list)
     owned_dir: Path | None = None  # a directory we made, removed at exit
-    # The one-machine Mooncake store's loopback host: the instances' store clients bind there too
-    bind_host: str | None = None
+    # False when the Mooncake store is reachable from elsewhere (a cluster of --kv-pool-config, or the
+    # local store on a routable host): the instances' store clients must be too, so their binds are
+    # not confined to loopback
+    confines_instances: bool = True
 
     def describe(self) -> str:
         if self.setup.kind == "file":
@@ -113,7 +115,7 @@ class RunningPool:
         if self.setup.kind == "mooncake":
             from .mooncake import library_env
 
-            return library_env(self.bind_host)
+            return library_env()
         return {}
 
     def stop(self) -> None:
@@ -194,13 +196,15 @@ def start_kv_pool(config: KVPoolConfig, sglang_args: list[str], log_dir: Path | 
             raise ValueError("--kv-pool file with --instance-urls needs --kv-pool-dir (the instances' directory)")
         claim_pool_dir(setup.directory)
     elif kind == "mooncake":
-        from .mooncake import confines_instances, start_local_mooncake
+        from .bind_host import is_loopback
+        from .mooncake import start_local_mooncake
 
         if config.mooncake_config:
             setup.mooncake = json.loads(Path(config.mooncake_config).read_text())
+            pool.confines_instances = False  # a cluster on other nodes reaches the instances' clients
         elif log_dir is not None:
             setup.mooncake, pool.processes = start_local_mooncake(log_dir, config.size_gb, config.host)
-            pool.bind_host = config.host if confines_instances(config.host) else None
+            pool.confines_instances = is_loopback(config.host)
         else:
             raise ValueError("--kv-pool mooncake with --instance-urls needs --kv-pool-config")
     return pool

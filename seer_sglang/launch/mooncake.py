@@ -2,8 +2,8 @@
 default) for ``--kv-pool mooncake``.
 
 Mooncake's transfer engines (in the store service and in every instance's store client) bind their
-RPC and data ports to every interface whatever host they are told; ``bind_host.c``, preloaded into
-those processes, turns those wildcard binds into binds to the store's host.
+RPC and data ports to every interface whatever host they are told; the store service runs with the
+bind shim (``bind_host``) on the store's host, and the instances with it on theirs.
 
 Multi-node runs attach to an existing cluster with ``--kv-pool-config`` instead. The package is
 ``mooncake-transfer-engine-non-cuda`` on CPU (``mooncake-transfer-engine`` on GPU); its import
@@ -13,9 +13,7 @@ needs ``libibverbs.so.1`` even over TCP.
 from __future__ import annotations
 
 import ctypes
-import ipaddress
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -25,12 +23,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from ..cbuild import cache_dir, compile_shared, digest
 from ..config import LOOPBACK
+from .bind_host import bind_env
 from .waiting import wait_until
-
-log = logging.getLogger(__name__)
-BIND_SHIM = Path(__file__).with_name("bind_host.c")
 
 
 class MooncakeUnavailable(ValueError):
@@ -48,43 +43,13 @@ def private_lib_dir() -> Path | None:
 
 def library_env(bind_host: str | None = None) -> dict[str, str]:
     """Environment for processes that load Mooncake (instances, master, store service); with
-    ``bind_host``, their binds to every interface go to that host instead (``bind_env``)."""
+    ``bind_host``, their binds to every interface go to that host instead (``bind_host.bind_env``)."""
     env = bind_env(bind_host) if bind_host else {}
     lib = private_lib_dir()
     if lib is None:
         return env
     current = os.environ.get("LD_LIBRARY_PATH")
     return {**env, "LD_LIBRARY_PATH": f"{lib}:{current}" if current else str(lib)}
-
-
-def bind_shim(force: bool = False) -> Path:
-    """``bind_host.c`` compiled (once per source, in the cache); RuntimeError when it cannot be."""
-    out = cache_dir() / f"libseer_bind_host-{digest([BIND_SHIM])}.so"
-    return compile_shared(out, BIND_SHIM, libs=["-ldl"], force=force)
-
-
-def bind_env(host: str) -> dict[str, str]:
-    """LD_PRELOAD of the bind shim with ``SEER_BIND_HOST``: a process started with it binds to ``host``
-    where it asks for every interface. Empty, with a warning, when the shim cannot be built (no C
-    compiler): Mooncake's ports then listen on every interface."""
-    try:
-        shim = str(bind_shim())
-    except RuntimeError as e:
-        log.warning("Mooncake's transfer-engine ports will listen on every interface: the bind shim did "
-                    "not build (%s)", e)
-        return {}
-    current = os.environ.get("LD_PRELOAD")
-    return {"LD_PRELOAD": f"{shim} {current}" if current else shim, "SEER_BIND_HOST": host}
-
-
-def confines_instances(host: str) -> bool:
-    """Whether the instances' store clients are kept on ``host`` too: only for a loopback host. The
-    shim moves every wildcard bind of a process, and an instance on a routable host may have sockets
-    (torch.distributed's store, for one) that its own machine reaches through loopback."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _preload_private_libs() -> None:

@@ -19,7 +19,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for conftest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/engine/, for kill_rollout
-from conftest import start_seer, stop_seer, wait_seer  # noqa: E402
+from conftest import listening_under, start_seer, stop_seer, wait_seer  # noqa: E402
 from kill_rollout import MAX_TOKENS, PROMPTS, kill_mid_rollout  # noqa: E402
 
 from seer_sglang.models import prepare  # noqa: E402
@@ -134,20 +134,18 @@ def master_killed(server, url: str, ref: list[list[int]]) -> dict:
 
 def mooncake_listeners(launcher_pid: int) -> dict:
     """What the launcher's Mooncake master and store service listen on ([address, port] by process),
-    the store's REST API port (its ``--port``), and what every other process under it listens on."""
-    listening: dict[int, set] = {}
-    for c in psutil.net_connections(kind="inet"):
-        if c.status == psutil.CONN_LISTEN:
-            listening.setdefault(c.pid, set()).add((c.laddr.ip, c.laddr.port))
+    the store's REST API port (its ``--port``), and what every other process of the deployment (the
+    launcher itself included) listens on."""
+    listening = listening_under(launcher_pid)
     out: dict = {"others": []}
-    for p in psutil.Process(launcher_pid).children(recursive=True):
-        cmdline = p.cmdline()
+    for pid, ports in listening.items():
+        cmdline = psutil.Process(pid).cmdline()
         cmd = " ".join(cmdline)
         name = "store" if "mooncake_store" in cmd else "master" if "mooncake_master" in cmd else None
-        if name is None:  # the instances' processes, whose store clients run transfer engines too
-            out["others"] += sorted(listening.get(p.pid, ()))
+        if name is None:  # the frontend and the instances' processes, whose store clients run transfer engines too
+            out["others"] += ports
             continue
-        out[name] = sorted(listening.get(p.pid, ()))
+        out[name] = ports
         if name == "store":
             out["store_rest_port"] = int(next(a for a in cmdline if a.startswith("--port=")).split("=", 1)[1])
         else:  # which of the master's ports is which

@@ -1,4 +1,4 @@
-"""The bind shim preloaded into Mooncake's processes (``launch/bind_host.c``): a bind to every interface
+"""The bind shim preloaded into the instances and Mooncake's store service (``launch/bind_host.c``): a bind to every interface
 lands on the store's host, every other bind is left alone, and a dual-stack socket still takes the IPv4
 connections its peers make to the advertised address."""
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from seer_sglang.launch.mooncake import bind_env, confines_instances
+from seer_sglang.launch.bind_host import bind_env, is_loopback, loopback_env
 
 pytestmark = pytest.mark.skipif(not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")),
                                 reason="no C compiler to build the shim")
@@ -60,6 +60,7 @@ def test_a_preload_already_set_is_kept():
         del os.environ["LD_PRELOAD"]
 
 
-def test_instances_are_confined_only_to_a_loopback_host():
-    assert confines_instances("127.0.0.1") and confines_instances("::1") and confines_instances("localhost")
-    assert not confines_instances("10.0.0.5") and not confines_instances("node-3")
+def test_only_a_loopback_host_is_confined():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert loopback_env("localhost")["SEER_BIND_HOST"] == "127.0.0.1"
+    assert loopback_env("10.0.0.5") == {} and loopback_env("node-3") == {} and loopback_env("0.0.0.0") == {}

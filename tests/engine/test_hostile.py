@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from conftest import wait_until
+from conftest import LOOPBACK_ADDRESSES, listening_under, wait_until
 
 PROMPT = [1, 17, 42, 99, 7, 256, 3]
 LONG = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
@@ -44,6 +44,15 @@ RESERVED = [{"__seer_slo__": 1}, {"__seer_prior_output__": "x"}, {"__draft_depth
 BAD_VALUES = [{"__seer_slo__": 1}, {"__seer_slo__": {"tpot_s": "fast"}},
               {"__seer_slo__": {"tpot_s": -1.0, "ttft_s": None, "deadline": None}},
               {"__seer_prior_output__": "x"}, {"__seer_prior_output__": -5}]
+
+
+def test_every_listener_of_the_deployment_is_loopback(servers):
+    """The frontend, its instances (and every process they start), the draft server and the pool's
+    reaper listen on loopback only, as the shared server runs them: default hosts, file pool."""
+    listening = listening_under(servers.seer.proc.pid)
+    ports = [p for ps in listening.values() for p in ps]
+    assert len(ports) >= 3, listening  # at least the frontend and the two instances' HTTP servers
+    assert {ip for ip, _ in ports} <= LOOPBACK_ADDRESSES, listening
 
 
 def test_a_reserved_custom_param_is_refused_by_name(seer_url):

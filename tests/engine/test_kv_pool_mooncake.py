@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LOOPBACK_ADDRESSES
 from seer_sglang.config import KV_POOL
 from seer_sglang.launch.mooncake import mooncake_available
 
@@ -50,9 +51,8 @@ def test_request_moved_between_instances_loads_its_kv_from_mooncake(tmp_path):
     assert {ip for ip, _ in binds["master"]} == {"127.0.0.1"} and len(binds["master"]) == 2, binds
     # Every process under the launcher listens on loopback only: the transfer engines' RPC and data
     # ports in the store service and in every instance's store client included.
-    loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
     assert len(binds["store"]) >= 3, binds  # the REST API, the transfer engine's RPC and its TCP data port
-    assert {ip for ip, _ in binds["store"] + binds["others"]} <= loopback, binds
+    assert {ip for ip, _ in binds["store"] + binds["others"]} <= LOOPBACK_ADDRESSES, binds
     assert result["details"].get("storage", 0) >= result["context"] - PAGE, result
     assert result["details"].get("storage_backend") == "MooncakeStore", result
     assert result["identical"], result

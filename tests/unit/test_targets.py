@@ -177,3 +177,22 @@ def test_speculation_is_held_to_seers_ablation_and_its_arms_not_to_the_designs_o
     assert "context+sd" in held and not held & {"context+sd-fixed", "context+sd-suffix"}
     run["emulation"]["per_mode"]["context+sd-suffix"][0]["overrun_share"] = 0.2
     assert by(check(run), "`context+sd` above", "context+sd-suffix")["met"] is None
+
+
+def test_a_missed_throughput_says_how_much_any_dispatch_order_could_gain_with_the_same_steps():
+    """The reference's instances spent most of the rollout in steps: an order that never idled them
+    could shorten it only by the idle part, and the reason says so (not for speculation, which changes
+    the steps themselves)."""
+    from benchmarks.harness.emulation import schedule_bound
+
+    run = run_of({"baseline": 100.0, "context": 95.0, "context+sd": 70.0})
+    run["config"]["instances"] = 2
+    for m, c in run["modes"].items():
+        c["repeats"] = [{"completion_s": c["completion_s"]}]
+    # two instances, 180 s of steps in all: 90 s each of the baseline's 100 s
+    run["emulation"]["per_mode"]["baseline"][0]["kinds"] = {"decode": {"model_s": 170.0}, "prefill": {"model_s": 10.0}}
+    assert schedule_bound(run, "baseline") == pytest.approx({"work_s": 90.0, "completion_s": 100.0, "bound": 100 / 90})
+    assert schedule_bound(run, "context") is None  # no step counters: not emulated
+    why = by(rows := check(run), "throughput >= 1.4x", "context")["why"]
+    assert "90 s per instance in steps of its 100 s" in why and "1.11x faster, below the target" in why
+    assert "in steps" not in (by(rows, "throughput >= 1.8x", "context+sd")["why"] or "")
