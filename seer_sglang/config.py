@@ -88,7 +88,9 @@ class InstancesConfig:
                                         "0: none, the engines register with POST /workers, as slime's do)")
     instance_urls: Optional[tuple] = flag(None, "--instance-urls", "attach to these running SGLang instances "
                                           "instead of starting any", nargs="+")
-    instance_host: str = flag(LOOPBACK, "--instance-host", "bind address of started instances")
+    instance_host: str = flag(LOOPBACK, "--instance-host", "bind address of started instances; on loopback the "
+                              "ports they would bind to every interface (SGLang's process-group store, Mooncake's "
+                              "store clients) stay on loopback too")
     log_dir: Optional[str] = flag(None, "--log-dir",
                                   "where instance logs go (default: ~/.cache/seer_sglang/logs/...)")
     startup_timeout: float = flag(900.0, "--startup-timeout", "seconds to wait for instances to be healthy")
