@@ -1,10 +1,10 @@
 """Redo the simulator check (``sim_check``) of stored emulated runs with the simulator as it is now.
 
     python -m benchmarks.sim_recheck benchmarks/results/rollout/*-emulated_h100_*   # prints
-    python -m benchmarks.sim_recheck RUN... --out recheck.json                      # and writes
+    python -m benchmarks.sim_recheck RUN... --out benchmarks/results/sim_recheck/<date>-<label>  # and stores
 
 A run's result stays as its run wrote it: the recheck is a view computed from it, printed (and with
-``--out`` written to a file of its own), never stored back. Its workload, step model, KV cap and admission
+``--out`` stored as a result of its own, with the commit it ran at), never stored back. Its workload, step model, KV cap and admission
 rule are rebuilt from the run's config (``benchmarks.harness.simulate.rebuild``), and each repeat's
 workload is simulated as ``benchmarks.rollout`` simulated it, so an unchanged simulator gives the stored
 check back exactly; a difference is the simulator's change since the run. A run whose config predates a
@@ -14,11 +14,11 @@ setting the rebuild needs is named and skipped.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 from pathlib import Path
 
 from benchmarks.harness.manifest import load_run
+from benchmarks.harness.result import start as start_run
 from benchmarks.harness.simulate import recheck
 
 
@@ -31,8 +31,10 @@ def revision() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="benchmarks.rollout --emulate runs (folders or result files)")
-    ap.add_argument("--out", type=Path, help="also write the rechecks here, by run (never into the runs)")
+    ap.add_argument("--out", help="also store the rechecks as a result (benchmarks.harness.result), by run: "
+                    "each mode's stored check and the one now (never into the runs)")
     args = ap.parse_args()
+    out = start_run("sim_recheck", args.out) if args.out else None
     rechecks = {}
     for name in args.runs:
         run = load_run(name)
@@ -46,10 +48,12 @@ def main() -> None:
         for mode, new in check.items():
             old = run["sim_check"].get(mode, {})
             print(f"{name} {mode}: {old.get('error', float('nan')):+.1%} -> {new['error']:+.1%}")
-        rechecks[str(name)] = check
-    if args.out:
-        args.out.write_text(json.dumps({"simulator_revision": revision(), "sim_check": rechecks}, indent=1))
-        print(f"wrote {args.out}")
+        rechecks[str(name)] = {"stored": run["sim_check"], "now": check}
+    if out is not None:
+        out.write({"label": "SIMULATED against EMULATED runs: each mode's stored simulator check and the "
+                            "simulator's check of the same run now", "simulator_revision": revision(),
+                   "runs": rechecks})
+        print(f"wrote {out.folder}")
 
 
 if __name__ == "__main__":

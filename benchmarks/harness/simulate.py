@@ -81,7 +81,12 @@ CONTEXT_TIES = "spread"
 # plain mode -> the simulator's model of how its requests are placed (``core.policy``): whole groups in
 # turn, or one request per sample through sglang-router's cache_aware or power_of_two policy
 SIM_PLACEMENT = {"plain-group": "round-robin", "plain-router": "sample-cache-aware",
-                 "plain-router-p2": "sample-power-of-two"}
+                 "plain-router-p2": "sample-power-of-two-blind"}
+# A placement that is random (sglang-router's power_of_two, whose loads all read 0 in front of SGLang
+# 0.5.23: ``core.policy.BlindPowerOfTwoPolicy``) is predicted by the mean of this many draws: a run is one
+# draw, and the draws of one workload end up to 15% apart.
+RANDOM_PLACEMENTS = {"sample-power-of-two-blind"}
+RANDOM_DRAWS = 8
 
 
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None,
@@ -89,14 +94,19 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     """One simulated run of a benchmark mode on ``trace`` (a plain mode: plain SGLang fed as its trainer
     feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a
     ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
-    from seer_sglang.core.policy import make_policy
+    from seer_sglang.core.policy import BlindPowerOfTwoPolicy, make_policy
     from seer_sglang.sim.simulator import simulate
 
     name, options = mode_options(mode)
     plain = is_plain(mode)
-    policy = make_policy(SIM_PLACEMENT[canonical(mode)] if plain else name, chunk_size=args.chunk_size,
-                         whole_tail="tail" in options,
-                         spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread" and "arrival" not in options)
+    placement = SIM_PLACEMENT[canonical(mode)] if plain else name
+
+    def policy(draw: int = 0):
+        if placement == BlindPowerOfTwoPolicy.name:
+            return BlindPowerOfTwoPolicy(seed=draw)
+        return make_policy(placement, chunk_size=args.chunk_size, whole_tail="tail" in options,
+                           spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread"
+                           and "arrival" not in options)
     if spec is not None:
         drafter = mode_drafter(mode)
         # a run's config says ``budget_kv_read`` since the budget counts the KV read; older runs ran without
@@ -105,8 +115,24 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                                    budget_kv_read=getattr(args, "budget_kv_read", False),
                                    verify_layout=verify_layout_of(mode))
     arrivals = client_arrivals(trace) if plain else None
-    return simulate(trace, policy, model, args.instances, args.max_tokens, spec=spec, admission=rule,
-                    plain=plain, arrival_s=arrivals, prompts=dict(enumerate(prompts)) if prompts else None)
+
+    def run(draw: int = 0):
+        return simulate(trace, policy(draw), model, args.instances, args.max_tokens, spec=spec, admission=rule,
+                        plain=plain, arrival_s=arrivals, prompts=dict(enumerate(prompts)) if prompts else None)
+
+    if placement not in RANDOM_PLACEMENTS:
+        return run()
+    return mean_of_draws([run(d) for d in range(RANDOM_DRAWS)])
+
+
+def mean_of_draws(draws: list):
+    """One result for a random placement: the draw nearest the mean completion time, with the mean
+    completion, tail and throughput of all draws (its per-instance figures stay that draw's own)."""
+    completion = statistics.fmean(r.completion_s for r in draws)
+    nearest = min(draws, key=lambda r: abs(r.completion_s - completion))
+    return dataclasses.replace(nearest, completion_s=completion, tail_s=statistics.fmean(r.tail_s for r in draws),
+                               throughput_tok_s=nearest.total_tokens / completion,
+                               retractions=round(statistics.fmean(r.retractions for r in draws)))
 
 
 def run_acceptance(args, seed: int):

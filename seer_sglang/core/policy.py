@@ -229,6 +229,24 @@ class PowerOfTwoPolicy(PerSamplePolicy):
         return a if a.inflight <= b.inflight else b
 
 
+class BlindPowerOfTwoPolicy(PowerOfTwoPolicy):
+    """sglang-router 0.3.2's ``power_of_two`` as it runs in front of SGLang 0.5.23, a baseline: the loads it
+    compares all read 0. Its load monitor polls each worker's ``/get_load``, a route SGLang 0.5.23 does not
+    serve ("No loads fetched from workers"), and its own request counter stays at 0 in this mode: in the
+    router's debug log every selection of a 256-request burst over 4 instances compared 0 with 0, and the
+    instances got 54-84 requests each (uniform draws spread as much). So the first of the two random
+    draws wins: a uniformly random placement. The simulator's model of that baseline, not a scheduler a
+    deployment is offered."""
+
+    name = "sample-power-of-two-blind"
+
+    def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
+        healthy = [v for v in instances if v.healthy]
+        if len(healthy) < 2:
+            return healthy[0] if healthy else None
+        return self.rng.sample(healthy, 2)[0]
+
+
 class CacheAwarePolicy(PerSamplePolicy):
     """sglang-router's ``cache_aware`` (its defaults). The router keeps, per instance, the text of the
     requests it sent there (a ``/generate`` with ``input_ids`` is their decimal ids joined by spaces).

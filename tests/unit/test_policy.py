@@ -1,7 +1,10 @@
 """Unit tests of the request model, buffer and the whole-group policy (no engines)."""
 
+import collections
+import statistics
+
 from seer_sglang.core.buffer import RequestBuffer
-from seer_sglang.core.policy import InstanceView, RoundRobinPolicy, WholeGroupPolicy, make_policy
+from seer_sglang.core.policy import BlindPowerOfTwoPolicy, InstanceView, RoundRobinPolicy, WholeGroupPolicy, make_policy
 from seer_sglang.core.request import Group, SampleState, SamplingParams
 
 import pytest
@@ -119,6 +122,28 @@ def test_power_of_two_takes_the_instance_with_fewer_requests_in_flight():
     for seed in range(20):
         policy = make_policy("sample-power-of-two", seed=seed)
         assert placements(policy.schedule(buf, [v.snapshot() for v in busy]))["b-0"] != 2
+
+
+def test_sglang_routers_power_of_two_in_front_of_sglang_places_at_random():
+    """sglang-router 0.3.2's power_of_two reads every load as 0 in front of SGLang 0.5.23: the first of its
+    two draws wins, whatever is in flight, so a burst spreads as uniform draws do, not evenly."""
+    buf = RequestBuffer()
+    buf.add_group(group("a", n=4))
+    views = [InstanceView(0, capacity_tokens=10_000, inflight=50), InstanceView(1, capacity_tokens=10_000)]
+    placed = placements(BlindPowerOfTwoPolicy(seed=3).schedule(buf, views))
+    assert 0 in placed.values()  # the busy instance gets requests too
+    burst = RequestBuffer()
+    burst.add_group(group("b", n=256))
+    spread = []
+    for seed in range(10):
+        views = [InstanceView(i, capacity_tokens=10**6) for i in range(4)]
+        counts = collections.Counter(placements(BlindPowerOfTwoPolicy(seed=seed).schedule(burst, views)).values())
+        spread.append(max(counts.values()) - min(counts.values()))
+        balanced = [InstanceView(i, capacity_tokens=10**6) for i in range(4)]
+        even = collections.Counter(placements(make_policy("sample-power-of-two", seed=seed)
+                                              .schedule(burst, balanced)).values())
+        assert max(even.values()) - min(even.values()) <= 6  # exact in-flight counts: nearly even
+    assert statistics.fmean(spread) > 8  # uniform draws of 256 over 4: about 17 apart on average
 
 
 def test_cache_aware_follows_the_longest_text_match_until_the_load_is_out_of_balance():

@@ -37,6 +37,31 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
         assert check[mode]["predicted_retractions"] == stored["predicted_retractions"], mode
 
 
+def test_sglang_routers_random_placement_is_predicted_by_the_mean_of_its_draws():
+    """``plain-router-p2`` places at random (``BlindPowerOfTwoPolicy``): its prediction is the mean of
+    ``RANDOM_DRAWS`` draws, not one draw, and an even placement would predict it too fast."""
+    import argparse
+    import statistics
+
+    from benchmarks.harness.simulate import RANDOM_DRAWS, client_arrivals, rebuild, simulate_mode
+    from seer_sglang.core.policy import BlindPowerOfTwoPolicy, make_policy
+    from seer_sglang.sim.simulator import simulate
+
+    config = by_label()["emulated_h100_moonlight_seerload_x45"].load()["config"]
+    traces, model, rule = rebuild(config, [0])
+    args = argparse.Namespace(**config)
+    predicted = simulate_mode("plain-router-p2", traces[0], model, rule, args).completion_s
+
+    def draw(policy):
+        return simulate(traces[0], policy, model, config["instances"], config["max_tokens"], admission=rule,
+                        plain=True, arrival_s=client_arrivals(traces[0])).completion_s
+
+    draws = [draw(BlindPowerOfTwoPolicy(seed=d)) for d in range(RANDOM_DRAWS)]
+    assert predicted == pytest.approx(statistics.fmean(draws), rel=1e-9)
+    assert min(draws) < predicted < max(draws)
+    assert draw(make_policy("sample-power-of-two")) < predicted  # in-flight counts balance it better
+
+
 def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
     """``+sd`` verifies what the adaptive budget gives out, ``+sd-fixed`` every draft at every batch size
     (the GPU path's fixed verify width) with the same drafter; modes that agree share one server."""
