@@ -114,7 +114,7 @@ def by_label(status: str | None = None, kind: str = "result", path: Path = MANIF
     return {e.label: e for e in read(path) if e.kind == kind and (status is None or e.status == status)}
 
 
-SIMULATED = ("sim", "sim_bounds")  # benchmarks whose runs run no engine
+SIMULATED = ("sim", "sim_bounds", "sim_recheck")  # benchmarks whose runs run no engine
 RECORDINGS = ("record_text",)  # benchmarks whose runs are inputs of later runs
 
 

@@ -345,6 +345,33 @@ def sim_heldout_table(results: Results) -> str:
     return "\n".join(table(["run", "configuration", "mode", "simulator error"], rows) + ["", caption])
 
 
+def sim_recheck_table(results: Results, stem: str) -> str:
+    """A stored ``benchmarks.sim_recheck``: each run's ``plain-router-p2`` check as stored and as the
+    simulator gives it now, and the held-out runs' every mode, with how many valid mode-runs are within 5%."""
+    data = results[stem]
+    rows, counts = [], {"stored": [], "now": []}
+    for path, entry in data["runs"].items():
+        label = label_of(path)
+        run = results.get(label)
+        held = is_held_out(label)
+        modes = [m for m in entry["now"] if held or m == "plain-router-p2"]
+        for mode in modes:
+            valid = run is None or not is_invalid(run.get("emulation", {}).get("per_mode", {}).get(mode, []))
+            old, new = entry["stored"].get(mode, {}).get("error"), entry["now"][mode]["error"]
+            if held and valid:
+                counts["stored"].append(old)
+                counts["now"].append(new)
+            rows.append([f"`{label}`" + (" (held out)" if held else ""), mode_name(mode),
+                         "-" if old is None else f"{old * 100:+.1f}%",
+                         f"{new * 100:+.1f}%" if valid else "INVALID"])
+    within = {k: sum(abs(e) <= 0.05 for e in v if e is not None) for k, v in counts.items()}
+    caption = (f"SIMULATED against EMULATED runs: the simulator's signed error on each run as the run stored it "
+               f"and as the simulator at `{data['simulator_revision']}` gives it (the run's result is not rewritten). "
+               f"Held-out runs, every valid mode: {within['stored']} of {len(counts['stored'])} within 5% as stored, "
+               f"{within['now']} of {len(counts['now'])} now. Source: {source([stem])}.")
+    return "\n".join(table(["run", "mode", "stored check", "simulator now"], rows) + ["", caption])
+
+
 def _recorded_at(replay: str) -> str:
     """' at temperature T' for a ``benchmarks.record_text`` file, from its own config."""
     try:
