@@ -6,7 +6,8 @@
 
 - The plain modes are K SGLang instances started without the seer plugin, fed as trainers feed them:
   ``plain-group`` sends each prompt group whole to one instance, round-robin, its G requests together
-  (veRL-style; ``baseline`` is its former name, still accepted); ``plain-router`` sends one
+  (veRL-style; ``baseline`` is its former name, still accepted); ``plain-sample`` sends one ``/generate``
+  per sample, the instances in turn (a least-requests balancer's placement of a burst); ``plain-router`` sends one
   ``/generate`` per sample through sglang-router (slime-style) with its default ``cache_aware`` policy,
   ``plain-router-p2`` with ``power_of_two`` (``benchmarks.harness.sglang_router`` starts the router for
   each rollout and stops it). Caches are flushed before every rollout of every mode.
@@ -50,7 +51,7 @@ import time
 
 import httpx
 
-from benchmarks.harness.baselines import ROUTER_POLICIES, canonical, is_plain
+from benchmarks.harness.baselines import PLAIN_SAMPLE, ROUTER_POLICIES, canonical, is_plain
 from benchmarks.harness.calibration import calib_batches, calibrate
 from benchmarks.harness.rollout_metrics import last_samples
 from benchmarks.harness.rollout_plot import plot
@@ -85,11 +86,13 @@ def baseline_rid(sample: TraceSample) -> str:
 
 
 async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
-                       replay: dict | None = None, router: str | None = None) -> dict:
+                       replay: dict | None = None, router: str | None = None, per_sample: bool = False) -> dict:
     """One plain SGLang rollout: without ``router``, each group whole to one instance, round-robin, as
-    veRL's agent loop sends it (``plain-group``); with it, one ``/generate`` per sample to the router,
-    as slime sends them, the router choosing the instance (``plain-router``). The instances' caches are
-    flushed first, as before every seer rollout, so no mode starts from another's prefixes."""
+    veRL's classic split sends it (``plain-group``), or with ``per_sample`` each sample to the next
+    instance in turn, as a least-requests balancer places a burst (``plain-sample``); with ``router``,
+    one ``/generate`` per sample to the router, as slime sends them, the router choosing the instance
+    (``plain-router``). The instances' caches are flushed first, as before every seer rollout, so no
+    mode starts from another's prefixes."""
     from seer_sglang.benchmarking.force_length import ForceLengthProcessor
 
     processor = ForceLengthProcessor.to_str()
@@ -109,7 +112,8 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
             (await http.post(f"{url}/flush_cache")).raise_for_status()
         poller.start()
         start = time.time()
-        tasks = [one(http, router or urls[s.group_id % len(urls)], prompts[s.group_id], s) for s in trace]
+        tasks = [one(http, router or urls[(i if per_sample else s.group_id) % len(urls)], prompts[s.group_id], s)
+                 for i, s in enumerate(trace)]
         await asyncio.gather(*tasks)
         await poller.stop()
     return {"start": start, "finish": finish, "timeline": poller.points}
@@ -181,8 +185,9 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.rollout")
     ap.add_argument("--modes", default="plain-group,plain-router,plain-router-p2,group,divided,context,oracle",
                     help="plain SGLang: plain-group (each group whole to one instance, round-robin; 'baseline' "
-                         "is its former name), plain-router (one /generate per sample through sglang-router, "
-                         "cache_aware), plain-router-p2 (the router's power_of_two); the rest are seer's policies, "
+                         "is its former name), plain-sample (one /generate per sample, the instances in turn), "
+                         "plain-router (one /generate per sample through sglang-router, cache_aware), "
+                         "plain-router-p2 (the router's power_of_two); the rest are seer's policies, "
                          "with options: +pool (global KV pool), +sd (grouped speculation, the adaptive budget), "
                          "+sd-fixed (every draft verified at every batch size: the GPU path's fixed verify width), "
                          "+sd-bucketed (the budget's drafts, every request padded to the step's bucket), "
@@ -288,7 +293,8 @@ def measure_plain(setup: Setup, modes: list[str], rng: random.Random, measured: 
                   replay: dict | None) -> dict:
             if mode in ROUTER_POLICIES:
                 return plain_router_rollout(setup, urls, mode, prompts, rollout, tag, replay)
-            return asyncio.run(run_baseline(urls, prompts, rollout, args, setup.works[0].eos, replay))
+            return asyncio.run(run_baseline(urls, prompts, rollout, args, setup.works[0].eos, replay,
+                                            per_sample=mode == PLAIN_SAMPLE))
 
         run_modes("plain SGLang", modes, args, setup.works, rng, measured, urls, setup.emulated is not None, plain)
     finally:

@@ -22,9 +22,12 @@ from __future__ import annotations
 import math
 
 PLAIN_GROUP = "plain-group"
+# One request per sample, the instances in turn: how a least-requests balancer (veRL's agent loop)
+# places a rollout's burst, every request arriving before any finishes.
+PLAIN_SAMPLE = "plain-sample"
 # plain mode -> sglang-router's policy
 ROUTER_POLICIES = {"plain-router": "cache_aware", "plain-router-p2": "power_of_two"}
-PLAIN_MODES = (PLAIN_GROUP, *ROUTER_POLICIES)
+PLAIN_MODES = (PLAIN_GROUP, PLAIN_SAMPLE, *ROUTER_POLICIES)
 # names stored configs used: ``--modes baseline,...`` still rebuilds as plain-group
 ALIASES = {"baseline": PLAIN_GROUP}
 FULL_OVER_IDLE_MIN = 2.0

@@ -79,9 +79,10 @@ CONTEXT_TIES = "spread"
 
 
 # plain mode -> the simulator's model of how its requests are placed (``core.policy``): whole groups in
-# turn, or one request per sample through sglang-router's cache_aware or power_of_two policy
-SIM_PLACEMENT = {"plain-group": "round-robin", "plain-router": "sample-cache-aware",
-                 "plain-router-p2": "sample-power-of-two-blind"}
+# turn, one request per sample in turn, or one per sample through sglang-router's cache_aware or
+# power_of_two policy
+SIM_PLACEMENT = {"plain-group": "round-robin", "plain-sample": "sample-round-robin",
+                 "plain-router": "sample-cache-aware", "plain-router-p2": "sample-power-of-two-blind"}
 # A placement that is random (sglang-router's power_of_two, whose loads all read 0 in front of SGLang
 # 0.5.23: ``core.policy.BlindPowerOfTwoPolicy``) is predicted by the mean of this many draws: a run is one
 # draw, and the draws of one workload end up to 15% apart.

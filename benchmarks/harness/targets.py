@@ -27,7 +27,7 @@ import statistics
 
 from dataclasses import dataclass, field
 
-from benchmarks.harness.baselines import ROUTER_POLICIES, is_plain, reference_of
+from benchmarks.harness.baselines import PLAIN_SAMPLE, ROUTER_POLICIES, is_plain, reference_of
 from benchmarks.harness.emulation import is_invalid, schedule_bound, worst_overrun
 
 
@@ -53,9 +53,9 @@ SIM_ERROR = 0.05
 
 
 def targets_of(run: dict) -> Targets:
-    """``STRONGEST`` for a run that measured plain SGLang behind sglang-router (its reference is then at
-    least as fast as the per-sample router a trainer runs), else ``PAPER``."""
-    return STRONGEST if any(m in run["modes"] for m in ROUTER_POLICIES) else PAPER
+    """``STRONGEST`` for a run that measured plain SGLang per sample (behind sglang-router, or in turn: its
+    reference is then at least as fast as the per-sample dispatch a trainer runs), else ``PAPER``."""
+    return STRONGEST if any(m in run["modes"] for m in (*ROUTER_POLICIES, PLAIN_SAMPLE)) else PAPER
 
 
 def context_modes(modes) -> list[str]:

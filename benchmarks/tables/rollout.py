@@ -275,8 +275,8 @@ def methodology_table(results: Results) -> str:
     return "\n".join(table(["regime", "what it is", "current runs", "benchmarks"], rows) + ["", caption])
 
 
-SIM_ERROR_MODES = ("plain-group", "plain-router", "plain-router-p2", "group", "divided", "context", "context+arrival",
-                   "oracle", "context+sd", "context+sd-fixed", "oracle+sd")
+SIM_ERROR_MODES = ("plain-group", "plain-sample", "plain-router", "plain-router-p2", "group", "divided", "context",
+                   "context+arrival", "oracle", "context+sd", "context+sd-fixed", "oracle+sd")
 
 
 def rebuildable(run: dict) -> bool:
