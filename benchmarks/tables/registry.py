@@ -47,6 +47,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_errors_superseded": lambda r: sim_errors_table(r, "superseded"),
     "sim_heldout": sim_heldout_table,
     "recheck_router_p2_random": lambda r: sim_recheck_table(r, "recheck_router_p2_random"),
+    "sim_plain_sample_qwen2vl_seerload_ablation":
+        lambda r: sim_bounds_table(r, "sim_plain_sample_qwen2vl_seerload_ablation"),
+    "sim_plain_sample_moonlight_seerload": lambda r: sim_bounds_table(r, "sim_plain_sample_moonlight_seerload"),
     "emulated_h100_qwen2vl_x15": lambda r: emulated_table(r, "emulated_h100_qwen2vl_x15"),
     "emulated_pool": lambda r: emulated_pool_table(r, "emulated_h100_qwen2vl_pool"),
     "emulated_h100_qwen2vl_workloads_x20": lambda r: emulated_table(r, "emulated_h100_qwen2vl_workloads_x20"),
