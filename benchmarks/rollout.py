@@ -85,6 +85,12 @@ def baseline_rid(sample: TraceSample) -> str:
     return f"b{sample.group_id}-{sample.sample_index}"
 
 
+def plain_instance(index: int, sample: TraceSample, instances: int, per_sample: bool) -> int:
+    """Where plain SGLang's client sends the ``index``-th request of a rollout (``sample``): its group's
+    instance in turn (``plain-group``), or the next instance in turn for every sample (``plain-sample``)."""
+    return (index if per_sample else sample.group_id) % instances
+
+
 async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[TraceSample], args, eos: int,
                        replay: dict | None = None, router: str | None = None, per_sample: bool = False) -> dict:
     """One plain SGLang rollout: without ``router``, each group whole to one instance, round-robin, as
@@ -112,7 +118,7 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
             (await http.post(f"{url}/flush_cache")).raise_for_status()
         poller.start()
         start = time.time()
-        tasks = [one(http, router or urls[(i if per_sample else s.group_id) % len(urls)], prompts[s.group_id], s)
+        tasks = [one(http, router or urls[plain_instance(i, s, len(urls), per_sample)], prompts[s.group_id], s)
                  for i, s in enumerate(trace)]
         await asyncio.gather(*tasks)
         await poller.stop()

@@ -36,6 +36,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_seerload_ablation_x45":
         lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_ablation_x45"),
     "emulated_h100_moonlight_seerload_x45": lambda r: emulated_table(r, "emulated_h100_moonlight_seerload_x45"),
+    "emulated_h100_qwen2vl_seerload_plain_sample_x45":
+        lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_plain_sample_x45"),
     "emulated_h100_v2_qwen2vl_seerload_ablation_x45":
         lambda r: emulated_table(r, "emulated_h100_v2_qwen2vl_seerload_ablation_x45"),
     "targets_seerload": lambda r: targets_table(r, ["emulated_h100_qwen2vl_seerload_ablation_x45",

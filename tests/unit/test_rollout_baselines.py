@@ -120,3 +120,20 @@ def test_the_router_runs_on_localhost_with_the_policy_and_without_retries():
     assert cmd[cmd.index("--worker-urls") + 1:cmd.index("--worker-urls") + 3] == ["http://127.0.0.1:1",
                                                                                   "http://127.0.0.1:2"]
     assert "--disable-retries" in cmd
+
+
+def test_plain_sample_sends_every_sample_to_the_next_instance_and_plain_group_keeps_groups_whole():
+    """``plain-sample`` is a plain mode (a reference candidate) whose client spreads a group's siblings
+    over the instances in turn, as a least-requests balancer places a burst; the simulator places it so."""
+    from benchmarks.harness.simulate import SIM_PLACEMENT
+    from benchmarks.rollout import plain_instance
+    from seer_sglang.sim.workload import TraceSample
+
+    trace = [TraceSample(g, i, 10, 5) for g in range(3) for i in range(4)]
+    per_sample = [plain_instance(k, s, 4, True) for k, s in enumerate(trace)]
+    whole = [plain_instance(k, s, 4, False) for k, s in enumerate(trace)]
+    assert per_sample == [0, 1, 2, 3] * 3
+    assert whole == [0] * 4 + [1] * 4 + [2] * 4
+    assert is_plain("plain-sample") and SIM_PLACEMENT["plain-sample"] == "sample-round-robin"
+    assert reference({"plain-sample": mode([9.0, 9.0], tail=2.0), "plain-router-p2": mode([9.5, 9.5], tail=2.0),
+                      "context": mode([8.0, 8.0], tail=1.0)}) == "plain-sample"
