@@ -54,13 +54,18 @@ def is_invalid(runs: list[dict]) -> bool:
     return worst_overrun(runs) > MAX_OVERRUN_SHARE
 
 
+def mode_runs(run: dict, mode: str) -> list[dict]:
+    """The emulation's counters of each repeat of ``mode`` (none for a run not emulated)."""
+    return run.get("emulation", {}).get("per_mode", {}).get(mode, [])
+
+
 def schedule_bound(run: dict, mode: str) -> dict | None:
     """How much of ``mode``'s rollout its instances spent in steps, from the profile's step times the
     emulation padded to (every repeat pooled): ``work_s``, the steps' time per instance; ``completion_s``;
     and ``bound``, their ratio: the most a dispatch order that left no instance idle could gain over
     ``mode`` with the same steps. Only a change of the steps themselves (fewer, or cheaper: speculation,
     other batches) goes further. None for a run not emulated."""
-    runs = run.get("emulation", {}).get("per_mode", {}).get(mode) or []
+    runs = mode_runs(run, mode)
     repeats = run["modes"][mode].get("repeats") or []
     if not runs or len(runs) != len(repeats):
         return None

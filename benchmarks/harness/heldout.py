@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmarks.harness.emulation import is_invalid
+from benchmarks.harness.emulation import is_invalid, mode_runs
 
 # the modes a held-out run measures: the plain baselines the simulator models and seer's policies
 HELD_OUT_MODES = "plain-group,plain-router,plain-router-p2,divided,context,oracle"
@@ -63,8 +63,7 @@ def checks(runs: list[tuple[str, dict]]) -> list[dict]:
     counts (its steps kept up with the profile)."""
     rows = []
     for label, result in runs:
-        per_mode = result.get("emulation", {}).get("per_mode", {})
         for mode, check in result.get("sim_check", {}).items():
             rows.append({"run": label, "mode": mode, "error": check["error"],
-                         "valid": not is_invalid(per_mode.get(mode, []))})
+                         "valid": not is_invalid(mode_runs(result, mode))})
     return rows

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from benchmarks.harness.baselines import PLAIN_SAMPLE, ROUTER_POLICIES, is_plain, reference_of
-from benchmarks.harness.emulation import is_invalid, schedule_bound, worst_overrun
+from benchmarks.harness.emulation import is_invalid, mode_runs, schedule_bound, worst_overrun
 
 
 @dataclass(frozen=True)
@@ -86,11 +86,6 @@ def bounds(predicted: dict) -> dict:
     return {mode: {"predicted_s": statistics.fmean(r.completion_s for r in runs),
                    "predicted_tail_s": statistics.fmean(r.tail_s for r in runs)}
             for mode, runs in predicted.items()}
-
-
-def mode_runs(run: dict, mode: str) -> list[dict]:
-    """The emulation's counters of each repeat of ``mode`` (none for a run not emulated)."""
-    return run.get("emulation", {}).get("per_mode", {}).get(mode, [])
 
 
 def overrun(run: dict, mode: str) -> float:

@@ -9,7 +9,7 @@ from typing import Callable
 from benchmarks.harness import manifest
 from benchmarks.harness.baselines import PLAIN_GROUP, is_plain, reference_of
 from benchmarks.harness.heldout import checks as heldout_checks, is_held_out
-from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, schedule_bound, worst_overrun
+from benchmarks.harness.emulation import MAX_OVERRUN_SHARE, is_invalid, mode_runs, schedule_bound, worst_overrun
 from benchmarks.harness.manifest import resolve
 from benchmarks.harness.targets import check as check_targets
 
@@ -356,7 +356,7 @@ def sim_recheck_table(results: Results, stem: str) -> str:
         held = is_held_out(label)
         modes = [m for m in entry["now"] if held or m == "plain-router-p2"]
         for mode in modes:
-            valid = run is None or not is_invalid(run.get("emulation", {}).get("per_mode", {}).get(mode, []))
+            valid = run is None or not is_invalid(mode_runs(run, mode))
             old, new = entry["stored"].get(mode, {}).get("error"), entry["now"][mode]["error"]
             if held and valid:
                 counts["stored"].append(old)

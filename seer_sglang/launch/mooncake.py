@@ -41,15 +41,13 @@ def private_lib_dir() -> Path | None:
     return path if (path / "libibverbs.so.1").exists() else None
 
 
-def library_env(bind_host: str | None = None) -> dict[str, str]:
-    """Environment for processes that load Mooncake (instances, master, store service); with
-    ``bind_host``, their binds to every interface go to that host instead (``bind_host.bind_env``)."""
-    env = bind_env(bind_host) if bind_host else {}
+def library_env() -> dict[str, str]:
+    """Environment for processes that load Mooncake (instances, master, store service)."""
     lib = private_lib_dir()
     if lib is None:
-        return env
+        return {}
     current = os.environ.get("LD_LIBRARY_PATH")
-    return {**env, "LD_LIBRARY_PATH": f"{lib}:{current}" if current else str(lib)}
+    return {"LD_LIBRARY_PATH": f"{lib}:{current}" if current else str(lib)}
 
 
 def _preload_private_libs() -> None:
@@ -90,7 +88,7 @@ def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) ->
     rpc, metrics, store = (free_port(host) for _ in range(3))
     procs: list[subprocess.Popen] = []
 
-    env = {**os.environ, **library_env(host)}
+    env = {**os.environ, **library_env(), **bind_env(host)}  # every wildcard bind on the store's host
 
     def spawn(cmd: list[str], name: str) -> None:
         with open(log_dir / f"mooncake-{name}.log", "ab") as log:
