@@ -36,6 +36,7 @@ from benchmarks.harness.result import start as start_run
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_drafter, rebuild, run_acceptance, simulate_mode
 from benchmarks.harness.baselines import is_plain
 from benchmarks.harness.workload import workload_seeds
+from seer_sglang.config import SCHEDULER
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
 from seer_sglang.sim.workload import working_set
 
@@ -131,7 +132,8 @@ def main() -> None:
         raise SystemExit("--prompts other than the run's: the recorded text covers only the run's own groups; "
                          "give --acceptance a benchmarks.draft_replay --references file (its curve)")
     # the policies and the draft budget as they are now
-    run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES, "budget_kv_read": True})
+    run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES, "budget_kv_read": True,
+                                     "kv_headroom": SCHEDULER.kv_headroom})
     own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
     prompts: list = []

@@ -16,7 +16,7 @@ from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import resolve
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
                                          prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
-from seer_sglang.config import EmulationConfig, PluginConfig
+from seer_sglang.config import SCHEDULER, EmulationConfig, PluginConfig
 from seer_sglang.core.step_model import StepModel
 from seer_sglang.launch.emulation import instance_env, plugin_settings
 from seer_sglang.launch.instances import has_cuda
@@ -70,6 +70,8 @@ def prepare(args: argparse.Namespace) -> Setup:
     # the instances' draft budget counts the batch's KV read: recorded, so the simulator rebuilds this run
     # with it (runs without the key were made before it did)
     args.budget_kv_read = True
+    # the frontend's KV headroom (the server's default; a mode's ``+h<x>`` overrides it), recorded likewise
+    args.kv_headroom = SCHEDULER.kv_headroom
     preset = PRESETS[args.workload]
     args.group_size = args.group_size or preset.group_size
     args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share

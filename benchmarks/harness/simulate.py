@@ -21,11 +21,29 @@ from seer_sglang.sim.workload import TraceSample
 
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+tail][+arrival][+pool][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
+    """``<policy>[+tail][+arrival][+pool][+h<x>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
     sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
-    serve equal length estimates in waiting order, not sibling by sibling across groups."""
+    serve equal length estimates in waiting order, not sibling by sibling across groups; ``+h<x>`` runs the
+    frontend with ``--kv-headroom x``."""
     policy, *options = mode.split("+")
     return policy, set(options)
+
+
+# Runs recorded before their config named the frontend's KV headroom ran this one
+HEADROOM_BEFORE_RECORDED = 0.95
+
+
+def mode_headroom(mode: str) -> float | None:
+    """The ``+h<x>`` option of a mode: the frontend's ``--kv-headroom`` for it (None: the server's own)."""
+    for option in mode_options(mode)[1]:
+        if option.startswith("h") and option[1:].replace(".", "", 1).isdigit():
+            return float(option[1:])
+    return None
+
+
+def run_headroom(mode: str, args) -> float:
+    """The KV headroom a mode's frontend ran (or runs) with: its ``+h<x>`` option, else the run's own."""
+    return mode_headroom(mode) or getattr(args, "kv_headroom", HEADROOM_BEFORE_RECORDED)
 
 
 def mode_drafter(mode: str) -> str | None:
@@ -106,6 +124,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
         if placement == BlindPowerOfTwoPolicy.name:
             return BlindPowerOfTwoPolicy(seed=draw)
         return make_policy(placement, chunk_size=args.chunk_size, whole_tail="tail" in options,
+                           kv_headroom=run_headroom(mode, args),
                            spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread"
                            and "arrival" not in options)
     if spec is not None:

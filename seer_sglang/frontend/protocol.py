@@ -261,7 +261,7 @@ class SchedulerRequest(BaseModel):
 
     name: Literal[SCHEDULERS]  # type: ignore[valid-type]
     chunk_size: Optional[int] = Field(None, ge=1)
-    kv_headroom: Optional[float] = Field(None, gt=0.0, le=1.0)
+    kv_headroom: Optional[float] = Field(None, gt=0.0, le=4.0)
     starvation_bound: Optional[int] = Field(None, ge=1)
     whole_tail: Optional[bool] = None
     # False: the context policies serve equal length estimates in waiting order (whole groups in

@@ -230,6 +230,20 @@ def test_admission_keeps_kv_below_headroom_but_idle_instance_takes_one():
     assert ChunkedPolicy().schedule(big, [InstanceView(0, healthy=False)]) == []
 
 
+def test_a_headroom_above_one_commits_more_worst_cases_than_the_kv_holds():
+    """A chunk's worst case (its whole budget) is rarely written: past 1, the headroom lets the in-flight
+    worst cases exceed the instance's KV, and SGLang's own admission queues what does not fit."""
+    def placed(headroom: float) -> int:
+        buf = RequestBuffer()
+        buf.add_group(group("a", n=16, prompt_len=100, max_new=1000))
+        views = [InstanceView(0, capacity_tokens=1000)]
+        decisions = ChunkedPolicy(chunk_size=200, kv_headroom=headroom).schedule(buf, views)
+        assert views[0].reserved_tokens <= headroom * 1000
+        return sum(len(d.samples) for d in decisions)
+
+    assert (placed(0.9), placed(1.2), placed(2.0)) == (4, 5, 9)  # 100 + n * 200 within the headroom
+
+
 def test_whole_tail_sends_the_remainder_only_when_every_waiting_sample_fits():
     """With ``whole_tail``, samples go for their whole remaining budget once all that waits fits in
     the instances' headroom; before that, and without the option, one chunk at a time."""
