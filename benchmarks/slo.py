@@ -426,7 +426,8 @@ def main() -> None:
                           cpu_threads=cpu_threads_per_instance(args.instances) if cpu else None)
              for i in range(args.instances)]
     seer_flags = ["--num-instances", str(args.instances), "--draft", "none", "--slo-headroom",
-                  str(args.slo_headroom), "--chunk-size", str(args.chunk_size), *sglang_args]
+                  str(args.slo_headroom), *(["--chunk-size", str(args.chunk_size)] if args.chunk_size else []),
+                  *sglang_args]
     if args.emulate:
         seer_flags += ["--emulate", args.emulate, "--emulate-time-scale", str(args.emulate_time_scale),
                        "--emulate-length-scale", str(length_scale)]

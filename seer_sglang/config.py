@@ -116,7 +116,10 @@ class SchedulerConfig:
                      "oracle = benchmarks only (reads each sample's true length), group-oracle = benchmarks only (reads "
                      "each group's true longest length), late-oracle = benchmarks only (context, with each group's "
                      "true longest length from its first finished sample)", choices=SCHEDULERS)
-    chunk_size: int = flag(8192, "--chunk-size", "max new tokens per dispatch (default: %(default)s)")
+    chunk_size: Optional[int] = flag(None, "--chunk-size", "max new tokens per dispatch (default: an eighth of "
+                                     "each sample's max_new_tokens, at least 512: a chunk long enough that its "
+                                     "boundary costs little, short enough that the worst case reserved for it "
+                                     "stays near what it writes)")
     kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
                               "claim, worst case (default: %(default)s)")
     starvation_bound: int = flag(256, "--starvation-bound", "once per this many dispatches, the sample "
@@ -127,6 +130,13 @@ class SchedulerConfig:
     # A continuation stays on its instance unless another is less loaded by this share of capacity
     # (plus the share of the chunk's time that moving adds).
     affinity_slack: float = 0.05
+    # Without --chunk-size: a sample's chunks are this share of its max_new_tokens, and at least min_chunk
+    auto_chunks: int = 8
+    min_chunk: int = 512
+
+    def smallest_chunk(self) -> int:
+        """The shortest chunk a dispatch may have (pages longer than a quarter of it are not offered)."""
+        return self.chunk_size if self.chunk_size is not None else self.min_chunk
 
     def policy_kwargs(self) -> dict[str, Any]:
         return {"chunk_size": self.chunk_size, "kv_headroom": self.kv_headroom,

@@ -21,10 +21,10 @@ from seer_sglang.sim.workload import TraceSample
 
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+tail][+arrival][+pool][+h<x>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
+    """``<policy>[+tail][+arrival][+pool][+h<x>][+c<n>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
     sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
     serve equal length estimates in waiting order, not sibling by sibling across groups; ``+h<x>`` runs the
-    frontend with ``--kv-headroom x``."""
+    frontend with ``--kv-headroom x``, and ``+c<n>`` in chunks of ``n`` tokens."""
     policy, *options = mode.split("+")
     return policy, set(options)
 
@@ -35,10 +35,13 @@ HEADROOM_BEFORE_RECORDED = 0.95
 
 def mode_headroom(mode: str) -> float | None:
     """The ``+h<x>`` option of a mode: the frontend's ``--kv-headroom`` for it (None: the server's own)."""
-    for option in mode_options(mode)[1]:
-        if option.startswith("h") and option[1:].replace(".", "", 1).isdigit():
-            return float(option[1:])
-    return None
+    return next((float(o[1:]) for o in mode_options(mode)[1] if o[:1] == "h" and o[1:].replace(".", "", 1).isdigit()),
+                None)
+
+
+def mode_chunk(mode: str) -> int | None:
+    """The ``+c<n>`` option of a mode: its chunk size in place of the run's ``--chunk-size``."""
+    return next((int(o[1:]) for o in mode_options(mode)[1] if o[:1] == "c" and o[1:].isdigit()), None)
 
 
 def run_headroom(mode: str, args) -> float:
@@ -123,7 +126,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     def policy(draw: int = 0):
         if placement == BlindPowerOfTwoPolicy.name:
             return BlindPowerOfTwoPolicy(seed=draw)
-        return make_policy(placement, chunk_size=args.chunk_size, whole_tail="tail" in options,
+        return make_policy(placement, chunk_size=mode_chunk(mode) or args.chunk_size, whole_tail="tail" in options,
                            kv_headroom=run_headroom(mode, args),
                            spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread"
                            and "arrival" not in options)

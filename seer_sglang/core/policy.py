@@ -103,6 +103,14 @@ def chunk_tokens(sample: Sample, chunk_size: int | None, page_size: int | None =
     return chunk_size - (sample.context_len + chunk_size - 1) % page_size
 
 
+def auto_chunk(sample: Sample) -> int:
+    """A sample's chunk without a set ``--chunk-size``: a fixed share of its ``max_new_tokens`` (at least
+    ``SCHEDULER.min_chunk``). The frontend reserves each chunk's worst case on its instance, so a chunk
+    as long as the whole budget (no division) reserves far more than most samples write and keeps
+    batches small; and a whole-budget chunk cannot move between instances while it runs."""
+    return max(SCHEDULER.min_chunk, -(-sample.params.max_new_tokens // SCHEDULER.auto_chunks))
+
+
 def worst_case_tokens(sample: Sample, max_new: int) -> int:
     """A chunk's KV with its prompt counted in full (an upper bound wherever it runs)."""
     return sample.context_len + max_new
@@ -334,12 +342,12 @@ class ChunkedPolicy(SchedulingPolicy):
 
     name = "divided"
 
-    def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
+    def __init__(self, chunk_size: int | None = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
                  whole_tail: bool = SCHEDULER.whole_tail, page_size: int | None = None):
-        if chunk_size < 1:
+        if chunk_size is not None and chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
-        self.chunk_size = chunk_size
+        self.chunk_size = chunk_size  # None: each sample's ``auto_chunk``
         self.page_size = page_size  # the instances' KV page (None: unpaged): chunk ends are aligned to it
         self.kv_headroom = kv_headroom
         # In the tail (every waiting sample fits with its whole remaining budget) a chunk boundary
@@ -353,6 +361,10 @@ class ChunkedPolicy(SchedulingPolicy):
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
         return pending  # arrival order
+
+    def chunk_of(self, sample: Sample) -> int:
+        """The most new tokens of one of the sample's chunks."""
+        return self.chunk_size if self.chunk_size is not None else auto_chunk(sample)
 
     def _fits(self, view: InstanceView, tokens: int) -> bool:
         if not view.healthy:
@@ -395,9 +407,9 @@ class ChunkedPolicy(SchedulingPolicy):
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_instance: dict[int, Dispatch] = {}
         ordered = self.order(best_effort(buffer.pending()), buffer)
-        chunk = None if self.whole_tail and ordered and self.in_tail(ordered, instances) else self.chunk_size
+        tail = self.whole_tail and ordered and self.in_tail(ordered, instances)
         for rank, sample in enumerate(ordered):
-            budget = chunk_tokens(sample, chunk, self.page_size)
+            budget = chunk_tokens(sample, None if tail else self.chunk_of(sample), self.page_size)
             target = self.select_instance(instances, sample, budget,
                                           sample.chunks[-1].instance if sample.chunks else sample.affinity,
                                           self.move_share(sample, budget))
@@ -437,7 +449,7 @@ class ContextPolicy(ChunkedPolicy):
 
     name = "context"
 
-    def __init__(self, chunk_size: int = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
+    def __init__(self, chunk_size: int | None = SCHEDULER.chunk_size, kv_headroom: float = SCHEDULER.kv_headroom,
                  affinity_slack: float = SCHEDULER.affinity_slack, migration: MigrationCost | None = None,
                  starvation_bound: int = SCHEDULER.starvation_bound, whole_tail: bool = SCHEDULER.whole_tail,
                  page_size: int | None = None, spread_ties: bool = True):

@@ -103,7 +103,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         log_dir.mkdir(parents=True, exist_ok=True)
         dep.pool = start_kv_pool(config.kv_pool, sglang_args, log_dir, model_path, cpu=not gpu,
                                  with_plugin=not inst.no_plugin, instances=k, emulation=config.emulation,
-                                 chunk_size=config.scheduler.chunk_size)
+                                 chunk_size=config.scheduler.smallest_chunk())
         dep.drafts = start_drafting(config.draft, log_dir, cpu=not gpu, with_plugin=not inst.no_plugin,
                                     sglang_args=sglang_args)
         plugin = PluginConfig(**{**dep.pool.plugin_settings(), **dep.drafts.plugin_settings(),

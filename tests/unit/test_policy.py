@@ -244,6 +244,23 @@ def test_a_headroom_above_one_commits_more_worst_cases_than_the_kv_holds():
     assert (placed(0.9), placed(1.2), placed(2.0)) == (4, 5, 9)  # 100 + n * 200 within the headroom
 
 
+def test_without_a_chunk_size_each_sample_is_divided_by_its_own_budget():
+    """No ``--chunk-size``: a sample's chunks are an eighth of its max_new_tokens, never under 512, so a
+    long budget is divided (its worst case is not reserved whole) and a short one runs undivided."""
+    from seer_sglang.config import SCHEDULER
+
+    buf = RequestBuffer()
+    buf.add_group(group("long", n=2, max_new=32768))
+    buf.add_group(group("mid", n=2, max_new=2048))
+    buf.add_group(group("short", n=2, max_new=300))
+    policy = ChunkedPolicy()
+    assert policy.chunk_size is None and (SCHEDULER.auto_chunks, SCHEDULER.min_chunk) == (8, 512)
+    decisions = policy.schedule(buf, [InstanceView(0, capacity_tokens=10**6)])
+    budgets = {s.group_id: b for d in decisions for s, b in zip(d.samples, d.max_new_tokens)}
+    assert budgets == {"long": 4096, "mid": 512, "short": 300}
+    assert ChunkedPolicy(chunk_size=100).chunk_of(buf.groups["long"].samples[0]) == 100
+
+
 def test_whole_tail_sends_the_remainder_only_when_every_waiting_sample_fits():
     """With ``whole_tail``, samples go for their whole remaining budget once all that waits fits in
     the instances' headroom; before that, and without the option, one chunk at a time."""
