@@ -120,8 +120,10 @@ class SchedulerConfig:
                                      "each sample's max_new_tokens, at least 512: a chunk long enough that its "
                                      "boundary costs little, short enough that the worst case reserved for it "
                                      "stays near what it writes)")
-    kv_headroom: float = flag(0.95, "--kv-headroom", "fraction of an instance's KV our in-flight chunks may "
-                              "claim, worst case (default: %(default)s)")
+    kv_headroom: float = flag(1.2, "--kv-headroom", "the in-flight chunks' worst cases (context + whole chunk) "
+                              "may claim this share of an instance's KV; above 1 since most chunks write less "
+                              "than their budget, and SGLang's own admission queues what does not fit "
+                              "(default: %(default)s)")
     starvation_bound: int = flag(256, "--starvation-bound", "once per this many dispatches, the sample "
                                  "that has waited longest goes first, if it has waited that many (default: %(default)s)")
     whole_tail: bool = flag(False, "--whole-tail", "in the rollout's tail (every waiting sample fits with its "

@@ -402,7 +402,7 @@ def test_context_dispatch_priorities_follow_the_order():
 
 def test_make_policy_passes_only_known_options():
     p = make_policy("context", chunk_size=16, starvation_bound=5, kv_headroom=None)
-    assert (p.name, p.chunk_size, p.starvation_bound, p.kv_headroom) == ("context", 16, 5, 0.95)
+    assert (p.name, p.chunk_size, p.starvation_bound, p.kv_headroom) == ("context", 16, 5, 1.2)
     assert make_policy("group", chunk_size=16).name == "group"
 
 
