@@ -304,6 +304,16 @@ def test_a_trajectorys_next_turn_goes_where_its_last_turn_ran(seer_url):
         assert r.status_code == 200, r.text
         return r.json(), [_counter(seer_url, "seer_chunks", instance=str(i)) - b for i, b in zip((0, 1), before)]
 
+    # the long sample runs as one chunk, so that instance 0 stays busy (and returns no chunk) meanwhile
+    scheduler = httpx.get(f"{seer_url}/scheduler", timeout=10).json()
+    assert httpx.post(f"{seer_url}/scheduler", json={**scheduler, "chunk_size": 1500}, timeout=30).status_code == 200
+    try:
+        _turns_follow_their_trajectory(seer_url, namings, turn)
+    finally:
+        assert httpx.post(f"{seer_url}/scheduler", json=scheduler, timeout=30).status_code == 200
+
+
+def _turns_follow_their_trajectory(seer_url, namings, turn) -> None:
     busy = BackgroundRollout(seer_url, {"prompts": [{"input_ids": [4, 4, 2]}], "n": 1, "max_tokens": 1500,
                                         "ignore_eos": True, "temperature": 0})
     try:
