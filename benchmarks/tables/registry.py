@@ -47,6 +47,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_load_qwen2vl_seerload": lambda r: sim_load_table(r, [f"sim_load_qwen2vl_seerload_p{p}" for p in (32, 64, 128)]),
     "emulated_h100_moonlight_2x16_headroom_x30":
         lambda r: emulated_table(r, "emulated_h100_moonlight_2x16_headroom_x30"),
+    "emulated_h100_qwen2vl_2x32_x25": lambda r: emulated_table(r, "emulated_h100_qwen2vl_2x32_x25"),
     "sim_admission_qwen2vl": lambda r: sim_load_table(r, [f"sim_admission_qwen2vl_p{p}" for p in (64, 128)]),
     "sim_admission_moonlight": lambda r: sim_load_table(r, [f"sim_admission_moonlight_p{p}" for p in (64, 128)]),
     "sim_errors": sim_errors_table,
