@@ -59,7 +59,7 @@ from benchmarks.harness.rollout_report import Measured, build_report
 from benchmarks.harness.rollout_setup import Setup, prepare
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import seer_server
-from benchmarks.harness.simulate import mode_chunk, mode_options, mode_speculation, run_headroom, verify_layout_of
+from benchmarks.harness.simulate import mode_options, mode_speculation, run_chunk, run_headroom, verify_layout_of
 from benchmarks.harness.sglang_router import ParamsShim, start_router, stop_router
 from benchmarks.harness.telemetry import LoadPoller
 from benchmarks.harness.workload import Workload
@@ -144,7 +144,7 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
         body["prompts"].append(prompt)
     async with httpx.AsyncClient(timeout=None) as http:
         name, options = mode_options(mode)
-        r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": mode_chunk(mode) or args.chunk_size,
+        r = await http.post(f"{url}/scheduler", json={"name": name, "chunk_size": run_chunk(mode, args),
                                                       "whole_tail": "tail" in options,
                                                       "spread_ties": "arrival" not in options,
                                                       "kv_headroom": run_headroom(mode, args)})

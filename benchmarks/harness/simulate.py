@@ -44,6 +44,11 @@ def mode_chunk(mode: str) -> int | None:
     return next((int(o[1:]) for o in mode_options(mode)[1] if o[:1] == "c" and o[1:].isdigit()), None)
 
 
+def run_chunk(mode: str, args) -> int | None:
+    """The chunk size a mode's frontend runs with: its ``+c<n>`` option, else the run's ``--chunk-size``."""
+    return mode_chunk(mode) or args.chunk_size
+
+
 def run_headroom(mode: str, args) -> float:
     """The KV headroom a mode's frontend ran (or runs) with: its ``+h<x>`` option, else the run's own."""
     return mode_headroom(mode) or getattr(args, "kv_headroom", HEADROOM_BEFORE_RECORDED)
@@ -126,7 +131,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     def policy(draw: int = 0):
         if placement == BlindPowerOfTwoPolicy.name:
             return BlindPowerOfTwoPolicy(seed=draw)
-        return make_policy(placement, chunk_size=mode_chunk(mode) or args.chunk_size, whole_tail="tail" in options,
+        return make_policy(placement, chunk_size=run_chunk(mode, args), whole_tail="tail" in options,
                            kv_headroom=run_headroom(mode, args),
                            spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread"
                            and "arrival" not in options)

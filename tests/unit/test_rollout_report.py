@@ -80,12 +80,14 @@ def test_a_modes_kv_headroom_reaches_the_simulated_policy_and_old_runs_keep_thei
     0.95, and a run that did is rechecked with its own."""
     import argparse
 
-    from benchmarks.harness.simulate import mode_chunk, mode_headroom, mode_options, run_headroom
+    from benchmarks.harness.simulate import mode_chunk, mode_headroom, mode_options, run_chunk, run_headroom
 
     assert mode_headroom("context+h1.2") == 1.2 and mode_headroom("context+h1.2+sd") == 1.2
     assert mode_headroom("context+sd-fixed") is None and mode_headroom("context") is None
     assert mode_options("context+h1.2+sd")[0] == "context"
     assert mode_chunk("context+c32+h1.2") == 32 and mode_chunk("context+sd") is None
+    assert run_chunk("context+c32", argparse.Namespace(chunk_size=64)) == 32
+    assert run_chunk("context", argparse.Namespace(chunk_size=64)) == 64
     assert run_headroom("context", argparse.Namespace()) == 0.95
     assert run_headroom("context", argparse.Namespace(kv_headroom=1.5)) == 1.5
     assert run_headroom("context+h1.2", argparse.Namespace(kv_headroom=1.5)) == 1.2
