@@ -59,7 +59,8 @@ from benchmarks.harness.rollout_report import Measured, build_report
 from benchmarks.harness.rollout_setup import Setup, prepare
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import seer_server
-from benchmarks.harness.simulate import mode_options, mode_speculation, run_chunk, run_headroom, verify_layout_of
+from benchmarks.harness.simulate import (mode_options, mode_speculation, run_chunk, run_draft_tokens, run_headroom,
+                                         verify_layout_of)
 from benchmarks.harness.sglang_router import ParamsShim, start_router, stop_router
 from benchmarks.harness.telemetry import LoadPoller
 from benchmarks.harness.workload import Workload
@@ -166,11 +167,12 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
 # ---- main ------------------------------------------------------------------------------------
 
 
-def server_config(mode: str, default_draft: str) -> tuple[str, str, str, str]:
-    """(kv pool, drafter, draft budget, verify layout) of the seer server a mode runs on: modes that agree
-    share one."""
+def server_config(mode: str, args) -> tuple[str, str, str, str, int]:
+    """(kv pool, drafter, draft budget, verify layout, draft tokens) of the seer server a mode runs on: modes
+    that agree share one."""
     _, options = mode_options(mode)
-    return ("file" if "pool" in options else "none"), *mode_speculation(mode, default_draft), verify_layout_of(mode)
+    return (("file" if "pool" in options else "none"), *mode_speculation(mode, args.draft), verify_layout_of(mode),
+            run_draft_tokens(mode, args))
 
 
 def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: random.Random, measured: Measured,
@@ -308,14 +310,14 @@ def measure_plain(setup: Setup, modes: list[str], rng: random.Random, measured: 
         stop_instances(procs)
 
 
-def measure_seer(setup: Setup, server: tuple[str, str, str, str], modes: list[str], rng: random.Random,
+def measure_seer(setup: Setup, server: tuple[str, str, str, str, int], modes: list[str], rng: random.Random,
                  measured: Measured, calib: Calibration) -> None:
-    """One seer server (its kv pool, drafter, draft budget and verify layout), the modes that run on it
-    switched by ``POST /scheduler``."""
+    """One seer server (its kv pool, drafter, draft budget, verify layout and draft tokens), the modes that
+    run on it switched by ``POST /scheduler``."""
     args = setup.args
-    pool, draft, budget, layout = server
+    pool, draft, budget, layout, tokens = server
     extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, "--verify-layout", layout,
-             *setup.emulate_flags]
+             "--draft-tokens", str(tokens), *setup.emulate_flags]
     proc, url = seer_server(setup.model_path, args, setup.engine_args + extra,
                             setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}-{layout}")
     try:
@@ -348,7 +350,7 @@ def main() -> None:
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if not is_plain(m)]
     plain_modes = [m for m in modes if is_plain(m)]
-    servers: list[tuple[str, str, str, str] | None] = list(dict.fromkeys(server_config(m, args.draft) for m in seer_modes))
+    servers: list[tuple[str, str, str, str, int] | None] = list(dict.fromkeys(server_config(m, args) for m in seer_modes))
     if plain_modes:
         servers.append(None)
     rng.shuffle(servers)
@@ -356,7 +358,7 @@ def main() -> None:
         if server is None:
             measure_plain(setup, plain_modes, rng, measured, calib)
         else:
-            measure_seer(setup, server, [m for m in seer_modes if server_config(m, args.draft) == server], rng,
+            measure_seer(setup, server, [m for m in seer_modes if server_config(m, args) == server], rng,
                          measured, calib)
     print(f"calibration: {json.dumps({k: v for k, v in calib.found.items() if k != 'step_s_by_batch'})}", flush=True)
     report = build_report(setup, modes, measured, calib.found, servers, run)

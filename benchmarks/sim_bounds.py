@@ -38,6 +38,7 @@ from benchmarks.harness.baselines import is_plain
 from benchmarks.harness.workload import workload_seeds
 from seer_sglang.config import SCHEDULER
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
+from seer_sglang.speculative.budget import AUTO_DRAFT_TOKENS
 from seer_sglang.sim.workload import working_set
 
 # Seer (v3): mean acceptance length, bonus token included, with n finished siblings as references.
@@ -133,7 +134,8 @@ def main() -> None:
                          "give --acceptance a benchmarks.draft_replay --references file (its curve)")
     # the policies and the draft budget as they are now
     run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES, "budget_kv_read": True,
-                                     "kv_headroom": SCHEDULER.kv_headroom})
+                                     "kv_headroom": SCHEDULER.kv_headroom,
+                                     "draft_tokens": AUTO_DRAFT_TOKENS["ragged"]})
     own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
     prompts: list = []

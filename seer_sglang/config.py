@@ -230,8 +230,10 @@ class DraftConfig:
                         "losslessly by each instance: group-suffix = one suffix tree per prompt group, fed by all "
                         "siblings wherever they run (default), suffix = each request's own history only, sam = "
                         "suffix automaton, none = off", choices=DRAFT_MODES)
-    draft_tokens: int = flag(8, "--draft-tokens", "most draft tokens verified per request and step "
-                             "(default: %(default)s)")
+    draft_tokens: Optional[int] = flag(None, "--draft-tokens", "most draft tokens verified per request and "
+                                       "step (default: 32 in the ragged verify, where the budget gives each "
+                                       "request its own width; 8 in the full and bucketed ones, which pad to a "
+                                       "width)")
     draft_paths: int = flag(4, "--draft-paths", "most branches of one draft tree (default: %(default)s)")
     budget: str = flag("adaptive", "--draft-budget", "drafts verified per request and step: adaptive = the "
                        "batch's best draft length from a step-cost model, shared out by acceptance odds with "

@@ -22,6 +22,7 @@ from seer_sglang.launch.emulation import instance_env, plugin_settings
 from seer_sglang.launch.instances import has_cuda
 from seer_sglang.models import resolve_model_path, vocab_size as model_vocab_size
 from seer_sglang.sim.workload import PRESETS, kv_cap, working_set
+from seer_sglang.speculative.budget import draft_tokens_for, verify_layout
 
 
 @dataclasses.dataclass
@@ -72,6 +73,8 @@ def prepare(args: argparse.Namespace) -> Setup:
     args.budget_kv_read = True
     # the frontend's KV headroom (the server's default; a mode's ``+h<x>`` overrides it), recorded likewise
     args.kv_headroom = SCHEDULER.kv_headroom
+    # the draft tokens of the instances' own verify layout (ragged on a CPU), recorded likewise
+    args.draft_tokens = draft_tokens_for(verify_layout("auto", cpu=not has_cuda()))
     preset = PRESETS[args.workload]
     args.group_size = args.group_size or preset.group_size
     args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share

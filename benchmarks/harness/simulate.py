@@ -17,6 +17,7 @@ from benchmarks.harness.workload import build_workload, prompt_tokenizer, worklo
 from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
 from seer_sglang.launch.emulation import admission
+from seer_sglang.speculative.budget import draft_tokens_for, verify_layout
 from seer_sglang.sim.workload import TraceSample
 
 
@@ -52,6 +53,20 @@ def run_chunk(mode: str, args) -> int | None:
 def run_headroom(mode: str, args) -> float:
     """The KV headroom a mode's frontend ran (or runs) with: its ``+h<x>`` option, else the run's own."""
     return mode_headroom(mode) or getattr(args, "kv_headroom", HEADROOM_BEFORE_RECORDED)
+
+
+# Runs recorded before their config named the ragged verify's draft tokens ran this many in every layout
+DRAFT_TOKENS_BEFORE_RECORDED = 8
+
+
+def run_draft_tokens(mode: str, args) -> int:
+    """The most draft tokens per request and step a ``+sd`` mode's instances run (``--draft-tokens``): the
+    default of the layout it verifies in (``budget.draft_tokens_for``), ``+sd-fixed`` the full width's (the
+    GPU path's), and the ragged one's as the run recorded it."""
+    layout = "full" if mode_drafter(mode) == FIXED_WIDTH else verify_layout(verify_layout_of(mode), cpu=True)
+    if layout != "ragged":
+        return draft_tokens_for(layout)
+    return getattr(args, "draft_tokens", None) or DRAFT_TOKENS_BEFORE_RECORDED
 
 
 def mode_drafter(mode: str) -> str | None:
@@ -138,7 +153,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     if spec is not None:
         drafter = mode_drafter(mode)
         # a run's config says ``budget_kv_read`` since the budget counts the KV read; older runs ran without
-        spec = dataclasses.replace(spec, grouped=drafter in GROUP_DRAFTS,
+        spec = dataclasses.replace(spec, grouped=drafter in GROUP_DRAFTS, gamma_max=run_draft_tokens(mode, args),
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
                                    budget_kv_read=getattr(args, "budget_kv_read", False),
                                    verify_layout=verify_layout_of(mode))

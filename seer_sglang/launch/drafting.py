@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import BUDGETS, DRAFT, DRAFT_MODES, VERIFY_LAYOUTS, DraftConfig
+from ..speculative.budget import AUTO_DRAFT_TOKENS, draft_tokens_for, verify_layout
 from ..wire import SPEC_ALGORITHM, VERIFY_BACKEND
 from .sglang_args import has_flag
 
@@ -24,7 +25,7 @@ logger = logging.getLogger("seer_sglang.launch")
 @dataclass
 class RunningDrafts:
     drafter: str  # "none": speculation off
-    draft_tokens: int = DRAFT.draft_tokens
+    draft_tokens: int = AUTO_DRAFT_TOKENS["ragged"]  # the CPU's default (start_drafting: by verify layout)
     draft_paths: int = DRAFT.draft_paths
     cpu: bool = True
     address: str | None = None
@@ -40,8 +41,6 @@ class RunningDrafts:
         return self.drafter != "none"
 
     def describe(self) -> str:
-        from ..speculative.budget import verify_layout
-
         layout = verify_layout(self.verify_layout, self.cpu, self.lora)
         # At the full width (the GPU's default: FlashInfer plans and CUDA graphs are per width) every
         # draft is verified and --draft-budget does not apply.
@@ -88,7 +87,7 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
     SGLang's LoRA layers lay a verify batch out with one width for every request."""
     if config.drafter not in DRAFT_MODES:
         raise ValueError(f"--draft must be one of {DRAFT_MODES}, got {config.drafter!r}")
-    if config.draft_tokens < 1 or config.draft_paths < 1:
+    if (config.draft_tokens is not None and config.draft_tokens < 1) or config.draft_paths < 1:
         raise ValueError("--draft-tokens and --draft-paths must be at least 1")
     if config.budget not in BUDGETS:
         raise ValueError(f"--draft-budget must be one of {BUDGETS}, got {config.budget!r}")
@@ -101,9 +100,11 @@ def start_drafting(config: DraftConfig, log_dir: Path | None, cpu: bool, with_pl
     drafter = config.drafter
     if log_dir is None or not with_plugin:
         drafter = "none"  # attached instances run whatever they were started with; plain SGLang has no SEER
-    drafts = RunningDrafts(drafter, config.draft_tokens, config.draft_paths, cpu, budget=config.budget,
+    lora = lora_enabled(list(sglang_args))
+    tokens = draft_tokens_for(verify_layout(config.verify_layout, cpu, lora), config.draft_tokens)
+    drafts = RunningDrafts(drafter, tokens, config.draft_paths, cpu, budget=config.budget,
                            cost_path=config.cost_path, server_timeout_s=config.server_timeout_s,
-                           verify_layout=config.verify_layout, lora=lora_enabled(list(sglang_args)))
+                           verify_layout=config.verify_layout, lora=lora)
     if not drafts.enabled:
         return drafts
     from ..draft_server.client import wait_ready

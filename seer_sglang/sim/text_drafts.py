@@ -26,7 +26,7 @@ import math
 from typing import Mapping, Sequence
 
 from ..config import DRAFT
-from ..speculative.budget import BudgetRequest
+from ..speculative.budget import AUTO_DRAFT_TOKENS, BudgetRequest
 from ..speculative.draft import accepted_length
 from ..speculative.drafters import make_drafter
 
@@ -37,7 +37,7 @@ class TextDrafts:
     ``replicas``: one per instance; ``lag_s``: how long a token takes to reach the other replicas."""
 
     def __init__(self, texts: Mapping[tuple[int, int], Sequence[int]], prompts: Mapping[int, Sequence[int]],
-                 drafter: str = DRAFT.drafter, draft_tokens: int = DRAFT.draft_tokens,
+                 drafter: str = DRAFT.drafter, draft_tokens: int = AUTO_DRAFT_TOKENS["ragged"],
                  draft_paths: int = DRAFT.draft_paths, replicas: int = 1, lag_s: float = 0.0):
         self.texts = texts
         self.draft_tokens, self.draft_paths = draft_tokens, draft_paths

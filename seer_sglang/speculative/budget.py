@@ -121,6 +121,18 @@ def verify_layout(name: str, cpu: bool, lora: bool = False) -> str:
     return "bucketed" if lora and layout == "ragged" else layout
 
 
+# The most draft tokens a request may be given a step where ``--draft-tokens`` is not set, by verify layout.
+# A ragged verify computes only the drafts the budget gives out: a high ceiling costs nothing in a full
+# batch, where the budget gives out one or two, and lets a rollout's last samples, alone on an instance,
+# verify long drafts. A padded verify pays for its width on every request of every step.
+AUTO_DRAFT_TOKENS = {"ragged": 32, "bucketed": 8, "full": 8}
+
+
+def draft_tokens_for(layout: str, given: int | None = None) -> int:
+    """``--draft-tokens`` as an instance of ``layout`` (``verify_layout``'s answer) runs it."""
+    return given if given is not None else AUTO_DRAFT_TOKENS[layout]
+
+
 def verify_buckets(full_width: int) -> tuple[int, ...]:
     """The widths a bucketed verify runs at (nodes per request: the last verified token and its drafts):
     the powers of two below the full width, and the full width. A device captures one graph per bucket."""

@@ -64,15 +64,31 @@ def test_sglang_routers_random_placement_is_predicted_by_the_mean_of_its_draws()
 
 def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
     """``+sd`` verifies what the adaptive budget gives out, ``+sd-fixed`` every draft at every batch size
-    (the GPU path's fixed verify width) with the same drafter; modes that agree share one server."""
+    (the GPU path's fixed verify width, at that path's draft tokens) with the same drafter; modes that
+    agree share one server."""
+    import argparse
+
     from benchmarks.rollout import server_config
 
-    assert server_config("context", "group-suffix") == ("none", "none", "adaptive", "auto")
-    assert server_config("context+sd", "group-suffix") == ("none", "group-suffix", "adaptive", "auto")
-    assert server_config("context+sd-fixed", "group-suffix") == ("none", "group-suffix", "full", "auto")
-    assert server_config("context+sd-bucketed", "group-suffix") == ("none", "group-suffix", "adaptive", "bucketed")
-    assert server_config("context+pool+sd-suffix", "group-suffix") == ("file", "suffix", "adaptive", "auto")
-    assert server_config("oracle+sd", "group-suffix") == server_config("context+sd", "group-suffix")
+    run = argparse.Namespace(draft="group-suffix", draft_tokens=32)
+    assert server_config("context", run) == ("none", "none", "adaptive", "auto", 32)
+    assert server_config("context+sd", run) == ("none", "group-suffix", "adaptive", "auto", 32)
+    assert server_config("context+sd-fixed", run) == ("none", "group-suffix", "full", "auto", 8)
+    assert server_config("context+sd-bucketed", run) == ("none", "group-suffix", "adaptive", "bucketed", 8)
+    assert server_config("context+pool+sd-suffix", run) == ("file", "suffix", "adaptive", "auto", 32)
+    assert server_config("oracle+sd", run) == server_config("context+sd", run)
+
+
+def test_a_run_that_did_not_record_its_draft_tokens_is_simulated_with_the_eight_it_ran():
+    """Runs before the ragged verify's default of 32 draft tokens ran 8 in every layout: the simulator
+    drafts as many as the run's instances did."""
+    import argparse
+
+    from benchmarks.harness.simulate import run_draft_tokens
+
+    assert run_draft_tokens("context+sd", argparse.Namespace()) == 8
+    assert run_draft_tokens("context+sd", argparse.Namespace(draft_tokens=32)) == 32
+    assert run_draft_tokens("context+sd-fixed", argparse.Namespace(draft_tokens=32)) == 8
 
 
 def test_a_modes_kv_headroom_reaches_the_simulated_policy_and_old_runs_keep_theirs():

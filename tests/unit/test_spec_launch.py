@@ -83,3 +83,20 @@ def test_gpu_instances_sample_with_seeds_unless_told_otherwise():
     assert "--sampling-backend" not in build_command(InstanceSpec(model_path="m", port=1, cpu=True))
     assert seeded_sampling([]) and seeded_sampling(["--sampling-backend=pytorch"])
     assert not seeded_sampling(["--sampling-backend", "flashinfer"])
+
+
+def test_without_draft_tokens_each_layout_gets_its_own_ceiling(tmp_path):
+    """``--draft-tokens`` unset: 32 where the verify is ragged (the budget gives each request its width, a
+    CPU's default), 8 where it pads every request to a width (a GPU's full width, LoRA's buckets); a
+    value given is kept in every layout."""
+    from seer_sglang.speculative.budget import draft_tokens_for
+
+    for cpu, layout, lora, tokens in ((True, "auto", False, 32), (False, "auto", False, 8),
+                                      (True, "auto", True, 8), (True, "full", False, 8),
+                                      (False, "ragged", False, 32), (True, "bucketed", False, 8)):
+        drafts = start_drafting(DraftConfig(drafter="none", verify_layout=layout), tmp_path, cpu=cpu,
+                                sglang_args=["--enable-lora"] if lora else [])
+        assert drafts.draft_tokens == tokens, (cpu, layout, lora)
+    assert draft_tokens_for("full", 12) == 12 and drafting("none", 5, 4, tmp_path, cpu=True).draft_tokens == 5
+    seer = RunningDrafts("group-suffix", draft_tokens=32, address="tcp://127.0.0.1:9").instance_args([])
+    assert seer[seer.index("--speculative-num-draft-tokens") + 1] == "33"
