@@ -200,7 +200,8 @@ def parser() -> argparse.ArgumentParser:
                          "with options: +pool (global KV pool), +sd (grouped speculation, the adaptive budget), "
                          "+sd-fixed (every draft verified at every batch size: the GPU path's fixed verify width), "
                          "+sd-bucketed (the budget's drafts, every request padded to the step's bucket), "
-                         "+sd-<drafter>, +tail, +arrival, +h<x> (the frontend's --kv-headroom x), +c<n> (chunks of n tokens)")
+                         "+sd-<drafter>, +tail, +arrival, +h<x> (the frontend's --kv-headroom x), +c<n> (chunks of n tokens), "
+                         "+d<n> (--draft-tokens n)")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--prompts", type=int, default=32)

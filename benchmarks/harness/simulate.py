@@ -22,10 +22,11 @@ from seer_sglang.sim.workload import TraceSample
 
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+tail][+arrival][+pool][+h<x>][+c<n>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
+    """``<policy>[+tail][+arrival][+pool][+h<x>][+c<n>][+d<n>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
     sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
     serve equal length estimates in waiting order, not sibling by sibling across groups; ``+h<x>`` runs the
-    frontend with ``--kv-headroom x``, and ``+c<n>`` in chunks of ``n`` tokens."""
+    frontend with ``--kv-headroom x``, ``+c<n>`` in chunks of ``n`` tokens, and ``+d<n>`` drafts at most ``n``
+    tokens a request and step."""
     policy, *options = mode.split("+")
     return policy, set(options)
 
@@ -59,10 +60,17 @@ def run_headroom(mode: str, args) -> float:
 DRAFT_TOKENS_BEFORE_RECORDED = 8
 
 
+def mode_draft_tokens(mode: str) -> int | None:
+    """The ``+d<n>`` option of a mode: its instances' ``--draft-tokens``."""
+    return next((int(o[1:]) for o in mode_options(mode)[1] if o[:1] == "d" and o[1:].isdigit()), None)
+
+
 def run_draft_tokens(mode: str, args) -> int:
-    """The most draft tokens per request and step a ``+sd`` mode's instances run (``--draft-tokens``): the
-    default of the layout it verifies in (``budget.draft_tokens_for``), ``+sd-fixed`` the full width's (the
-    GPU path's), and the ragged one's as the run recorded it."""
+    """The most draft tokens per request and step a ``+sd`` mode's instances run (``--draft-tokens``): its
+    ``+d<n>``, else the default of the layout it verifies in (``budget.draft_tokens_for``), ``+sd-fixed``
+    the full width's (the GPU path's), and the ragged one's as the run recorded it."""
+    if mode_draft_tokens(mode):
+        return mode_draft_tokens(mode)
     layout = "full" if mode_drafter(mode) == FIXED_WIDTH else verify_layout(verify_layout_of(mode), cpu=True)
     if layout != "ragged":
         return draft_tokens_for(layout)

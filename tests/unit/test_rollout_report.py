@@ -77,6 +77,7 @@ def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
     assert server_config("context+sd-bucketed", run) == ("none", "group-suffix", "adaptive", "bucketed", 8)
     assert server_config("context+pool+sd-suffix", run) == ("file", "suffix", "adaptive", "auto", 32)
     assert server_config("oracle+sd", run) == server_config("context+sd", run)
+    assert server_config("context+d8+sd", run) == ("none", "group-suffix", "adaptive", "auto", 8)
 
 
 def test_a_run_that_did_not_record_its_draft_tokens_is_simulated_with_the_eight_it_ran():
@@ -89,6 +90,7 @@ def test_a_run_that_did_not_record_its_draft_tokens_is_simulated_with_the_eight_
     assert run_draft_tokens("context+sd", argparse.Namespace()) == 8
     assert run_draft_tokens("context+sd", argparse.Namespace(draft_tokens=32)) == 32
     assert run_draft_tokens("context+sd-fixed", argparse.Namespace(draft_tokens=32)) == 8
+    assert run_draft_tokens("context+d16+sd", argparse.Namespace(draft_tokens=32)) == 16  # a mode's +d<n>
 
 
 def test_a_modes_kv_headroom_reaches_the_simulated_policy_and_old_runs_keep_theirs():
