@@ -589,9 +589,10 @@ class Simulation:
 
     def _spec_rates(self, running: list[Slot], inst: SimInstance) -> tuple[list[float], int, tuple | None]:
         """Expected tokens per step of each running request, and the draft tokens a step verifies. On a
-        replayed text: the tokens each commits in this one verify step, the draft tokens of the step
-        padded to its widest request, as the verify batch is, and what the instance's budget records of
-        the step once its time is known (``record_step``'s arguments but the time); else None."""
+        replayed text: the tokens each commits in this one verify step, the draft tokens the step
+        computes (a ragged verify: those given out; a padded one: every request at the step's width),
+        and what the instance's budget records of the step once its time is known (``record_step``'s
+        arguments but the time); else None."""
         if self.spec is None:
             return [1.0] * len(running), 0, None
         keys = [self.trace_key.get(slot.sample.rid) for slot in running]
@@ -603,7 +604,8 @@ class Simulation:
                                                      sum(slot.context for slot in running))
             width = self._verify_width(1 + max(verified, default=0))
             record = (len(running), gamma if width > 1 else 0, verified, [m - 1 for m in made])
-            return [float(m) for m in made], len(running) * (width - 1), record
+            ragged = verify_layout(self.spec.verify_layout, cpu=True) == "ragged"
+            return [float(m) for m in made], sum(verified) if ragged else len(running) * (width - 1), record
         scores = []
         for slot in running:
             group = self.group_of[slot.sample.group_id]

@@ -633,3 +633,35 @@ def test_a_bucketed_verify_costs_its_padding():
     gpu = dataclasses.replace(gpu, capacity_tokens=kv_cap(trace, 2, 0.5))
     out = run_policies(trace, gpu, 2, 256, 32, modes)
     assert out["context+sd-bucketed"]["completion_s"] == pytest.approx(out["context+sd"]["completion_s"], rel=0.01)
+
+
+def test_a_ragged_verify_on_a_replayed_text_costs_the_drafts_given_out():
+    """On the replayed text a ragged verify computes each request's own drafts (``_CompactVerify``, whose
+    tokens the emulated instances price), not the batch padded to its widest request: a request that
+    drafts a repeating text beside one that drafts nothing costs its own drafts only. The bucketed
+    verify pads both to the step's bucket."""
+    import random
+
+    from seer_sglang.sim.simulator import Simulation, Slot
+    from seer_sglang.sim.spec_model import SpecModel
+    from seer_sglang.sim.workload import TraceSample
+
+    rng = random.Random(3)
+    cycle = [rng.randrange(1000) for _ in range(5)]
+    texts = {(0, 0): tuple(cycle * 12), (0, 1): tuple(rng.randrange(10 ** 6) for _ in range(60))}
+    trace = [TraceSample(0, 0, 3, 60), TraceSample(0, 1, 3, 60)]
+    drafts = {}
+    for layout in ("auto", "bucketed"):
+        spec = SpecModel(texts=texts, prompts={0: (1, 2, 3)}, budget_name="full", verify_layout=layout)
+        sim = Simulation(trace, make_policy("group"), SMALL, instances=1, max_tokens=60, spec=spec)
+        inst = sim.instances[0]
+        inst.running = [Slot(sim.router.launch(s, 0, 60, 0.0), produced=20) for s in sim.groups[0].samples]
+        for slot in inst.running:
+            slot.sample.output_ids.n = 20
+            sim._feed(slot, inst, 0.0)
+        made, drafts[layout], record = sim._spec_rates(inst.running, inst)
+        verified = record[2]
+        assert verified[0] >= 4 and verified[1] == 0 and made[0] > 2 and made[1] == 1
+        if layout == "auto":
+            assert drafts[layout] == verified[0]
+    assert drafts["bucketed"] >= 2 * drafts["auto"]
