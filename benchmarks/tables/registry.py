@@ -57,6 +57,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "sim_errors_superseded": lambda r: sim_errors_table(r, "superseded"),
     "sim_heldout": sim_heldout_table,
     "recheck_router_p2_random": lambda r: sim_recheck_table(r, "recheck_router_p2_random"),
+    "recheck_ragged_verify_pricing": lambda r: sim_recheck_table(r, "recheck_ragged_verify_pricing", every_mode=True),
     "sim_plain_sample_qwen2vl_seerload_ablation":
         lambda r: sim_bounds_table(r, "sim_plain_sample_qwen2vl_seerload_ablation"),
     "sim_plain_sample_moonlight_seerload": lambda r: sim_bounds_table(r, "sim_plain_sample_moonlight_seerload"),

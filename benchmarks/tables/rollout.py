@@ -345,16 +345,17 @@ def sim_heldout_table(results: Results) -> str:
     return "\n".join(table(["run", "configuration", "mode", "simulator error"], rows) + ["", caption])
 
 
-def sim_recheck_table(results: Results, stem: str) -> str:
-    """A stored ``benchmarks.sim_recheck``: each run's ``plain-router-p2`` check as stored and as the
-    simulator gives it now, and the held-out runs' every mode, with how many valid mode-runs are within 5%."""
+def sim_recheck_table(results: Results, stem: str, every_mode: bool = False) -> str:
+    """A stored ``benchmarks.sim_recheck``: each run's ``plain-router-p2`` check (``every_mode``: every
+    mode's) as stored and as the simulator gives it now, and the held-out runs' every mode, with how
+    many valid mode-runs are within 5%."""
     data = results[stem]
     rows, counts = [], {"stored": [], "now": []}
     for path, entry in data["runs"].items():
         label = label_of(path)
         run = results.get(label)
         held = is_held_out(label)
-        modes = [m for m in entry["now"] if held or m == "plain-router-p2"]
+        modes = [m for m in entry["now"] if held or every_mode or m == "plain-router-p2"]
         for mode in modes:
             valid = run is None or not is_invalid(mode_runs(run, mode))
             old, new = entry["stored"].get(mode, {}).get("error"), entry["now"][mode]["error"]
