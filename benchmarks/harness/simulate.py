@@ -35,15 +35,23 @@ def mode_options(mode: str) -> tuple[str, set[str]]:
 HEADROOM_BEFORE_RECORDED = 0.95
 
 
+def mode_number(mode: str, letter: str, kind: type = int):
+    """The value of a mode's ``+<letter><number>`` option (``+h1.2``, ``+c32``, ``+d16``), None without one."""
+    for option in mode_options(mode)[1]:
+        value = option[1:]
+        if option[:1] == letter and (value.replace(".", "", 1) if kind is float else value).isdigit():
+            return kind(value)
+    return None
+
+
 def mode_headroom(mode: str) -> float | None:
     """The ``+h<x>`` option of a mode: the frontend's ``--kv-headroom`` for it (None: the server's own)."""
-    return next((float(o[1:]) for o in mode_options(mode)[1] if o[:1] == "h" and o[1:].replace(".", "", 1).isdigit()),
-                None)
+    return mode_number(mode, "h", float)
 
 
 def mode_chunk(mode: str) -> int | None:
     """The ``+c<n>`` option of a mode: its chunk size in place of the run's ``--chunk-size``."""
-    return next((int(o[1:]) for o in mode_options(mode)[1] if o[:1] == "c" and o[1:].isdigit()), None)
+    return mode_number(mode, "c")
 
 
 def run_chunk(mode: str, args) -> int | None:
@@ -60,17 +68,12 @@ def run_headroom(mode: str, args) -> float:
 DRAFT_TOKENS_BEFORE_RECORDED = 8
 
 
-def mode_draft_tokens(mode: str) -> int | None:
-    """The ``+d<n>`` option of a mode: its instances' ``--draft-tokens``."""
-    return next((int(o[1:]) for o in mode_options(mode)[1] if o[:1] == "d" and o[1:].isdigit()), None)
-
-
 def run_draft_tokens(mode: str, args) -> int:
     """The most draft tokens per request and step a ``+sd`` mode's instances run (``--draft-tokens``): its
     ``+d<n>``, else the default of the layout it verifies in (``budget.draft_tokens_for``), ``+sd-fixed``
     the full width's (the GPU path's), and the ragged one's as the run recorded it."""
-    if mode_draft_tokens(mode):
-        return mode_draft_tokens(mode)
+    if given := mode_number(mode, "d"):
+        return given
     layout = "full" if mode_drafter(mode) == FIXED_WIDTH else verify_layout(verify_layout_of(mode), cpu=True)
     if layout != "ragged":
         return draft_tokens_for(layout)
