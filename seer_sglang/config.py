@@ -221,7 +221,8 @@ class KVPoolConfig:
     # SGLang only looks in L3 for a miss of at least this many tokens (its default, 256, would leave
     # short continuations recomputing).
     prefetch_threshold: int = 64
-    idle_clear_s: float = 30.0  # the frontend empties the file pool once the engine is idle this long
+    # once the engine is idle this long, the frontend drops the file pool's pages written as long ago
+    idle_clear_s: float = 30.0
 
 
 @dataclass(frozen=True)

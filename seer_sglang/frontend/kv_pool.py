@@ -137,9 +137,11 @@ class FilePool:
             logger.info("KV pool: removed %d half-written pages left by a stopped instance", removed)
         return removed
 
-    def clear(self) -> int:
-        """Drop every page: after a weight update the pool's KV belongs to the old policy."""
-        return sum(self._unlink(path) for _, _, path in self._pages())
+    def clear(self, written_before: float | None = None) -> int:
+        """Drop every page (after a weight update the pool's KV belongs to the old policy), or with
+        ``written_before`` (a ``time.time()``) only the pages last written before then."""
+        return sum(self._unlink(path) for mtime, _, path in self._pages()
+                   if written_before is None or mtime < written_before)
 
 
 @dataclass
@@ -184,10 +186,12 @@ class PoolAccess:
 
 async def janitor(pool: FilePool, is_idle: Callable[[], bool], on_usage: Callable[[int, int], None],
                   idle_clear_s: float = KV_POOL.idle_clear_s, every_s: float = 5.0) -> None:
-    """Keep the pool under its bound, drop pages half-written by killed instances, and empty it once
-    the engine has been idle a while, so a finished rollout's pages do not pile up on disk.
+    """Keep the pool under its bound, drop pages half-written by killed instances, and once the engine
+    has been idle a while drop the pages nobody has written for as long, so a finished rollout's pages
+    do not pile up on disk. A page written meanwhile (a request sent to an instance directly, which the
+    engine does not see) is kept until it too is that old.
     ``on_usage(bytes, evicted_pages)`` reports the pool's size (metrics)."""
-    idle_since, cleared = None, True
+    idle_since = None
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(every_s)
@@ -195,13 +199,13 @@ async def janitor(pool: FilePool, is_idle: Callable[[], bool], on_usage: Callabl
             await asyncio.to_thread(pool.enforce_bound)
             await asyncio.to_thread(pool.remove_stale_partials)
             if not is_idle():
-                idle_since, cleared = None, False
-            elif not cleared:
+                idle_since = None
+            else:
                 idle_since = idle_since or loop.time()
                 if loop.time() - idle_since >= idle_clear_s:
-                    removed = await asyncio.to_thread(pool.clear)
-                    logger.info("engine idle: cleared %d pages from the KV pool", removed)
-                    cleared = True
+                    removed = await asyncio.to_thread(pool.clear, time.time() - idle_clear_s)
+                    if removed:
+                        logger.info("engine idle: cleared %d pages from the KV pool", removed)
             on_usage(await asyncio.to_thread(pool.usage_bytes), pool.evicted_files)
         except Exception:  # the janitor must never stop the frontend
             logger.exception("KV pool janitor")

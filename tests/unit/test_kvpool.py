@@ -213,6 +213,53 @@ def test_the_janitor_touches_only_the_models_page_files(tmp_path):
     assert pool.clear() == 1 and all(p.exists() for p in foreign)
 
 
+def test_an_idle_engine_drops_only_the_pages_nobody_wrote_for_as_long(tmp_path):
+    """Once the engine has been idle ``idle_clear_s``, the janitor drops the pages written before then;
+    a page written meanwhile (an instance answering a request sent to it directly, which the engine
+    does not see) stays until it is as old. A busy engine keeps every page."""
+    import asyncio
+    import os
+    import time
+
+    from seer_sglang.frontend.kv_pool import janitor
+
+    pool = FilePool(tmp_path, "org/model", page_size=16, size_gb=1.0)
+    old, fresh = (tmp_path / (c * 64 + "_org-model_0_1.bin") for c in "ab")
+
+    def write(path, age_s: float = 0.0) -> None:
+        path.write_bytes(b"x" * 64)
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+
+    write(old, 100)
+    write(fresh)
+    assert pool.clear(written_before=time.time() - 60) == 1 and not old.exists() and fresh.exists()
+
+    async def janitor_for(seconds: float, idle: bool, at: dict) -> None:
+        """Run the janitor (idle_clear_s 2) for ``seconds``, calling ``at[t]`` at t seconds in."""
+        task = asyncio.create_task(janitor(pool, lambda: idle, lambda *_: None, idle_clear_s=2.0, every_s=0.02))
+        start = time.monotonic()
+        try:
+            for t, call in sorted(at.items()):
+                await asyncio.sleep(max(0.0, start + t - time.monotonic()))
+                call()
+            await asyncio.sleep(max(0.0, start + seconds - time.monotonic()))
+        finally:
+            task.cancel()
+
+    write(old, 100)
+    asyncio.run(janitor_for(2.75, idle=False, at={}))
+    assert old.exists() and fresh.exists()  # busy: nothing goes
+
+    fresh.unlink()
+    asyncio.run(janitor_for(2.75, idle=True, at={0.3: lambda: old.exists() or pytest.fail("cleared before 2 s idle"),
+                                                 1.5: lambda: write(fresh)}))
+    assert not old.exists() and fresh.exists()  # the old page went at 2 s idle; the one written at 1.5 s stays
+
+    write(fresh, 2.0)
+    asyncio.run(janitor_for(2.75, idle=True, at={}))
+    assert not fresh.exists()  # and goes once it is as old
+
+
 def test_an_instance_is_restarted_with_a_doubling_backoff_up_to_its_limit():
     from seer_sglang.launch.supervisor import RestartPolicy
 
