@@ -3,7 +3,9 @@
     python -m benchmarks.sim_recheck benchmarks/results/rollout/*-emulated_h100_*   # prints
     python -m benchmarks.sim_recheck RUN... --out benchmarks/results/sim_recheck/<date>-<label>  # and stores
 
-A run's result stays as its run wrote it: the recheck is a view computed from it, printed (and with
+Each mode's line also puts the simulated steps beside the emulated instances' (prefill batches and
+decode steps, with their modelled time), so a miss shows whether the simulator ran fewer or cheaper
+steps, or idled its instances more. A run's result stays as its run wrote it: the recheck is a view computed from it, printed (and with
 ``--out`` stored as a result of its own, with the commit it ran at), never stored back. Its workload, step model, KV cap and admission
 rule are rebuilt from the run's config (``benchmarks.harness.simulate.rebuild``), and each repeat's
 workload is simulated as ``benchmarks.rollout`` simulated it, so an unchanged simulator gives the stored
@@ -28,6 +30,14 @@ def revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def steps_line(split: dict) -> str:
+    """The simulated steps against the emulated instances' (all instances, mean per repeat)."""
+    p, r = split["predicted"], split["real"]
+    return (f"prefills {p['prefill_steps']:.0f} ({p['prefill_s']:.1f} s) against {r['prefill_steps']:.0f} "
+            f"({r['prefill_s']:.1f} s), decode steps {p['decode_steps']:.0f} ({p['decode_s']:.1f} s) against "
+            f"{r['decode_steps']:.0f} ({r['decode_s']:.1f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="benchmarks.rollout --emulate runs (folders or result files)")
@@ -47,7 +57,8 @@ def main() -> None:
             continue
         for mode, new in check.items():
             old = run["sim_check"].get(mode, {})
-            print(f"{name} {mode}: {old.get('error', float('nan')):+.1%} -> {new['error']:+.1%}")
+            print(f"{name} {mode}: {old.get('error', float('nan')):+.1%} -> {new['error']:+.1%}"
+                  + (f"; {steps_line(new['steps'])}" if "steps" in new else ""))
         rechecks[str(name)] = {"stored": run["sim_check"], "now": check}
     if out is not None:
         out.write({"label": "SIMULATED against EMULATED runs: each mode's stored simulator check and the "

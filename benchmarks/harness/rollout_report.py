@@ -91,7 +91,7 @@ def build_report(setup: Setup, modes: list[str], measured: Measured, calib: dict
                          "calibration": calib, "server_order": servers},
               "modes": results, **keys,
               "sim_check": sim_check([w.trace for w in works], step_model, admission(setup.emulation), args,
-                                     results, [w.prompts for w in works])}
+                                     results, [w.prompts for w in works], measured.emulation)}
     # the smallest step: the profile's lone short step where the steps are emulated, else the engines'
     # measured batch-1 step
     step_s, step_source = ((step_model.decode_step(1, 0), "the emulated profile's decode_step(1, 0)")

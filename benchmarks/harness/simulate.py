@@ -224,9 +224,11 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
 
 
 def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, results: dict,
-              prompts: list[list[list[int]]] | None = None) -> dict:
+              prompts: list[list[list[int]]] | None = None, emulation: dict | None = None) -> dict:
     """The simulator against the mean of the real runs: ``error`` is signed and relative
-    (predicted / real - 1)."""
+    (predicted / real - 1). With the emulation's counters of each mode's repeats (``emulation``, mode ->
+    one dict per repeat) ``steps`` puts the simulated steps beside the ones the instances ran, so a
+    miss shows whether the simulator ran fewer or cheaper steps or idled its instances more."""
     out = {}
     for mode, runs in predict(traces, model, rule, args, results, prompts).items():
         real = results[mode]
@@ -237,7 +239,31 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
                      "predicted_retractions": statistics.fmean(r.retractions for r in runs),
                      "real_retractions": real["retractions"],
                      "predicted_per_repeat_s": [r.completion_s for r in runs]}
+        counters = (emulation or {}).get(mode)
+        if counters:
+            out[mode]["steps"] = step_split(runs, counters)
     return out
+
+
+def step_split(runs: list, counters: list[dict]) -> dict:
+    """A mode's steps, all instances together, mean per repeat: prefill batches and decode (or verify)
+    steps with their modelled time, as simulated (``SimResult``s) and as the emulated instances ran them
+    (their ``seer_emulation`` counters, which price every step with the same profile)."""
+    def mean(values) -> float:
+        return statistics.fmean(values) if values else 0.0
+
+    def emulated(kinds: dict, names: tuple[str, ...], key: str) -> float:
+        return sum(kinds.get(k, {}).get(key, 0) for k in names)
+
+    steps = ("decode", "verify")
+    return {"predicted": {"prefill_steps": mean([sum(r.prefill_steps) for r in runs]),
+                          "prefill_s": mean([sum(r.prefill_s) for r in runs]),
+                          "decode_steps": mean([sum(r.decode_steps) for r in runs]),
+                          "decode_s": mean([sum(r.busy_s) - sum(r.prefill_s) for r in runs])},
+            "real": {"prefill_steps": mean([emulated(c.get("kinds", {}), ("prefill",), "steps") for c in counters]),
+                     "prefill_s": mean([emulated(c.get("kinds", {}), ("prefill",), "model_s") for c in counters]),
+                     "decode_steps": mean([emulated(c.get("kinds", {}), steps, "steps") for c in counters]),
+                     "decode_s": mean([emulated(c.get("kinds", {}), steps, "model_s") for c in counters])}}
 
 
 def rebuild(config: dict, seeds: list[int], prompts: list | None = None):
@@ -274,4 +300,4 @@ def rebuilt(run: dict):
 def recheck(run: dict) -> dict:
     """The run's ``sim_check`` from the current simulator."""
     traces, model, rule, args = rebuilt(run)
-    return sim_check(traces, model, rule, args, run["modes"])
+    return sim_check(traces, model, rule, args, run["modes"], emulation=run.get("emulation", {}).get("per_mode"))

@@ -135,6 +135,8 @@ class SimInstance:
     spec_tokens: int = 0  # tokens the decode steps emitted (speculation on; request_steps ran them)
     decode_steps: int = 0  # decode (or verify) steps run
     request_steps: int = 0  # the requests those steps ran, summed
+    prefill_steps: int = 0  # prefill batches run (each admits one or more requests)
+    prefill_time: float = 0.0  # their modelled time (pool loads included), part of busy_time
     new_token_ratio: float = Admission.init_ratio  # SGLang's reserve for future decode tokens (Admission)
     batcher: CreditBatcher = field(default_factory=CreditBatcher)
     best_effort_decoded: int = 0  # rollout request-steps while SLO requests ran
@@ -212,11 +214,14 @@ class SimResult:
     busy_s: list[float] = dataclasses.field(default_factory=list)  # per instance: time in steps
     decode_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: decode or verify steps
     request_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: requests in them, summed
+    prefill_steps: list[int] = dataclasses.field(default_factory=list)  # per instance: prefill batches
+    prefill_s: list[float] = dataclasses.field(default_factory=list)  # per instance: their time, part of busy_s
     committed: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # Simulation.committed
 
     def summary(self) -> dict:
         d = dataclasses.asdict(self)
-        for per_instance in ("finish_times", "busy_s", "decode_steps", "request_steps", "committed"):
+        for per_instance in ("finish_times", "busy_s", "decode_steps", "request_steps", "prefill_steps", "prefill_s",
+                             "committed"):
             d.pop(per_instance)
         return d
 
@@ -475,6 +480,9 @@ class Simulation:
     def _step(self, inst: SimInstance) -> None:
         """Start the next (macro) step of an instance at ``now``."""
         prefill_s, admitted = self._admit(inst)
+        if admitted:
+            inst.prefill_steps += 1
+            inst.prefill_time += prefill_s
         self._retract_until_fits(inst)
         if not inst.running:
             inst.busy_until = None
@@ -698,6 +706,8 @@ class Simulation:
                          mean_acceptance_length=self._acceptance(), slo=self._slo_summary(),
                          busy_s=[i.busy_time for i in self.instances],
                          decode_steps=[i.decode_steps for i in self.instances],
+                         prefill_steps=[i.prefill_steps for i in self.instances],
+                         prefill_s=[i.prefill_time for i in self.instances],
                          request_steps=[i.request_steps for i in self.instances], committed=dict(self.committed))
 
     def _slo_summary(self) -> dict | None:

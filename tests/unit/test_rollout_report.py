@@ -35,6 +35,30 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     for mode, stored in run["sim_check"].items():
         assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=1e-9), mode
         assert check[mode]["predicted_retractions"] == stored["predicted_retractions"], mode
+        # beside it, the steps: the instances' own counters, and the simulator's within a few percent
+        real = check[mode]["steps"]["real"]
+        counters = run["emulation"]["per_mode"][mode]
+        assert real["prefill_steps"] == pytest.approx(
+            sum(c["kinds"]["prefill"]["steps"] for c in counters) / len(counters)), mode
+        predicted = check[mode]["steps"]["predicted"]
+        assert predicted["decode_steps"] == pytest.approx(real["decode_steps"], rel=0.1), mode
+        assert predicted["decode_s"] + predicted["prefill_s"] == pytest.approx(
+            real["decode_s"] + real["prefill_s"], rel=0.1), mode
+
+
+def test_the_step_split_sums_each_repeats_instances_and_averages_the_repeats():
+    import types
+
+    from benchmarks.harness.simulate import step_split
+
+    runs = [types.SimpleNamespace(prefill_steps=[2, 3], prefill_s=[1.0, 2.0], decode_steps=[10, 20], busy_s=[11.0, 22.0]),
+            types.SimpleNamespace(prefill_steps=[1, 1], prefill_s=[0.5, 0.5], decode_steps=[10, 10], busy_s=[5.5, 5.5])]
+    counters = [{"kinds": {"prefill": {"steps": 7, "model_s": 4.0}, "decode": {"steps": 25, "model_s": 20.0},
+                           "verify": {"steps": 5, "model_s": 6.0}}},
+                {"kinds": {"prefill": {"steps": 3, "model_s": 2.0}, "decode": {"steps": 30, "model_s": 24.0}}}]
+    split = step_split(runs, counters)
+    assert split["predicted"] == {"prefill_steps": 3.5, "prefill_s": 2.0, "decode_steps": 25.0, "decode_s": 20.0}
+    assert split["real"] == {"prefill_steps": 5.0, "prefill_s": 3.0, "decode_steps": 30.0, "decode_s": 25.0}
 
 
 def test_sglang_routers_random_placement_is_predicted_by_the_mean_of_its_draws():
