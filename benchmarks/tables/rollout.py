@@ -373,6 +373,32 @@ def sim_recheck_table(results: Results, stem: str, every_mode: bool = False) -> 
     return "\n".join(table(["run", "mode", "stored check", "simulator now"], rows) + ["", caption])
 
 
+def sim_steps_table(results: Results, stem: str) -> str:
+    """A stored ``benchmarks.sim_recheck`` whose checks carry ``steps``: per run and mode, the simulator's
+    error now beside its prefill batches, decode steps and their modelled time against the emulated
+    instances' (all instances, mean per repeat), so a miss reads as fewer or cheaper steps, or as idle."""
+    data = results[stem]
+    rows = []
+    for path, entry in data["runs"].items():
+        label = label_of(path)
+        run = results.get(label)
+        for mode, check in entry["now"].items():
+            if "steps" not in check or (run is not None and is_invalid(mode_runs(run, mode))):
+                continue
+            p, r = check["steps"]["predicted"], check["steps"]["real"]
+            sim_s, real_s = p["prefill_s"] + p["decode_s"], r["prefill_s"] + r["decode_s"]
+            rows.append([f"`{label}`" + (" (held out)" if is_held_out(label) else ""), mode_name(mode),
+                         f"{check['error'] * 100:+.1f}%", f"{p['prefill_steps']:.0f} / {r['prefill_steps']:.0f}",
+                         f"{p['decode_steps']:.0f} / {r['decode_steps']:.0f}",
+                         f"{sim_s:.1f} / {real_s:.1f} s ({(sim_s / real_s - 1) * 100:+.1f}%)" if real_s else "-"])
+    caption = (f"SIMULATED against EMULATED runs: the simulator at `{data['simulator_revision']}` (its error on "
+               f"the run's completion) and its steps against the steps the emulated instances ran, all instances "
+               f"together, mean per repeat (simulated / emulated), priced by the same profile. Source: "
+               f"{source([stem])}.")
+    return "\n".join(table(["run", "mode", "simulator error", "prefill batches", "decode steps", "steps' time"], rows)
+                     + ["", caption])
+
+
 def _recorded_at(replay: str) -> str:
     """' at temperature T' for a ``benchmarks.record_text`` file, from its own config."""
     try:
