@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import start_healthy, start_seer
+from conftest import start_all_healthy, start_seer
 from seer_sglang.frontend.kv_pool import FilePool
 from seer_sglang.launch.waiting import wait_until
 
@@ -201,7 +201,7 @@ def test_a_full_or_read_only_pool_falls_back_to_recompute(seer_url, plain_url, i
 
 
 def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, tmp_path):
-    """An instance is killed while it decodes and writes pages to a pool; one restarted on the same pool
+    """An instance is killed while it decodes and writes pages to a pool; another on the same pool
     loads the pages that were finished, with the tokens of plain SGLang. Half-written page files such a
     kill can leave are removed once stale, and never before."""
     import os
@@ -218,38 +218,40 @@ def test_instance_killed_mid_write_leaves_the_pool_whole(plain_url, tiny_model, 
     config = PoolSetup(kind="file", directory=directory, page_size=PAGE)
     args = ["--dtype", "float32", *config.instance_args([])]
 
-    def start(name: str):
-        return start_healthy(InstanceSpec(model_path=tiny_model, port=free_port(), sglang_args=args,
-                                          log_path=tmp_path / f"{name}.log", cpu_threads=1))
+    def spec(name: str, *extra: str) -> InstanceSpec:
+        return InstanceSpec(model_path=tiny_model, port=free_port(), sglang_args=[*args, *extra],
+                            log_path=tmp_path / f"{name}.log", cpu_threads=1)
 
     rng = random.Random(11)
     prompt = [rng.randrange(5, 1000) for _ in range(320)]
     pool = FilePool(directory, tiny_model, PAGE, 1.0)
-    doomed = start("doomed")
+    # Both start side by side (their start-ups overlap); the second takes its first request after the
+    # kill, and a storage backend reads the pool only for a request. --sleep-on-idle: it does not spin a
+    # core while the first one decodes.
+    doomed, restarted = start_all_healthy([spec("doomed"), spec("restarted", "--sleep-on-idle")])
     try:
-        box: dict = {}
-        worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{doomed.url}/generate", json={
-            "input_ids": prompt, "sampling_params": {"max_new_tokens": 2000, "temperature": 0, "ignore_eos": True}},
-            timeout=600)))
-        worker.start()
-        assert _wait_pooled(pool, prompt, 320, doomed.url, timeout_s=120) == 320  # its prompt pages are written ...
-        time.sleep(1.0)  # ... and it is decoding (and writing decoded pages) when it dies
-        kill_tree(psutil.Process(doomed.popen.pid))
-        worker.join(60)
-    finally:
-        stop_instances([doomed])
-    assert "r" not in box or box["r"].status_code != 200  # it died mid-request
-    sizes = {f.stat().st_size for f in directory.glob("*.bin")}
-    assert len(sizes) == 1 and len(list(directory.glob("*.bin"))) > 320 // PAGE, sizes  # whole pages only
+        try:
+            box: dict = {}
+            worker = threading.Thread(target=lambda: box.update(r=httpx.post(f"{doomed.url}/generate", json={
+                "input_ids": prompt,
+                "sampling_params": {"max_new_tokens": 2000, "temperature": 0, "ignore_eos": True}}, timeout=600)))
+            worker.start()
+            assert _wait_pooled(pool, prompt, 320, doomed.url, timeout_s=120) == 320  # its prompt pages are written ...
+            time.sleep(1.0)  # ... and it is decoding (and writing decoded pages) when it dies
+            kill_tree(psutil.Process(doomed.popen.pid))
+            worker.join(60)
+        finally:
+            stop_instances([doomed])
+        assert "r" not in box or box["r"].status_code != 200  # it died mid-request
+        sizes = {f.stat().st_size for f in directory.glob("*.bin")}
+        assert len(sizes) == 1 and len(list(directory.glob("*.bin"))) > 320 // PAGE, sizes  # whole pages only
 
-    stale, fresh = directory / ".0123456789abcdef.tmp", directory / ".fedcba9876543210.tmp"
-    for path in (stale, fresh):  # what a kill between write and rename leaves; fresh = a write in flight
-        path.write_bytes(b"\0" * 100)
-    os.utime(stale, (time.time() - 3600, time.time() - 3600))
-    assert pool.remove_stale_partials() == 1 and not stale.exists() and fresh.exists()
+        stale, fresh = directory / ".0123456789abcdef.tmp", directory / ".fedcba9876543210.tmp"
+        for path in (stale, fresh):  # what a kill between write and rename leaves; fresh = a write in flight
+            path.write_bytes(b"\0" * 100)
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))
+        assert pool.remove_stale_partials() == 1 and not stale.exists() and fresh.exists()
 
-    restarted = start("restarted")
-    try:
         out = _generate(restarted.url, prompt, 32)
     finally:
         stop_instances([restarted])

@@ -22,10 +22,11 @@ import httpx
 import pytest
 import torch
 
-from conftest import running_seer, start_all_healthy, start_healthy
+from conftest import STARTUP_TIMEOUT_S, running_seer, start_healthy
 from seer_sglang.config import PluginConfig
 from seer_sglang.kernels.sglang_layout import tree_attention, tree_masks, verify_slots
-from seer_sglang.launch.instances import InstanceSpec, free_port, has_cuda, stop_instances
+from seer_sglang.launch.instances import (InstanceProcess, InstanceSpec, free_port, has_cuda, start_instance,
+                                            stop_instances, wait_healthy)
 from seer_sglang.plugin.cpu_ops import copy_all_layer_kv_cache_cpu
 from seer_sglang.speculative.draft import Draft
 from seer_sglang.draft_server.client import DraftClient, call, wait_ready
@@ -227,6 +228,11 @@ def _start(model: str, log_dir: Path, name: str, args: list[str], env: dict[str,
     return start_healthy(_spec(model, log_dir, name, args, env, with_plugin))
 
 
+def _healthy(inst: InstanceProcess) -> InstanceProcess:
+    wait_healthy([inst], timeout_s=STARTUP_TIMEOUT_S, progress=False)
+    return inst
+
+
 def _generate(url: str, input_ids: list[list[int]], rids: list[str] | None = None, seeds: list[int] | None = None,
               **params) -> list[dict]:
     extra = {k: params.pop(k) for k in ("return_logprob", "top_logprobs_num", "logprob_start_len",
@@ -307,16 +313,36 @@ def _target_probs(url: str, prompt: list[int]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def plain(tiny_model, logs) -> dict:
+def started(tiny_model, logs):
+    """The module's instances that need nothing from another one's answers, started side by side at once
+    (an instance's start-up is mostly single-threaded imports, so two or more overlap on the machine's
+    cores); each fixture waits for its own and stops it once it is done. --sleep-on-idle: an instance
+    waiting its turn does not spin a core meanwhile. The SEER instance with scripted drafts starts
+    later: its plan is made of plain SGLang's answers."""
+    specs = {"plain": _spec(tiny_model, logs, "plain", ["--enable-custom-logit-processor", "--sleep-on-idle"],
+                            with_plugin=False),
+             "seeded": _spec(tiny_model, logs, "seeded", ["--sleep-on-idle"]),
+             "budgeted": _budgeted_spec(tiny_model, logs, "budgeted", "ragged"),
+             "bucketed": _budgeted_spec(tiny_model, logs, "bucketed", "bucketed"),
+             "ngram": _spec(tiny_model, logs, "ngram", ["--speculative-algorithm", "NGRAM", "--sleep-on-idle",
+                                                       *SPEC_ARGS])}
+    instances = {}
+    try:
+        for name, spec in specs.items():
+            instances[name] = start_instance(spec)
+        yield instances
+    finally:
+        stop_instances(list(instances.values()))
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_model, logs, started) -> dict:
     """Greedy outputs, forced lengths and the target distributions for the sampling checks (one prompt
     drafted with trees, one with chains) from plain SGLang without the seer plugin; seeded temperature-1
     outputs from SGLang without speculation, with the plugin's seeded-sampling hook (on the CPU engine
     SGLang's seeded sampler runs only through it)."""
     prompts = _prompts(tiny_model, 34)
-    # Both start side by side; --sleep-on-idle: the one waiting its turn does not spin a core meanwhile.
-    inst, seeded_inst = start_all_healthy([
-        _spec(tiny_model, logs, "plain", ["--enable-custom-logit-processor", "--sleep-on-idle"], with_plugin=False),
-        _spec(tiny_model, logs, "seeded", ["--sleep-on-idle"])])
+    inst, seeded_inst = _healthy(started["plain"]), _healthy(started["seeded"])
     try:
         greedy_outs = _generate(inst.url, prompts[:32], temperature=0, max_new_tokens=NEW_TOKENS, return_logprob=True,
                                 top_logprobs_num=2)
@@ -579,22 +605,22 @@ def _budgeted_requests(url: str, prompts: list[list[int]]) -> dict:
     return {"alone": alone, "pair": pair, "together": together, "together_groups": [int(r[1]) for r in rids]}
 
 
-def _budgeted_instance(tiny_model, logs, name: str, layout: str):
+def _budgeted_spec(tiny_model, logs, name: str, layout: str) -> InstanceSpec:
     """SEER with the group-suffix drafter under the adaptive budget and a fixed profile."""
     profile = logs / "budget_profile.json"
     profile.write_text(json.dumps(BUDGET_PROFILE))
     env = PluginConfig(drafter="group-suffix", budget="adaptive", cost_path=str(profile),
                        verify_layout=layout).to_env()
-    return _start(tiny_model, logs, name, ["--speculative-algorithm", "SEER", "--enable-custom-logit-processor",
-                                           *SPEC_ARGS], env)
+    return _spec(tiny_model, logs, name, ["--speculative-algorithm", "SEER", "--enable-custom-logit-processor",
+                                          "--sleep-on-idle", *SPEC_ARGS], env)
 
 
 @pytest.fixture(scope="module")
-def budgeted(tiny_model, logs, plain) -> dict:
+def budgeted(tiny_model, logs, started, plain) -> dict:
     """The budget's requests on the ragged verify (the CPU's), after a forced batch of 8 and before two
     siblings replaying one recorded text."""
     prompts = plain["prompts"]
-    inst = _budgeted_instance(tiny_model, logs, "budgeted", "ragged")
+    inst = _healthy(started["budgeted"])
     try:
         forced = _forced_batch(inst.url, tiny_model, prompts, "bf")  # a batch of 8: plain decode steps first
         out = _budgeted_requests(inst.url, prompts)
@@ -608,11 +634,11 @@ def budgeted(tiny_model, logs, plain) -> dict:
 
 
 @pytest.fixture(scope="module")
-def bucketed(tiny_model, logs, plain) -> dict:
+def bucketed(tiny_model, logs, started, plain) -> dict:
     """The same requests with the verify padded to fixed-width buckets (the layout a GPU captures graphs
     for), forced on the CPU."""
     prompts = plain["prompts"]
-    inst = _budgeted_instance(tiny_model, logs, "bucketed", "bucketed")
+    inst = _healthy(started["bucketed"])
     try:
         _forced_batch(inst.url, tiny_model, prompts, "bf")
         return _budgeted_requests(inst.url, prompts)
@@ -689,10 +715,10 @@ def test_logprobs_equal_plain_sglang_with_and_without_drafts(plain, budgeted):
                                                                          abs=1e-4)
 
 
-def test_sglang_ngram_on_cpu_equals_plain_sglang(tiny_model, logs, plain):
+def test_sglang_ngram_on_cpu_equals_plain_sglang(tiny_model, logs, started, plain):
     """SGLang's own NGRAM (its C++ corpus) verifying through seer_verify; the second pass drafts from the first."""
     prompts, greedy = plain["prompts"][:32], plain["greedy"]
-    inst = _start(tiny_model, logs, "ngram", ["--speculative-algorithm", "NGRAM", *SPEC_ARGS])
+    inst = _healthy(started["ngram"])
     try:
         passes = [_generate(inst.url, prompts, temperature=0, max_new_tokens=NEW_TOKENS) for _ in range(2)]
         # Token supports under SGLang's other speculative algorithms: SGLang refuses them, and so does a
