@@ -45,6 +45,17 @@ def free_port(host: str = LOOPBACK, low: int = 30100, high: int = 32700, attempt
         return s.getsockname()[1]
 
 
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` distinct free ports (``free_port``) for servers started together: each pick is free when
+    made, but nothing binds it before the next pick, which may land on it again."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def die_with_parent() -> None:
     """Runs in the child before exec: if the launcher dies (even by SIGKILL), the instance gets SIGTERM."""
     try:

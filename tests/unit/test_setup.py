@@ -32,6 +32,18 @@ def test_free_port_stays_out_of_the_ranges_others_pick_from():
     assert len(ports) > 1  # random picks: two launchers starting together do not race for one port
 
 
+def test_ports_picked_together_are_distinct_even_when_a_pick_repeats(monkeypatch):
+    """Servers started together (Mooncake's master RPC and admin ports, a deployment's instances) bind
+    their ports only later, so a second pick may land on the first: ``free_ports`` never hands one out twice."""
+    from seer_sglang.launch import processes
+
+    picks = iter([31000, 31000, 31001, 31000, 31002])
+    monkeypatch.setattr(processes, "free_port", lambda host=None: next(picks))
+    assert processes.free_ports(3) == [31000, 31001, 31002]
+    monkeypatch.undo()
+    assert len(set(processes.free_ports(8))) == 8
+
+
 def test_cpu_instances_sleep_when_idle_unless_told_otherwise():
     """CPU instances share the machine's cores: an idle one must not spin one of them."""
     from seer_sglang.launch.instances import cpu_default_args
