@@ -63,10 +63,14 @@ class ReplayResult:
 
 
 def verify_step(drafter, group_id: str, request_id: str, out: list[int], pos: int, draft_tokens: int,
-                draft_paths: int) -> int:
+                draft_paths: int, width: int | None = None) -> int:
     """Tokens one verify step emits for a sample with ``pos`` output tokens committed: its accepted
-    draft path plus the bonus token, up to the sample's end."""
+    draft path plus the bonus token, up to the sample's end. ``width``: the most draft nodes the step
+    verifies, taken best first as the budget gives them out (the SEER worker's ``keep(best_first()[:k])``);
+    None verifies the whole draft."""
     draft = drafter.draft(group_id, request_id, draft_tokens, draft_paths)
+    if width is not None and width < len(draft):
+        draft = draft.keep(draft.best_first()[:width])
     return min(len(out) - pos, 1 + accepted_length(draft, out[pos:]))
 
 
@@ -84,9 +88,11 @@ def drafter_for(name: str, blend: tuple[int, float] | None = None):
 
 
 def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_paths: int = 4,
-           staggered: bool = False, blend: tuple[int, float] | None = None) -> ReplayResult:
+           staggered: bool = False, blend: tuple[int, float] | None = None,
+           width: int | None = None) -> ReplayResult:
     """``groups``: [{"prompt": [...], "outputs": [[...] per sibling]}]. ``staggered`` runs sibling 0
-    of every group to the end first (the length probe), then the rest together."""
+    of every group to the end first (the length probe), then the rest together. ``width``: the draft
+    nodes each step verifies (``verify_step``)."""
     drafter = drafter_for(drafter_name, blend)
     size = max(len(g["outputs"]) for g in groups)
     waves = [[0], list(range(1, size))] if staggered else [list(range(size))]
@@ -111,7 +117,7 @@ def replay(drafter_name: str, groups: list[dict], draft_tokens: int = 8, draft_p
                     del running[(g, i)]
                     finished[g] += 1
                     continue
-                advance = verify_step(drafter, f"g{g}", f"g{g}-{i}", out, pos, draft_tokens, draft_paths)
+                advance = verify_step(drafter, f"g{g}", f"g{g}-{i}", out, pos, draft_tokens, draft_paths, width)
                 running[(g, i)] = pos + advance
                 tokens[i] += advance
                 steps[i] += 1
@@ -159,6 +165,13 @@ def main() -> None:
     ap.add_argument("--draft-tokens", type=int, default=8)
     ap.add_argument("--draft-paths", type=int, default=4)
     ap.add_argument("--arrival", default="together", choices=["together", "staggered"])
+    ap.add_argument("--verify-width", type=int, default=None,
+                    help="the most draft nodes a step verifies, best first (the budget's width in a loaded batch); "
+                         "default: every node drafted")
+    ap.add_argument("--widths", default=None,
+                    help="comma-separated verify widths (e.g. 1,2,3,4,8,32): the batch replay at each, for each of "
+                         "--path-counts, instead of one replay; the plot goes beside the run's result")
+    ap.add_argument("--path-counts", default="1,4,8", help="draft paths compared by --widths")
     ap.add_argument("--references", default=None,
                     help="comma-separated sibling counts (e.g. 0,1,3,5,7): decode each sample alone after that many "
                          "siblings finished, instead of the batch replay; the plot goes beside the run's result")
@@ -176,9 +189,13 @@ def main() -> None:
     if args.references is not None:
         reference_curves(groups, args, sample_keys(data), run)
         return
+    if args.widths is not None:
+        width_curves(groups, args, run)
+        return
     results = {}
     for name in args.drafters.split(","):
-        r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered", args.blend)
+        r = replay(name, groups, args.draft_tokens, args.draft_paths, args.arrival == "staggered", args.blend,
+                   args.verify_width)
         results[name] = {"acceptance_length": r.acceptance_length, "by_sibling_index": r.by_sibling,
                          "tokens": r.tokens, "steps": r.steps, "tail_acceptance_length": r.tail_acceptance_length,
                          "tail_steps": r.tail_steps}
@@ -193,6 +210,42 @@ def main() -> None:
             r["tail_vs_suffix"] = tail / tail_base if tail and tail_base else None
     if run:
         run.write({"config": vars(args), "drafters": results})
+
+
+def width_curves(groups: list[dict], args, run: Run | None) -> None:
+    """Acceptance length of the batch replay against the verify width (the draft nodes a step takes,
+    best first), per drafter and number of draft paths. A loaded batch verifies the few nodes the budget
+    gives each request (its ``gamma*``), the tail of a rollout the whole draft: which of the drafter's
+    settings pay at which width. With a ``run``, written to it with a plot."""
+    widths = [int(w) for w in args.widths.split(",")]
+    paths = [int(n) for n in args.path_counts.split(",")]
+    curves: dict[str, dict[int, dict[int, float]]] = {}
+    for name in args.drafters.split(","):
+        curves[name] = {}
+        for n in paths:
+            curves[name][n] = {w: replay(name, groups, args.draft_tokens, n, args.arrival == "staggered", args.blend,
+                                         w).acceptance_length for w in widths}
+            print(f"{name:>13}, {n:>2} paths: " + "  ".join(f"w={w} {a:.3f}" for w, a in curves[name][n].items()),
+                  flush=True)
+    if run is None:
+        return
+    run.write({"config": vars(args), "acceptance_by_width": curves})
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name, by_paths in curves.items():
+        for n, curve in by_paths.items():
+            ax.plot(list(curve), list(curve.values()), marker="o", label=f"{name}, {n} paths")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("draft nodes verified per step (best first)")
+    ax.set_ylabel("tokens per verify step")
+    ax.set_title(f"{Path(args.outputs).stem}: at most {args.draft_tokens} tokens, {args.arrival}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(run.file("plot.png"), dpi=100)
 
 
 def sample_keys(data: dict) -> list[str]:

@@ -175,3 +175,23 @@ def text_acceptance_table(results: Results, stem: str) -> str:
                f"that the emulated run replays ({source([label_of(d['config']['outputs'])])}); each sample decoded alone after n of its "
                f"siblings finished. Cells: tokens per verify step. Source: {source([stem])}.")
     return "\n".join(table(["drafter"] + [f"n = {n}" for n in ns], rows) + ["", caption])
+
+
+def replay_widths_table(results: Results, stems: dict[str, str]) -> str:
+    """Acceptance at each verify width (the drafts a step takes, best first), per shape, drafter and
+    number of draft paths: what a loaded batch's few drafts per request earn against a tail step's many."""
+    rows = []
+    widths: list[str] = []
+    for shape, stem in stems.items():
+        d = results[stem]
+        for drafter, by_paths in d["acceptance_by_width"].items():
+            for paths, curve in by_paths.items():
+                widths = widths or list(curve)
+                rows.append([shape, f"`{drafter}`", paths] + [f"{curve[w]:.2f}" for w in widths])
+    first = results[next(iter(stems.values()))]["config"]
+    caption = (f"Replayed on the CPU through the instances' own drafters (at most {first['draft_tokens']} draft tokens, "
+               f"the whole group decoding together) over the recorded SmolLM2-135M text each shape's emulated runs replay"
+               f"{_recorded_at(first['outputs'])}. Columns: the draft nodes one request verifies in a step, taken best "
+               "first as the budget gives them out (`--verify-width`). Cells: tokens per verify step. "
+               f"Source: {source(list(stems.values()))}.")
+    return "\n".join(table(["shape", "drafter", "paths"] + [f"{w} nodes" for w in widths], rows) + ["", caption])

@@ -6,7 +6,7 @@ from typing import Callable
 
 
 from .format import Results, pick
-from .drafting import _recording_label, draft_server_table, drafter_append_table, drafter_lookup_table, replay_batch_table, replay_references_table, spec_acceptance_table, spec_budget_table, text_acceptance_table
+from .drafting import _recording_label, draft_server_table, drafter_append_table, drafter_lookup_table, replay_batch_table, replay_references_table, replay_widths_table, spec_acceptance_table, spec_budget_table, text_acceptance_table
 from .glance import glance_table
 from .gpu import cascade_verify_table, gpu_attention_table, gpu_step_table, sched_cost_table, sim_profile_table
 from .rollout import emulated_pool_table, emulated_table, emulation_check_table, methodology_table, rollout_table, sim_ablation_table, sim_bounds_table, sim_check_table, sim_errors_table, sim_heldout_table, sim_load_table, sim_recheck_table, sim_profiles_table, sim_steps_table, sim_spec_table, targets_table
@@ -74,6 +74,9 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_moonlight_workloads_ties": lambda r: emulated_table(r, "emulated_h100_moonlight_workloads_ties"),
     "emulated_h100_qwen2vl_sd": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_plain"),
     "sim_bounds_moonlight": lambda r: sim_bounds_table(r, "sim_bounds_moonlight"),
+    "replay_widths_seerload": lambda r: replay_widths_table(r, {
+        "Qwen2-VL": "widths_text_smollm2_qwen2vl_32_t0.6_seeds012_d32",
+        "Moonlight": "widths_text_smollm2_moonlight_32_t0.6_seeds012_d32"}),
     "text_acceptance_t06": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32_t0.6"),
     "sim_bounds_qwen2vl_sd": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_sd"),
     "emulated_h100_qwen2vl_sd_t06": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_t0.6"),

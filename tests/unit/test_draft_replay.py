@@ -93,3 +93,15 @@ def test_replay_names_samples_by_workload_seed_and_group():
     assert sample_keys({"groups": [{}, {}]}) == ["0:0", "0:1"]
     assert sample_keys({"workloads": [{"seed": 3, "groups": [{}, {}]}, {"seed": 5, "groups": [{}]}]}) == \
         ["3:0", "3:1", "5:0"]
+
+
+def test_a_verify_width_takes_the_best_nodes_first_and_caps_what_a_step_accepts():
+    """``width`` verifies at most that many draft nodes a step, best first (as the budget gives them out):
+    one node accepts at most one draft a step, more nodes never accept less, and a width the draft
+    never reaches is the whole draft."""
+    groups = _groups(0, shared=0.9)
+    by_width = {w: replay("group-suffix", groups, draft_tokens=8, staggered=True, width=w).acceptance_length
+                for w in (1, 2, 4, 8, None)}
+    assert 1.0 < by_width[1] <= 2.0
+    assert by_width[1] < by_width[2] <= by_width[4] <= by_width[8]
+    assert by_width[8] == by_width[None]
