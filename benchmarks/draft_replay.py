@@ -230,19 +230,26 @@ def width_curves(groups: list[dict], args, run: Run | None) -> None:
     if run is None:
         return
     run.write({"config": vars(args), "acceptance_by_width": curves})
+    _plot(run, {f"{name}, {n} paths": curve for name, by_paths in curves.items() for n, curve in by_paths.items()},
+          "draft nodes verified per step (best first)",
+          f"{Path(args.outputs).stem}: at most {args.draft_tokens} tokens, {args.arrival}", log2=True)
+
+
+def _plot(run: Run, lines: dict[str, dict], xlabel: str, title: str, log2: bool = False) -> None:
+    """Tokens per verify step against ``xlabel``, one line per entry of ``lines``, beside the run's result."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for name, by_paths in curves.items():
-        for n, curve in by_paths.items():
-            ax.plot(list(curve), list(curve.values()), marker="o", label=f"{name}, {n} paths")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("draft nodes verified per step (best first)")
+    for label, curve in lines.items():
+        ax.plot(list(curve), list(curve.values()), marker="o", label=label)
+    if log2:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("tokens per verify step")
-    ax.set_title(f"{Path(args.outputs).stem}: at most {args.draft_tokens} tokens, {args.arrival}", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(run.file("plot.png"), dpi=100)
@@ -287,20 +294,8 @@ def reference_curves(groups: list[dict], args, keys: list[str], run: Run | None)
                                               for (g, i), (tokens, steps) in sorted(r.by_sample.items())}
                                        for name, r in together.items()}}
     run.write(report)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for name, curve in curves.items():
-        ax.plot(list(curve), list(curve.values()), marker="o", label=name)
-    ax.set_xlabel("finished sibling references")
-    ax.set_ylabel("tokens per verify step")
-    ax.set_title(f"{Path(args.outputs).stem}: {args.draft_tokens} tokens, {args.draft_paths} paths", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(run.file("plot.png"), dpi=100)
+    _plot(run, curves, "finished sibling references",
+          f"{Path(args.outputs).stem}: {args.draft_tokens} tokens, {args.draft_paths} paths")
 
 
 if __name__ == "__main__":
