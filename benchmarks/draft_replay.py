@@ -232,7 +232,13 @@ def width_curves(groups: list[dict], args, run: Run | None) -> None:
     run.write({"config": vars(args), "acceptance_by_width": curves})
     _plot(run, {f"{name}, {n} paths": curve for name, by_paths in curves.items() for n, curve in by_paths.items()},
           "draft nodes verified per step (best first)",
-          f"{Path(args.outputs).stem}: at most {args.draft_tokens} tokens, {args.arrival}", log2=True)
+          f"{_recording_name(args.outputs)}: {args.draft_tokens} tokens, {args.arrival}", log2=True)
+
+
+def _recording_name(path: str) -> str:
+    """A recording's name for a plot title: its run folder's, or a flat file's stem."""
+    p = Path(path)
+    return p.parent.name if p.name == "result.json" else p.stem
 
 
 def _plot(run: Run, lines: dict[str, dict], xlabel: str, title: str, log2: bool = False) -> None:
@@ -249,7 +255,7 @@ def _plot(run: Run, lines: dict[str, dict], xlabel: str, title: str, log2: bool 
         ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("tokens per verify step")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(run.file("plot.png"), dpi=100)
@@ -295,7 +301,7 @@ def reference_curves(groups: list[dict], args, keys: list[str], run: Run | None)
                                        for name, r in together.items()}}
     run.write(report)
     _plot(run, curves, "finished sibling references",
-          f"{Path(args.outputs).stem}: {args.draft_tokens} tokens, {args.draft_paths} paths")
+          f"{_recording_name(args.outputs)}: {args.draft_tokens} tokens, {args.draft_paths} paths")
 
 
 if __name__ == "__main__":
