@@ -79,7 +79,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
     from .instances import (InstanceSpec, cpu_threads_per_instance, has_cuda, plan_gpus, seeded_sampling,
                             start_instance, tp_size, visible_gpus, wait_healthy)
     from .kv_pool import start_kv_pool
-    from .processes import free_ports
+    from .processes import free_port
     from .sglang_args import flag_value
     from ..models import resolve_model_path
 
@@ -119,8 +119,7 @@ def start(config: SeerConfig, sglang_args: list[str]) -> Deployment:
         # store reachable from the others.
         confine = dep.pool.confines_instances and flag_value(sglang_args, "--nnodes") in (None, "1")
         bind_env = loopback_env(inst.instance_host) if confine else {}
-        ports = free_ports(k, inst.instance_host)
-        specs = [InstanceSpec(model_path=model_path, port=ports[i], host=inst.instance_host,
+        specs = [InstanceSpec(model_path=model_path, port=free_port(inst.instance_host), host=inst.instance_host,
                               sglang_args=instance_args, cpu=not gpu, gpus=gpu_sets[i],
                               with_plugin=not inst.no_plugin, log_path=log_dir / f"instance-{i}.log",
                               cpu_threads=None if gpu else cpu_threads_per_instance(k),

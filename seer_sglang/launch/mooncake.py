@@ -80,12 +80,12 @@ def mooncake_available() -> str | None:
 
 def start_local_mooncake(log_dir: Path, size_gb: float, host: str = LOOPBACK) -> tuple[dict, list[subprocess.Popen]]:
     """Start master + store service bound to loopback; returns the SGLang client config and the processes."""
-    from .processes import die_with_parent, free_ports, stop_processes
+    from .processes import die_with_parent, free_port, stop_processes
 
     why = mooncake_available()
     if why:
         raise MooncakeUnavailable(why)
-    rpc, metrics, store = free_ports(3, host)  # the master's RPC and admin ports must differ
+    rpc, metrics, store = (free_port(host) for _ in range(3))
     procs: list[subprocess.Popen] = []
 
     env = {**os.environ, **library_env(), **bind_env(host)}  # every wildcard bind on the store's host

@@ -3,11 +3,13 @@ ports for servers that bind later, children that die with the launcher, and stop
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import random
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import psutil
@@ -24,36 +26,44 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+# The ports free_port handed out lately in this process. A picked port is free when picked, but its
+# server binds it only later, so a second pick (another instance's, the same server's second port)
+# could land on it again: each pick skips these.
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=256)
+_HANDING_OUT = threading.Lock()
+
+
 def free_port(host: str = LOOPBACK, low: int = 30100, high: int = 32700, attempts: int = 64) -> int:
-    """A free port for a server that binds it only later (an instance binds after loading its model).
+    """A free port for a server that binds it only later (an instance binds after loading its model),
+    none that this process handed out lately (``_HANDED_OUT``).
 
     Picked where nothing else on the machine picks at random: below the kernel's ephemeral range
     (32768+, where bind(0) and every outgoing connection take their ports), above SGLang's own pick for
     NCCL (22000-29999) and Mooncake's transfer ports (12000-17000), and off SGLang's default 30000.
     """
-    high = min(high, _ephemeral_low() - 1)
+    with _HANDING_OUT:
+        port = _pick_port(host, low, min(high, _ephemeral_low() - 1), attempts)
+        _HANDED_OUT.append(port)
+        return port
+
+
+def _pick_port(host: str, low: int, high: int, attempts: int) -> int:
     if high > low:
         for port in random.sample(range(low, high + 1), min(attempts, high - low + 1)):
+            if port in _HANDED_OUT:
+                continue
             try:
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                     s.bind((host, port))
                 return port
             except OSError:
                 continue
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` distinct free ports (``free_port``) for servers started together: each pick is free when
-    made, but nothing binds it before the next pick, which may land on it again."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port(host)
-        if port not in ports:
-            ports.append(port)
-    return ports
+    while True:  # the kernel's pick; it too may repeat a port nothing has bound yet
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            return port
 
 
 def die_with_parent() -> None:

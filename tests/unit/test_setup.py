@@ -34,14 +34,13 @@ def test_free_port_stays_out_of_the_ranges_others_pick_from():
 
 def test_ports_picked_together_are_distinct_even_when_a_pick_repeats(monkeypatch):
     """Servers started together (Mooncake's master RPC and admin ports, a deployment's instances) bind
-    their ports only later, so a second pick may land on the first: ``free_ports`` never hands one out twice."""
+    their ports only later, so a second pick may land on the first: ``free_port`` never hands out a port
+    it handed out lately, even when every pick tries the same ports in the same order."""
     from seer_sglang.launch import processes
 
-    picks = iter([31000, 31000, 31001, 31000, 31002])
-    monkeypatch.setattr(processes, "free_port", lambda host=None: next(picks))
-    assert processes.free_ports(3) == [31000, 31001, 31002]
-    monkeypatch.undo()
-    assert len(set(processes.free_ports(8))) == 8
+    monkeypatch.setattr(processes.random, "sample", lambda population, k: list(population)[:k])
+    ports = [processes.free_port() for _ in range(8)]
+    assert len(set(ports)) == 8, ports  # each pick tried the same port first
 
 
 def test_cpu_instances_sleep_when_idle_unless_told_otherwise():
