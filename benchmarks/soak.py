@@ -31,6 +31,7 @@ import psutil
 
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import launch_seer
+from seer_sglang.launch.instances import is_instance_command
 from seer_sglang.launch.processes import stop_processes
 from seer_sglang.models import resolve_model_path
 
@@ -47,7 +48,7 @@ def rss_mb(proc: psutil.Process) -> float:
 
 
 def instance_processes(launcher: psutil.Process) -> list[psutil.Process]:
-    return [p for p in launcher.children() if "sglang.launch_server" in " ".join(p.cmdline())]
+    return [p for p in launcher.children() if is_instance_command(p.cmdline())]
 
 
 def slope(ys: list[float]) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import httpx
 import psutil
 
+from ..launch.instances import is_instance_command
+
 
 def chunk_tokens_done(url: str) -> float:
     """Tokens returned by finished chunks so far (the frontend's ``seer_chunk_tokens_total``)."""
@@ -18,8 +20,7 @@ def chunk_tokens_done(url: str) -> float:
 
 def instance_processes(launcher_pid: int) -> list[psutil.Process]:
     """The SGLang server processes a ``seer_sglang.launch_server`` started (its direct children)."""
-    return [p for p in psutil.Process(launcher_pid).children(recursive=False)
-            if "sglang.launch_server" in " ".join(p.cmdline())]
+    return [p for p in psutil.Process(launcher_pid).children(recursive=False) if is_instance_command(p.cmdline())]
 
 
 def kill_tree(proc: psutil.Process) -> None:

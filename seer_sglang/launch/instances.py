@@ -134,8 +134,18 @@ def seeded_sampling(sglang_args: list[str]) -> bool:
     return flag_value(sglang_args, "--sampling-backend") in (None, SEEDED_SAMPLER)
 
 
+# A CPU instance forks its scheduler and detokenizer (``cpu_shims.launch_server`` says why); plain SGLang
+# instances on CPU start the same way as seer's, so a baseline and seer's modes differ only in the plugin.
+SERVER_MODULES = {True: "seer_sglang.cpu_shims.launch_server", False: "sglang.launch_server"}
+
+
+def is_instance_command(cmdline: list[str]) -> bool:
+    """Whether a process's command line is an SGLang server that ``build_command`` started."""
+    return any(module in cmdline for module in SERVER_MODULES.values())
+
+
 def build_command(spec: InstanceSpec) -> list[str]:
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", spec.model_path,
+    cmd = [sys.executable, "-m", SERVER_MODULES[spec.cpu], "--model-path", spec.model_path,
            "--host", spec.host, "--port", str(spec.port)]
     cmd += cpu_default_args(spec.sglang_args) if spec.cpu else gpu_default_args(spec.sglang_args)
     return cmd + list(spec.sglang_args)

@@ -85,6 +85,33 @@ def test_gpu_instances_sample_with_seeds_unless_told_otherwise():
     assert not seeded_sampling(["--sampling-backend", "flashinfer"])
 
 
+def test_cpu_instances_fork_their_children_and_gpu_instances_run_sglangs_launcher():
+    """A CPU instance starts through ``cpu_shims.launch_server``, whose one change turns SGLang's
+    ``spawn`` into ``fork`` (other start methods pass); a GPU instance runs SGLang's launcher as it is.
+    Both are recognised as instances by their command line, a seer launcher is not."""
+    import multiprocessing
+
+    from seer_sglang.cpu_shims import launch_server as forked
+    from seer_sglang.launch.instances import InstanceSpec, build_command, is_instance_command
+
+    cpu = build_command(InstanceSpec(model_path="m", port=1, cpu=True))
+    gpu = build_command(InstanceSpec(model_path="m", port=1, cpu=False, gpus="0"))
+    assert cpu[1:3] == ["-m", "seer_sglang.cpu_shims.launch_server"] and gpu[1:3] == ["-m", "sglang.launch_server"]
+    assert is_instance_command(cpu) and is_instance_command(gpu)
+    assert not is_instance_command(["python", "-m", "seer_sglang.launch_server", "--port", "1"])
+
+    original, before = multiprocessing.set_start_method, multiprocessing.get_start_method(allow_none=True)
+    try:
+        forked.fork_instead_of_spawn()
+        multiprocessing.set_start_method("spawn", force=True)
+        assert multiprocessing.get_start_method() == "fork"
+        multiprocessing.set_start_method("forkserver", force=True)
+        assert multiprocessing.get_start_method() == "forkserver"
+    finally:
+        multiprocessing.set_start_method = original
+        multiprocessing.set_start_method(before, force=True)
+
+
 def test_without_draft_tokens_each_layout_gets_its_own_ceiling(tmp_path):
     """``--draft-tokens`` unset: 32 where the verify is ragged (the budget gives each request its width, a
     CPU's default), 8 where it pads every request to a width (a GPU's full width, LoRA's buckets); a
