@@ -16,15 +16,15 @@ import sys
 SGLANG_SERVER = "sglang.launch_server"
 
 
-def fork_instead_of_spawn() -> None:
+def fork_instead_of_spawn(mp=multiprocessing) -> None:
     """SGLang sets ``spawn`` (with ``force=True``) each time it launches its children; that one choice
     becomes ``fork``, any other start method passes through."""
-    set_start_method = multiprocessing.set_start_method
+    set_start_method = mp.set_start_method
 
     def chosen(method, force=False):
         return set_start_method("fork" if method == "spawn" else method, force=force)
 
-    multiprocessing.set_start_method = chosen
+    mp.set_start_method = chosen
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def test_cpu_instances_fork_their_children_and_gpu_instances_run_sglangs_launche
     """A CPU instance starts through ``cpu_shims.launch_server``, whose one change turns SGLang's
     ``spawn`` into ``fork`` (other start methods pass); a GPU instance runs SGLang's launcher as it is.
     Both are recognised as instances by their command line, a seer launcher is not."""
-    import multiprocessing
+    from types import SimpleNamespace
 
     from seer_sglang.cpu_shims import launch_server as forked
     from seer_sglang.launch.instances import InstanceSpec, build_command, is_instance_command
@@ -100,16 +100,12 @@ def test_cpu_instances_fork_their_children_and_gpu_instances_run_sglangs_launche
     assert is_instance_command(cpu) and is_instance_command(gpu)
     assert not is_instance_command(["python", "-m", "seer_sglang.launch_server", "--port", "1"])
 
-    original, before = multiprocessing.set_start_method, multiprocessing.get_start_method(allow_none=True)
-    try:
-        forked.fork_instead_of_spawn()
-        multiprocessing.set_start_method("spawn", force=True)
-        assert multiprocessing.get_start_method() == "fork"
-        multiprocessing.set_start_method("forkserver", force=True)
-        assert multiprocessing.get_start_method() == "forkserver"
-    finally:
-        multiprocessing.set_start_method = original
-        multiprocessing.set_start_method(before, force=True)
+    chosen: list[tuple[str, bool]] = []
+    mp = SimpleNamespace(set_start_method=lambda method, force=False: chosen.append((method, force)))
+    forked.fork_instead_of_spawn(mp)
+    mp.set_start_method("spawn", force=True)
+    mp.set_start_method("forkserver")
+    assert chosen == [("fork", True), ("forkserver", False)]
 
 
 def test_without_draft_tokens_each_layout_gets_its_own_ceiling(tmp_path):
