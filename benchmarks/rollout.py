@@ -318,7 +318,7 @@ def measure_seer(setup: Setup, server: tuple[str, str, str, str, int], modes: li
     args = setup.args
     pool, draft, budget, layout, tokens = server
     extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, "--verify-layout", layout,
-             "--draft-tokens", str(tokens), *setup.emulate_flags]
+             "--draft-tokens", str(tokens), "--draft-paths", str(args.draft_paths), *setup.emulate_flags]
     proc, url = seer_server(setup.model_path, args, setup.engine_args + extra,
                             setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}-{layout}")
     try:

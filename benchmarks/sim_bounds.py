@@ -36,7 +36,7 @@ from benchmarks.harness.result import start as start_run
 from benchmarks.harness.simulate import CONTEXT_TIES, mode_drafter, rebuild, run_acceptance, simulate_mode
 from benchmarks.harness.baselines import is_plain
 from benchmarks.harness.workload import workload_seeds
-from seer_sglang.config import SCHEDULER
+from seer_sglang.config import DRAFT, SCHEDULER
 from seer_sglang.sim.spec_model import SpecModel, alpha_for_length
 from seer_sglang.speculative.budget import AUTO_DRAFT_TOKENS
 from seer_sglang.sim.workload import working_set
@@ -135,7 +135,7 @@ def main() -> None:
     # the policies and the draft budget as they are now
     run_args = argparse.Namespace(**{**config, "context_ties": CONTEXT_TIES, "budget_kv_read": True,
                                      "kv_headroom": SCHEDULER.kv_headroom,
-                                     "draft_tokens": AUTO_DRAFT_TOKENS["ragged"]})
+                                     "draft_tokens": AUTO_DRAFT_TOKENS["ragged"], "draft_paths": DRAFT.draft_paths})
     own = workload_seeds(run_args)
     seeds = parse_seeds(args.seeds, own)
     prompts: list = []

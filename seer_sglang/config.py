@@ -235,7 +235,9 @@ class DraftConfig:
                                        "step (default: 32 in the ragged verify, where the budget gives each "
                                        "request its own width; 8 in the full and bucketed ones, which pad to a "
                                        "width)")
-    draft_paths: int = flag(4, "--draft-paths", "most branches of one draft tree (default: %(default)s)")
+    # The tree's nodes are taken by score whatever the cap, so more branches cost no verify: on the recorded
+    # texts 16 paths earn 3-5% more tokens per step than 4 at 32 draft tokens, the same at 8.
+    draft_paths: int = flag(16, "--draft-paths", "most branches of one draft tree (default: %(default)s)")
     budget: str = flag("adaptive", "--draft-budget", "drafts verified per request and step: adaptive = the "
                        "batch's best draft length from a step-cost model, shared out by acceptance odds with "
                        "long-tail requests weighted 2x, off when it does not pay (default); threshold = all "

@@ -16,7 +16,7 @@ from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import resolve
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
                                          prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
-from seer_sglang.config import SCHEDULER, EmulationConfig, PluginConfig
+from seer_sglang.config import DRAFT, SCHEDULER, EmulationConfig, PluginConfig
 from seer_sglang.core.step_model import StepModel
 from seer_sglang.launch.emulation import instance_env, plugin_settings
 from seer_sglang.launch.instances import has_cuda
@@ -75,6 +75,8 @@ def prepare(args: argparse.Namespace) -> Setup:
     args.kv_headroom = SCHEDULER.kv_headroom
     # the draft tokens of the instances' own verify layout (ragged on a CPU), recorded likewise
     args.draft_tokens = draft_tokens_for(verify_layout("auto", cpu=not has_cuda()))
+    # and the instances' draft paths (the server's default), recorded likewise
+    args.draft_paths = DRAFT.draft_paths
     preset = PRESETS[args.workload]
     args.group_size = args.group_size or preset.group_size
     args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share

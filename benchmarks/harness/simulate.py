@@ -85,6 +85,15 @@ def mode_drafter(mode: str) -> str | None:
     return next((o for o in mode_options(mode)[1] if o.startswith("sd")), None)
 
 
+# Runs recorded before their config named the instances' draft paths ran this many
+DRAFT_PATHS_BEFORE_RECORDED = 4
+
+
+def run_draft_paths(args) -> int:
+    """The most branches of a draft tree a run's instances drafted (``--draft-paths``), as it recorded them."""
+    return getattr(args, "draft_paths", None) or DRAFT_PATHS_BEFORE_RECORDED
+
+
 # ``+sd-fixed``: the group drafts of ``+sd`` with every draft verified at every batch size
 # (``--draft-budget full``): the verify the GPU path runs today, at its fixed width (Seer's "No-Adapt")
 FIXED_WIDTH = "sd-fixed"
@@ -165,6 +174,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
         drafter = mode_drafter(mode)
         # a run's config says ``budget_kv_read`` since the budget counts the KV read; older runs ran without
         spec = dataclasses.replace(spec, grouped=drafter in GROUP_DRAFTS, gamma_max=run_draft_tokens(mode, args),
+                                   draft_paths=run_draft_paths(args),
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
                                    budget_kv_read=getattr(args, "budget_kv_read", False),
                                    verify_layout=verify_layout_of(mode))
