@@ -59,8 +59,8 @@ from benchmarks.harness.rollout_report import Measured, build_report
 from benchmarks.harness.rollout_setup import Setup, prepare
 from benchmarks.harness.result import start as start_run
 from benchmarks.harness.servers import seer_server
-from benchmarks.harness.simulate import (mode_options, mode_speculation, run_chunk, run_draft_tokens, run_headroom,
-                                         verify_layout_of)
+from benchmarks.harness.simulate import (mode_options, mode_speculation, run_chunk, run_draft_paths, run_draft_tokens,
+                                         run_headroom, verify_layout_of)
 from benchmarks.harness.sglang_router import ParamsShim, start_router, stop_router
 from benchmarks.harness.telemetry import LoadPoller
 from benchmarks.harness.workload import Workload
@@ -167,12 +167,12 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
 # ---- main ------------------------------------------------------------------------------------
 
 
-def server_config(mode: str, args) -> tuple[str, str, str, str, int]:
-    """(kv pool, drafter, draft budget, verify layout, draft tokens) of the seer server a mode runs on: modes
-    that agree share one."""
+def server_config(mode: str, args) -> tuple[str, str, str, str, int, int]:
+    """(kv pool, drafter, draft budget, verify layout, draft tokens, draft paths) of the seer server a mode runs
+    on: modes that agree share one."""
     _, options = mode_options(mode)
     return (("file" if "pool" in options else "none"), *mode_speculation(mode, args.draft), verify_layout_of(mode),
-            run_draft_tokens(mode, args))
+            run_draft_tokens(mode, args), run_draft_paths(mode, args))
 
 
 def run_modes(server: str, modes: list[str], args, works: list[Workload], rng: random.Random, measured: Measured,
@@ -201,7 +201,7 @@ def parser() -> argparse.ArgumentParser:
                          "+sd-fixed (every draft verified at every batch size: the GPU path's fixed verify width), "
                          "+sd-bucketed (the budget's drafts, every request padded to the step's bucket), "
                          "+sd-<drafter>, +tail, +arrival, +h<x> (the frontend's --kv-headroom x), +c<n> (chunks of n tokens), "
-                         "+d<n> (--draft-tokens n)")
+                         "+d<n> (--draft-tokens n), +p<n> (--draft-paths n)")
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--prompts", type=int, default=32)
@@ -316,9 +316,9 @@ def measure_seer(setup: Setup, server: tuple[str, str, str, str, int], modes: li
     """One seer server (its kv pool, drafter, draft budget, verify layout and draft tokens), the modes that
     run on it switched by ``POST /scheduler``."""
     args = setup.args
-    pool, draft, budget, layout, tokens = server
+    pool, draft, budget, layout, tokens, paths = server
     extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, "--verify-layout", layout,
-             "--draft-tokens", str(tokens), "--draft-paths", str(args.draft_paths), *setup.emulate_flags]
+             "--draft-tokens", str(tokens), "--draft-paths", str(paths), *setup.emulate_flags]
     proc, url = seer_server(setup.model_path, args, setup.engine_args + extra,
                             setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}-{layout}")
     try:
@@ -351,7 +351,7 @@ def main() -> None:
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if not is_plain(m)]
     plain_modes = [m for m in modes if is_plain(m)]
-    servers: list[tuple[str, str, str, str, int] | None] = list(dict.fromkeys(server_config(m, args) for m in seer_modes))
+    servers: list[tuple[str, str, str, str, int, int] | None] = list(dict.fromkeys(server_config(m, args) for m in seer_modes))
     if plain_modes:
         servers.append(None)
     rng.shuffle(servers)

@@ -22,11 +22,11 @@ from seer_sglang.sim.workload import TraceSample
 
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
-    """``<policy>[+tail][+arrival][+pool][+h<x>][+c<n>][+d<n>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
+    """``<policy>[+tail][+arrival][+pool][+h<x>][+c<n>][+d<n>][+p<n>][+sd|+sd-<drafter>]`` -> (policy, options); ``+tail`` sends each
     sample whole once the rollout is in its tail (``--whole-tail``); ``+arrival`` has the context policies
     serve equal length estimates in waiting order, not sibling by sibling across groups; ``+h<x>`` runs the
-    frontend with ``--kv-headroom x``, ``+c<n>`` in chunks of ``n`` tokens, and ``+d<n>`` drafts at most ``n``
-    tokens a request and step."""
+    frontend with ``--kv-headroom x``, ``+c<n>`` in chunks of ``n`` tokens, ``+d<n>`` drafts at most ``n``
+    tokens a request and step, and ``+p<n>`` draft trees of at most ``n`` paths."""
     policy, *options = mode.split("+")
     return policy, set(options)
 
@@ -89,9 +89,10 @@ def mode_drafter(mode: str) -> str | None:
 DRAFT_PATHS_BEFORE_RECORDED = 4
 
 
-def run_draft_paths(args) -> int:
-    """The most branches of a draft tree a run's instances drafted (``--draft-paths``), as it recorded them."""
-    return getattr(args, "draft_paths", None) or DRAFT_PATHS_BEFORE_RECORDED
+def run_draft_paths(mode: str, args) -> int:
+    """The most branches of a draft tree a mode's instances draft (``--draft-paths``): its ``+p<n>``, else
+    the run's as it recorded them."""
+    return mode_number(mode, "p") or getattr(args, "draft_paths", None) or DRAFT_PATHS_BEFORE_RECORDED
 
 
 # ``+sd-fixed``: the group drafts of ``+sd`` with every draft verified at every batch size
@@ -174,7 +175,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
         drafter = mode_drafter(mode)
         # a run's config says ``budget_kv_read`` since the budget counts the KV read; older runs ran without
         spec = dataclasses.replace(spec, grouped=drafter in GROUP_DRAFTS, gamma_max=run_draft_tokens(mode, args),
-                                   draft_paths=run_draft_paths(args),
+                                   draft_paths=run_draft_paths(mode, args),
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
                                    budget_kv_read=getattr(args, "budget_kv_read", False),
                                    verify_layout=verify_layout_of(mode))

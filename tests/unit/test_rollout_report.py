@@ -94,14 +94,15 @@ def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
 
     from benchmarks.rollout import server_config
 
-    run = argparse.Namespace(draft="group-suffix", draft_tokens=32)
-    assert server_config("context", run) == ("none", "none", "adaptive", "auto", 32)
-    assert server_config("context+sd", run) == ("none", "group-suffix", "adaptive", "auto", 32)
-    assert server_config("context+sd-fixed", run) == ("none", "group-suffix", "full", "auto", 8)
-    assert server_config("context+sd-bucketed", run) == ("none", "group-suffix", "adaptive", "bucketed", 8)
-    assert server_config("context+pool+sd-suffix", run) == ("file", "suffix", "adaptive", "auto", 32)
+    run = argparse.Namespace(draft="group-suffix", draft_tokens=32, draft_paths=16)
+    assert server_config("context", run) == ("none", "none", "adaptive", "auto", 32, 16)
+    assert server_config("context+sd", run) == ("none", "group-suffix", "adaptive", "auto", 32, 16)
+    assert server_config("context+sd-fixed", run) == ("none", "group-suffix", "full", "auto", 8, 16)
+    assert server_config("context+sd-bucketed", run) == ("none", "group-suffix", "adaptive", "bucketed", 8, 16)
+    assert server_config("context+pool+sd-suffix", run) == ("file", "suffix", "adaptive", "auto", 32, 16)
     assert server_config("oracle+sd", run) == server_config("context+sd", run)
-    assert server_config("context+d8+sd", run) == ("none", "group-suffix", "adaptive", "auto", 8)
+    assert server_config("context+d8+sd", run) == ("none", "group-suffix", "adaptive", "auto", 8, 16)
+    assert server_config("context+p4+sd", run) == ("none", "group-suffix", "adaptive", "auto", 32, 4)
 
 
 def test_a_run_that_did_not_record_its_draft_tokens_is_simulated_with_the_eight_it_ran():
@@ -115,6 +116,18 @@ def test_a_run_that_did_not_record_its_draft_tokens_is_simulated_with_the_eight_
     assert run_draft_tokens("context+sd", argparse.Namespace(draft_tokens=32)) == 32
     assert run_draft_tokens("context+sd-fixed", argparse.Namespace(draft_tokens=32)) == 8
     assert run_draft_tokens("context+d16+sd", argparse.Namespace(draft_tokens=32)) == 16  # a mode's +d<n>
+
+
+def test_a_run_that_did_not_record_its_draft_paths_is_simulated_with_the_four_it_ran():
+    """Runs before the default of 16 draft paths drafted trees of 4; a run that recorded its paths is
+    simulated with them, and a mode's ``+p<n>`` with its own."""
+    import argparse
+
+    from benchmarks.harness.simulate import run_draft_paths
+
+    assert run_draft_paths("context+sd", argparse.Namespace()) == 4
+    assert run_draft_paths("context+sd", argparse.Namespace(draft_paths=16)) == 16
+    assert run_draft_paths("context+p8+sd", argparse.Namespace(draft_paths=16)) == 8
 
 
 def test_a_modes_kv_headroom_reaches_the_simulated_policy_and_old_runs_keep_theirs():
