@@ -177,9 +177,10 @@ def text_acceptance_table(results: Results, stem: str) -> str:
     return "\n".join(table(["drafter"] + [f"n = {n}" for n in ns], rows) + ["", caption])
 
 
-def replay_widths_table(results: Results, stems: dict[str, str]) -> str:
+def replay_widths_table(results: Results, stems: dict[str, str], by_recording: bool = False) -> str:
     """Acceptance at each verify width (the drafts a step takes, best first), per shape, drafter and
-    number of draft paths: what a loaded batch's few drafts per request earn against a tail step's many."""
+    number of draft paths: what a loaded batch's few drafts per request earn against a tail step's many.
+    ``by_recording``: the rows are different recordings (each row names its own), not one per shape."""
     rows = []
     widths: list[str] = []
     for shape, stem in stems.items():
@@ -189,9 +190,12 @@ def replay_widths_table(results: Results, stems: dict[str, str]) -> str:
                 widths = widths or list(curve)
                 rows.append([shape, f"`{drafter}`", paths] + [f"{curve[w]:.2f}" for w in widths])
     first = results[next(iter(stems.values()))]["config"]
+    text = ("the recorded SmolLM2-135M texts named in the first column (their runs are in the sources)"
+            if by_recording else
+            f"the recorded SmolLM2-135M text each shape's emulated runs replay{_recorded_at(first['outputs'])}")
     caption = (f"Replayed on the CPU through the instances' own drafters (at most {first['draft_tokens']} draft tokens, "
-               f"the whole group decoding together) over the recorded SmolLM2-135M text each shape's emulated runs replay"
-               f"{_recorded_at(first['outputs'])}. Columns: the draft nodes one request verifies in a step, taken best "
-               "first as the budget gives them out (`--verify-width`). Cells: tokens per verify step. "
+               f"the whole group decoding together) over {text}. Columns: the draft nodes one request verifies in a "
+               "step, taken best first as the budget gives them out (`--verify-width`). Cells: tokens per verify step. "
                f"Source: {source(list(stems.values()))}.")
-    return "\n".join(table(["shape", "drafter", "paths"] + [f"{w} nodes" for w in widths], rows) + ["", caption])
+    return "\n".join(table(["recording" if by_recording else "shape", "drafter", "paths"] + [f"{w} nodes" for w in widths],
+                           rows) + ["", caption])

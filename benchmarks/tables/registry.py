@@ -77,6 +77,18 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "replay_widths_seerload": lambda r: replay_widths_table(r, {
         "Qwen2-VL": "widths_text_smollm2_qwen2vl_32_t0.6_seeds012_d32",
         "Moonlight": "widths_text_smollm2_moonlight_32_t0.6_seeds012_d32"}),
+    "replay_draft_paths": lambda r: replay_widths_table(r, {
+        "Qwen2-VL, Seer's load": "paths_text_smollm2_qwen2vl_32_t0.6_seeds012",
+        "Moonlight, Seer's load": "paths_text_smollm2_moonlight_32_t0.6_seeds012",
+        "Qwen2-VL, one workload": "paths_text_smollm2_qwen2vl_32_t0.6",
+        "Qwen2-VL, one workload, t=1": "paths_text_smollm2_qwen2vl_32",
+        "4 x 8, t=1": "paths_spec_outputs_cpu_smollm2",
+        "4 x 8, t=1, 1,024 tokens": "paths_spec_outputs_cpu_smollm2_1024",
+        "4 x 8, t=0.6": "paths_spec_outputs_cpu_smollm2_t0.6",
+        "4 x 8, t=0.6, 1,024 tokens": "paths_spec_outputs_cpu_smollm2_t0.6_1024",
+        "4 x 8, t=0.8": "paths_spec_outputs_cpu_smollm2_t0.8"}, by_recording=True),
+    "sim_draft_paths_moonlight_seerload": lambda r: sim_bounds_table(r, "sim_draft_paths_moonlight_seerload"),
+    "sim_draft_paths_qwen2vl_seerload": lambda r: sim_bounds_table(r, "sim_draft_paths_qwen2vl_seerload"),
     "text_acceptance_t06": lambda r: text_acceptance_table(r, "acceptance_text_smollm2_qwen2vl_32_t0.6"),
     "sim_bounds_qwen2vl_sd": lambda r: sim_bounds_table(r, "sim_bounds_qwen2vl_sd"),
     "emulated_h100_qwen2vl_sd_t06": lambda r: emulated_table(r, "emulated_h100_qwen2vl_sd_x30_t0.6"),
