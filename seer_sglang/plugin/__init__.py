@@ -45,6 +45,12 @@ def register() -> None:
         return
     _registered = True
     _ensure_log_handler()
+    # A CPU instance forks its scheduler and detokenizer (``cpu_shims.launch_server``). SGLang's loader
+    # then finds its plugins loaded in them (its flag came with the fork) and calls nothing: the children
+    # run with this process's hooks. Each says so in the log.
+    parent = os.getpid()
+    os.register_at_fork(after_in_child=lambda: logger.info("seer_sglang plugin hooks forked into pid=%d from pid=%d",
+                                                           os.getpid(), parent))
     from ..config import PluginConfig
     from . import (emulation, hicache_cpu, log_redaction, penalties, pool_hash, pool_writes, queue_order,
                    request_check, seeded_sampling, slo_batching, spec_registry, transfer_gate, weight_namespace)

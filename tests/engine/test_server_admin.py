@@ -6,6 +6,7 @@ import time
 
 import httpx
 import pytest
+from seer_sglang.launch.instances import is_instance_command
 from seer_sglang.launch.waiting import wait_until
 
 
@@ -44,10 +45,18 @@ def _long(prompt, **kw):
 
 
 def test_plugin_logged_once_in_every_sglang_process(servers):
+    """Each instance's launcher loads the plugin once; its scheduler and detokenizer, forked from it on
+    a CPU, run with its hooks and say so (spawned, each loads the plugin itself)."""
+    forked: set[int] = set()
     for log in sorted(servers.seer.log_dir.glob("instance-*.log")):
-        roles = re.findall(r"seer_sglang plugin loaded \(pid=\d+, role=(\w+)", log.read_text())
+        text = log.read_text()
+        roles = re.findall(r"seer_sglang plugin loaded \(pid=\d+, role=(\w+)", text)
         assert sorted(roles) == sorted(set(roles)), roles  # once per process
-        assert {"scheduler", "detokenizer_manager"} <= set(roles) and len(roles) >= 3, roles
+        into = [int(pid) for pid in re.findall(r"seer_sglang plugin hooks forked into pid=(\d+)", text)]
+        forked |= set(into)
+        assert len(roles) >= 3 and {"scheduler", "detokenizer_manager"} <= set(roles) or len(into) >= 2, (roles, into)
+    children = {c.pid for p in servers.seer.descendants() if is_instance_command(p.cmdline()) for c in p.children()}
+    assert children and children <= forked or not forked, (children, forked)
     plain_log = servers.plain.spec.log_path.read_text()
     assert "seer_sglang plugin loaded" not in plain_log  # baseline runs without it
 
