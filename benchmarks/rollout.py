@@ -167,7 +167,11 @@ async def run_seer(url: str, mode: str, prompts: list[list[int]], trace: list[Tr
 # ---- main ------------------------------------------------------------------------------------
 
 
-def server_config(mode: str, args) -> tuple[str, str, str, str, int, int]:
+# (kv pool, drafter, draft budget, verify layout, draft tokens, draft paths): one seer server of a run
+ServerConfig = tuple[str, str, str, str, int, int]
+
+
+def server_config(mode: str, args) -> ServerConfig:
     """(kv pool, drafter, draft budget, verify layout, draft tokens, draft paths) of the seer server a mode runs
     on: modes that agree share one."""
     _, options = mode_options(mode)
@@ -311,16 +315,15 @@ def measure_plain(setup: Setup, modes: list[str], rng: random.Random, measured: 
         stop_instances(procs)
 
 
-def measure_seer(setup: Setup, server: tuple[str, str, str, str, int], modes: list[str], rng: random.Random,
+def measure_seer(setup: Setup, server: ServerConfig, modes: list[str], rng: random.Random,
                  measured: Measured, calib: Calibration) -> None:
-    """One seer server (its kv pool, drafter, draft budget, verify layout and draft tokens), the modes that
-    run on it switched by ``POST /scheduler``."""
+    """One seer server (``server_config``), the modes that run on it switched by ``POST /scheduler``."""
     args = setup.args
     pool, draft, budget, layout, tokens, paths = server
     extra = ["--kv-pool", pool, "--draft", draft, "--draft-budget", budget, "--verify-layout", layout,
              "--draft-tokens", str(tokens), "--draft-paths", str(paths), *setup.emulate_flags]
     proc, url = seer_server(setup.model_path, args, setup.engine_args + extra,
-                            setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}-{layout}")
+                            setup.log_root / f"pool-{pool}-draft-{draft}-budget-{budget}-{layout}-d{tokens}-p{paths}")
     try:
         urls = [i["url"] for i in httpx.get(f"{url}/instances").json()["instances"]]
         calib.on(urls)
@@ -351,7 +354,7 @@ def main() -> None:
     # plus plain SGLang for the baseline; the servers run in a random order, one at a time (memory).
     seer_modes = [m for m in modes if not is_plain(m)]
     plain_modes = [m for m in modes if is_plain(m)]
-    servers: list[tuple[str, str, str, str, int, int] | None] = list(dict.fromkeys(server_config(m, args) for m in seer_modes))
+    servers: list[ServerConfig | None] = list(dict.fromkeys(server_config(m, args) for m in seer_modes))
     if plain_modes:
         servers.append(None)
     rng.shuffle(servers)

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from ..config import INSTANCES, LOOPBACK
+from ..cpu_shims import launch_server as cpu_launch
 from ..wire import SEEDED_SAMPLER
 from .processes import die_with_parent, free_port, stop_processes
 from .sglang_args import flag_value, has_flag
@@ -136,7 +137,7 @@ def seeded_sampling(sglang_args: list[str]) -> bool:
 
 # A CPU instance forks its scheduler and detokenizer (``cpu_shims.launch_server`` says why); plain SGLang
 # instances on CPU start the same way as seer's, so a baseline and seer's modes differ only in the plugin.
-SERVER_MODULES = {True: "seer_sglang.cpu_shims.launch_server", False: "sglang.launch_server"}
+SERVER_MODULES = {True: cpu_launch.__name__, False: cpu_launch.SGLANG_SERVER}
 
 
 def is_instance_command(cmdline: list[str]) -> bool:
