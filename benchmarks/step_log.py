@@ -227,10 +227,10 @@ def report(run: dict, logs: dict[str, list[dict]], arrivals: dict[str, list[dict
                   f"{sum(r['request_steps'] for r in real)} requests; the simulator {sum(sim.decode_steps)} over "
                   f"{sum(sim.request_steps)}")
             committed = committed_by_chunk_step(segment)
-            for who, found in (("", committed), ("the simulator's ", sim.committed if committed else {})):
-                if found:
+            for who, per_step in (("", committed), ("the simulator's ", sim.committed if committed else {})):
+                if per_step:
                     print(f"    {who}tokens committed per request-step: " + ", ".join(
-                        f"{key} {statistics.mean(v):.2f} ({len(v)})" for key, v in sorted(found.items()) if v))
+                        f"{key} {statistics.mean(v):.2f} ({len(v)})" for key, v in sorted(per_step.items()) if v))
             offsets = arrival_offsets(arrivals, segment) if arrivals else []
             if offsets:
                 print(f"    requests reaching their queues: {len(offsets)} over {offsets[-1]:.2f} s (median "

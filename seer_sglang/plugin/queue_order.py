@@ -10,7 +10,8 @@ Siblings share their prompt in the radix cache, but only once it is there: SGLan
 computes each request's uncached tokens on its own, so siblings admitted in the same batch would
 compute their common prompt once each. A second hook, on ``PrefillAdder.add_one_req``, leaves a
 sibling for the next batch when a member of its group already in this batch computes the same
-uncached tokens; one batch later the prompt is cached and the sibling prefills only its own part.
+uncached tokens, or a prefill still in flight does (SGLang's overlap schedule forms a batch before
+the last one's prompts are cached); once the prompt is cached the sibling prefills only its own part.
 
 SGLang's priority scheduling is not needed (and its preemption is not wanted): the scheduler keeps
 ``req.priority`` as sent even when priority scheduling is off.
@@ -88,13 +89,35 @@ def shares_uncached_prefill(req: Any, others: Sequence[Any], min_shared: int = M
                and o.origin_input_ids[:req.prefix_len] == ids[:req.prefix_len] for o in others)
 
 
+def in_flight_by_group(adder: Any) -> dict[str, list[Any]]:
+    """The running batch's requests whose prefill has no result yet, by group, once per prefill batch
+    (an adder lives for one). Under SGLang's overlap schedule the prefill batch before this one is
+    merged into the running batch before its result is processed, and its prompts enter the radix
+    cache only with that result, after this batch is formed: a request with no output token yet is
+    such a prefill, still computing the prompt this batch would compute again."""
+    found = getattr(adder, "_seer_in_flight", None)
+    if found is None:
+        found = {}
+        batch = getattr(adder, "running_batch", None)
+        for r in getattr(batch, "reqs", None) or ():
+            group = group_of(r.rid)
+            if group is not None and not r.output_ids:
+                found.setdefault(group, []).append(r)
+        adder._seer_in_flight = found
+    return found
+
+
 def add_one_req_after_siblings(original, self, req, *args, **kwargs):
     """AROUND hook on ``PrefillAdder.add_one_req``: a sibling whose uncached prompt another member of
-    this batch computes waits for the next batch (it stays in the waiting queue)."""
+    this batch computes, or a prefill still in flight computes, waits for the next batch (it stays in
+    the waiting queue). It waits one step at most: the in-flight prefill's result caches the prompt."""
     from sglang.srt.managers.schedule_policy import AddReqResult
 
-    if self.can_run_list and shares_uncached_prefill(req, self.can_run_list):
-        return AddReqResult.CONTINUE
+    group = group_of(req.rid)
+    if group is not None:
+        others = [*self.can_run_list, *in_flight_by_group(self).get(group, ())]
+        if others and shares_uncached_prefill(req, others):
+            return AddReqResult.CONTINUE
     return original(self, req, *args, **kwargs)
 
 

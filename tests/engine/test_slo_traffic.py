@@ -1,7 +1,8 @@
 """Requests with an SLO beside a rollout, on a real engine (one instance, so they share it).
 
 Credit batching parks rollout samples for some steps so a strict request's steps stay short; VBS
-admission and the TTFT guard refuse what cannot be met with 429; no request's tokens change.
+admission and the TTFT guard refuse what cannot be met with 429; no request's tokens change. The
+same server (no speculation: SGLang's overlap schedule on) shows that siblings compute their prompt once.
 """
 
 from __future__ import annotations
@@ -30,6 +31,22 @@ def slo_url(tiny_model, tmp_path_factory):
     with running_seer(tiny_model, tmp_path_factory.mktemp("slo"), "--num-instances", "1", "--dtype", "float32",
                       "--draft", "none", "--kv-pool", "none") as server:
         yield server.url
+
+
+def test_an_instance_computes_a_groups_prompt_once(slo_url):
+    """Siblings that reach an instance together: one computes the prompt, the others wait until it is
+    cached. This server runs SGLang's overlap schedule (no speculation), which forms the next prefill
+    batch before the last one's prompts are in the radix cache: a sibling held back for one batch
+    would compute the prompt again there."""
+    prompt = [random.Random(7).randrange(3, 2048) for _ in range(320)]
+    body = {"prompts": [{"input_ids": prompt}], "n": 16, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    for attempt in range(3):  # a fresh prompt each time: nothing of it is cached yet
+        prompt[0] = 3 + attempt
+        r = httpx.post(f"{slo_url}/v1/rollout", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        firsts = [s["chunks"][0] for s in r.json()["samples"]]
+        computed = [c["cached_tokens"] for c in firsts if len(prompt) - c["cached_tokens"] > 32]
+        assert len(computed) == 1, sorted(c["cached_tokens"] for c in firsts)
 
 
 def prompts(n, seed):

@@ -507,6 +507,26 @@ def test_a_sibling_waits_a_batch_when_its_uncached_prompt_is_computed_by_another
     assert not shares_uncached_prefill(b, [a])
 
 
+def test_a_sibling_waits_for_a_prefill_still_in_flight():
+    """Under SGLang's overlap schedule the last prefill batch is in the running batch before its result
+    (no output token yet) caches its prompts: a sibling waits for it, not for a sibling long past it."""
+    from types import SimpleNamespace as Req
+
+    from seer_sglang.plugin.queue_order import in_flight_by_group, shares_uncached_prefill
+
+    prompt = list(range(100, 800))
+    computing = Req(rid="g1-0-c0", origin_input_ids=prompt, prefix_len=0, output_ids=[])
+    decoding = Req(rid="g2-0-c0", origin_input_ids=prompt, prefix_len=0, output_ids=[7])
+    plain = Req(rid="plain", origin_input_ids=prompt, prefix_len=0, output_ids=[])
+    adder = Req(running_batch=Req(reqs=[computing, decoding, plain]), can_run_list=[])
+    found = in_flight_by_group(adder)
+    assert found == {"g1": [computing]}
+    assert in_flight_by_group(adder) is found  # once per prefill batch
+    assert shares_uncached_prefill(Req(rid="g1-3-c0", origin_input_ids=prompt, prefix_len=0), found["g1"])
+    assert "g2" not in found  # its prompt is cached: a sibling's prefix match covers it
+    assert in_flight_by_group(Req(running_batch=None, can_run_list=[])) == {}
+
+
 def test_a_groups_prompt_is_reserved_once_per_instance_while_any_sibling_runs_there():
     """SGLang's radix cache holds a prompt once for all the siblings running on an instance, so the
     router reserves it once: with the first sibling, and it is given back with the last one."""
