@@ -326,8 +326,10 @@ def sim_errors_table(results: Results, status: str = "current") -> str:
 
 def sim_heldout_table(results: Results) -> str:
     """The simulator on its held-out configurations (``benchmarks.sim_heldout``): their ``sim_check``, apart
-    from the runs above, which the simulator was corrected on."""
-    stems = sorted(s for s in results if is_held_out(s) and results[s].get("sim_check"))
+    from the runs above, which the simulator was corrected on. Only the current runs: a configuration run
+    again replaces its earlier run in the manifest."""
+    current = manifest.by_label("current")
+    stems = sorted(s for s in results if is_held_out(s) and s in current and results[s].get("sim_check"))
     if not stems:
         return ("No held-out run is stored yet: `python -m benchmarks.sim_heldout --run` runs the configurations "
                 "`benchmarks/harness/heldout.py` fixes (seeds 9001-9003, every workload shape, Seer's load).")
