@@ -256,51 +256,59 @@ class BlindPowerOfTwoPolicy(PowerOfTwoPolicy):
 
 
 class CacheAwarePolicy(PerSamplePolicy):
-    """sglang-router's ``cache_aware`` (its defaults). The router keeps, per instance, the text of the
-    requests it sent there (a ``/generate`` with ``input_ids`` is their decimal ids joined by spaces).
-    While the instances' requests in flight are balanced, a request goes to the instance whose text
-    matches the longest part of its own, if that part is more than ``cache_threshold`` of it (siblings
-    share a prompt; so do prompts that share a chat template, where the template is that long), else to
-    the instance sent the least text; once the busiest instance has more than ``balance_abs`` requests
-    over the idlest and ``balance_rel`` times as many, to the idlest. Each placement records the text there."""
+    """sglang-router's ``cache_aware`` (0.3.2, its defaults), as it places ``/generate`` requests with
+    ``input_ids``. The router keeps one radix tree of the text of the requests it sent (their decimal ids
+    joined by spaces), each node marked with the instances whose text passes through it. While the
+    instances' requests in flight are balanced, a request goes to an instance at the deepest node its
+    text reaches, if that match is more than ``cache_threshold`` of the text (siblings share a prompt;
+    so do prompts that share a chat template, where the template is that long), else to the instance
+    with the fewest requests in flight; once the busiest instance has more than ``balance_abs`` requests
+    over the idlest and ``balance_rel`` times as many, to the idlest.
+
+    The miss rule is the router's as measured, not as its documentation has it ("the worker with the
+    smallest tree"): behind workers that hold every request open, requests that match nothing go to the
+    instances in turn whatever their text's length, and behind workers that answer at once all go to
+    one (``benchmarks.router_probe``).
+
+    Where instances tie (the deepest node is marked with more than one, or their in-flight counts are
+    equal), the router takes the first key of a Rust map, in an order its hasher sets per process; this
+    takes the lowest index. Requests that reach the router in turn tie only between instances that
+    differ in nothing but their index, so the order does not change what a rollout costs."""
 
     name = "sample-cache-aware"
 
     def __init__(self, cache_threshold: float = 0.3, balance_abs: int = 64, balance_rel: float = 1.5):
         self.cache_threshold, self.balance_abs, self.balance_rel = cache_threshold, balance_abs, balance_rel
         self.sent: dict[int, set[str]] = {}  # instance -> the texts sent there
-        self.tree_chars: dict[int, int] = {}  # instance -> characters of text sent there
 
     @staticmethod
     def routing_text(sample: Sample) -> str:
         return " ".join(map(str, sample.prompt_ids))
 
-    def matched(self, text: str, instances: list[InstanceView]) -> tuple[float, InstanceView | None]:
-        """The longest match of ``text`` among the healthy instances' texts, as a share of it."""
-        best, where = 0, None
+    def matched(self, text: str, instances: list[InstanceView]) -> tuple[float, list[InstanceView]]:
+        """The deepest match of ``text`` among the healthy instances' texts, as a share of it, and the
+        instances whose texts reach it."""
+        best, where = 0, []
         for v in instances:
-            for other in self.sent.get(v.index, ()):
-                n = len(os.path.commonprefix([text, other]))
-                if n > best:
-                    best, where = n, v
+            n = max((len(os.path.commonprefix([text, other])) for other in self.sent.get(v.index, ())), default=0)
+            if n > best:
+                best, where = n, [v]
+            elif n == best and n > 0:
+                where.append(v)
         return (best / len(text) if text else 0.0), where
 
     def pick(self, instances: list[InstanceView], sample: Sample) -> InstanceView | None:
         healthy = [v for v in instances if v.healthy]
         if not healthy:
             return None
-        idlest = min(healthy, key=lambda v: (v.inflight, v.index))
+        target = min(healthy, key=lambda v: (v.inflight, v.index))  # the idlest
         busiest = max(v.inflight for v in healthy)
         text = self.routing_text(sample)
-        if busiest - idlest.inflight > self.balance_abs and busiest > self.balance_rel * idlest.inflight:
-            target = idlest
-        else:
+        if not (busiest - target.inflight > self.balance_abs and busiest > self.balance_rel * target.inflight):
             rate, where = self.matched(text, healthy)
-            target = where if where is not None and rate > self.cache_threshold else \
-                min(healthy, key=lambda v: (self.tree_chars.get(v.index, 0), v.index))
-        if text not in self.sent.setdefault(target.index, set()):
-            self.sent[target.index].add(text)
-            self.tree_chars[target.index] = self.tree_chars.get(target.index, 0) + len(text)
+            if where and rate > self.cache_threshold:
+                target = where[0]
+        self.sent.setdefault(target.index, set()).add(text)
         return target
 
 

@@ -148,8 +148,8 @@ def test_sglang_routers_power_of_two_in_front_of_sglang_places_at_random():
 
 def test_cache_aware_follows_the_longest_text_match_until_the_load_is_out_of_balance():
     """sglang-router's cache_aware: a request goes where the longest match of its text (ids joined by
-    spaces) was sent, if it is over 30% of it, else to the instance sent the least text; any request to
-    the idlest once the busiest has more than 64 requests over it and 1.5 times as many."""
+    spaces) was sent, if it is over 30% of it, else to the instance with the fewest requests in flight;
+    any request to the idlest once the busiest has more than 64 requests over it and 1.5 times as many."""
     def make(gid: str, n: int, prompt: list[int]) -> Group:
         return Group.make(gid, prompt, n, SamplingParams(max_new_tokens=100))
 
@@ -160,12 +160,17 @@ def test_cache_aware_follows_the_longest_text_match_until_the_load_is_out_of_bal
     buf.add_group(make("c", 1, [30, 31, 32]))
     views = [InstanceView(i, capacity_tokens=10_000) for i in range(3)]
     policy = make_policy("sample-cache-aware")
-    # a's siblings follow a; b and c match nothing: each to the instance sent the least text
+    # a's siblings follow a; b and c match nothing: each to the instance with the fewest in flight
     assert placements(policy.schedule(buf, views)) == {"a-0": 0, "a-1": 0, "a-2": 0, "b-0": 1, "b-1": 1, "c-0": 2}
     later = RequestBuffer()
     later.add_group(make("d", 1, template + [40]))
     later.add_group(make("e", 1, template + [50, 51]))  # shares 8 of its 10 ids with d: more than 30%
-    assert placements(policy.schedule(later, views)) == {"d-0": 1, "e-0": 1}
+    assert placements(policy.schedule(later, views)) == {"d-0": 2, "e-0": 2}
+    # a long text that matches nothing does not count against an instance: only its requests in flight
+    views[2].inflight = 5
+    other = RequestBuffer()
+    other.add_group(make("f", 1, [60, 61]))
+    assert placements(policy.schedule(other, views)) == {"f-0": 1}
     # out of balance: 100 in flight on 0, 20 on 2 (> 64 more, > 1.5x): group a's next sibling goes to 2
     more = RequestBuffer()
     more.add_group(make("a", 1, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]))
