@@ -144,21 +144,23 @@ def named_in_order(placements: list[int]) -> list[int]:
     return [names.setdefault(p, len(names)) for p in placements]
 
 
-def probe(instances: int = 2, log_dir: Path = Path("/tmp/seer-router-probe")) -> list[dict]:
-    """Every case, held open and answered at once: the router's placements, the model's and the
-    documented rule's, and whether each agrees with the router."""
+def probe(instances: int = 2, log_dir: Path = Path("/tmp/seer-router-probe"),
+          runs: list[tuple[str, bool]] | None = None) -> list[dict]:
+    """Each ``(case, held_open)`` of ``runs`` (default: every case, held open and answered at once): the
+    router's placements, the model's and the documented rule's, and whether each agrees with the router."""
+    runs = runs or [(name, hold) for name in CASES for hold in (True, False)]
     workers = StandInWorkers(instances)
     rows = []
     try:
-        for name, requests in CASES.items():
-            for hold in (True, False):
-                real = router_placements(workers, requests, hold, log_dir / f"router-{len(rows)}.log")
-                model = model_placements(requests, instances, hold)
-                documented = smallest_tree_placements(requests, instances)
-                rows.append({"case": name, "held_open": hold, "router": real, "model": model,
-                             "documented_rule": documented,
-                             "model_agrees": named_in_order(model) == named_in_order(real),
-                             "documented_rule_agrees": named_in_order(documented) == named_in_order(real)})
+        for name, hold in runs:
+            requests = CASES[name]
+            real = router_placements(workers, requests, hold, log_dir / f"router-{len(rows)}.log")
+            model = model_placements(requests, instances, hold)
+            documented = smallest_tree_placements(requests, instances)
+            rows.append({"case": name, "held_open": hold, "router": real, "model": model,
+                         "documented_rule": documented,
+                         "model_agrees": named_in_order(model) == named_in_order(real),
+                         "documented_rule_agrees": named_in_order(documented) == named_in_order(real)})
     finally:
         workers.stop()
     return rows

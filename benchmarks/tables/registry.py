@@ -9,7 +9,7 @@ from .format import Results, pick
 from .drafting import _recording_label, draft_server_table, drafter_append_table, drafter_lookup_table, replay_batch_table, replay_references_table, replay_widths_table, spec_acceptance_table, spec_budget_table, text_acceptance_table
 from .glance import glance_table
 from .gpu import cascade_verify_table, gpu_attention_table, gpu_step_table, sched_cost_table, sim_profile_table
-from .rollout import emulated_pool_table, emulated_table, emulation_check_table, methodology_table, rollout_table, sim_ablation_table, sim_bounds_table, sim_check_table, sim_errors_table, sim_heldout_table, sim_load_table, sim_recheck_table, sim_profiles_table, sim_steps_table, sim_spec_table, targets_table
+from .rollout import emulated_pool_table, emulated_table, emulation_check_table, methodology_table, rollout_table, sim_ablation_table, sim_bounds_table, sim_check_table, sim_errors_table, sim_heldout_table, sim_load_table, router_probe_table, sim_recheck_table, sim_profiles_table, sim_steps_table, sim_spec_table, targets_table
 from .serving import default_pool_table, kv_pool_table, load_table, multiturn_table, slo_frontier_table, slo_load_table, slo_table, soak_table, transfer_table
 
 
@@ -59,6 +59,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "recheck_router_p2_random": lambda r: sim_recheck_table(r, "recheck_router_p2_random"),
     "recheck_ragged_verify_pricing": lambda r: sim_recheck_table(r, "recheck_ragged_verify_pricing", every_mode=True),
     "recheck_heldout_steps": lambda r: sim_steps_table(r, "recheck_heldout_steps"),
+    "router_probe": lambda r: router_probe_table(r, "cache_aware_miss_rule"),
+    "recheck_router_miss_rule": lambda r: sim_recheck_table(r, "recheck_router_miss_rule", every_mode=True),
     "sim_plain_sample_qwen2vl_seerload_ablation":
         lambda r: sim_bounds_table(r, "sim_plain_sample_qwen2vl_seerload_ablation"),
     "sim_plain_sample_moonlight_seerload": lambda r: sim_bounds_table(r, "sim_plain_sample_moonlight_seerload"),

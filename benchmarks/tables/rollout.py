@@ -375,6 +375,24 @@ def sim_recheck_table(results: Results, stem: str, every_mode: bool = False) -> 
     return "\n".join(table(["run", "mode", "stored check", "simulator now"], rows) + ["", caption])
 
 
+def router_probe_table(results: Results, stem: str) -> str:
+    """A stored ``benchmarks.router_probe``: per case, where the real sglang-router placed each request,
+    where the simulator's model of ``cache_aware`` places it, and where the documented rule would."""
+    data = results[stem]
+    rows = [[c["case"], "held open" if c["held_open"] else "answered at once", " ".join(map(str, c["router"])),
+             " ".join(map(str, c["model"])) + ("" if c["model_agrees"] else " (differs)"),
+             " ".join(map(str, c["documented_rule"])) + ("" if c["documented_rule_agrees"] else " (differs)")]
+            for c in data["cases"]]
+    agree = {k: sum(c[f"{k}_agrees"] for c in data["cases"]) for k in ("model", "documented_rule")}
+    caption = (f"MEASURED on the real sglang-router {data['router_version']} (`cache_aware`) in front of "
+               f"{data['instances']} stand-in workers, no SGLang: the instance each request went to, in the order "
+               f"sent ({data['gap_s'] * 1000:.0f} ms apart). Equal up to the instances' names counts as agreeing. "
+               f"The simulator's model agrees in {agree['model']} of {len(rows)} cases, the documented smallest-tree "
+               f"rule in {agree['documented_rule']}. Source: {source([stem])}.")
+    return "\n".join(table(["requests", "workers", "router", "simulator's model", "documented rule"], rows)
+                     + ["", caption])
+
+
 def sim_steps_table(results: Results, stem: str) -> str:
     """A stored ``benchmarks.sim_recheck`` whose checks carry ``steps``: per run and mode, the simulator's
     error now beside its prefill batches, decode steps and their modelled time against the emulated
