@@ -338,6 +338,22 @@ def route_slo(instances: list[InstanceView], sample: Sample,
     return None, None
 
 
+# A rank key's fields (at most three integers: a tier, a length, a sibling index), each offset by half
+# its range and packed into one integer that stays within SGLang's int64 priority field
+PRIORITY_FIELD_BITS, PRIORITY_FIELDS = 20, 3
+
+
+def rank_priority(key: tuple) -> int:
+    """A non-negative priority (higher first) that orders samples as their rank ``key`` does (lower
+    first), the same in every call: so a queue can hold chunks ranked at different times. Fields are
+    clamped to +-2^19 (lengths and sibling indices are far below)."""
+    half = 1 << (PRIORITY_FIELD_BITS - 1)
+    packed = 0
+    for part in (*key, *(0,) * (PRIORITY_FIELDS - len(key))):
+        packed = (packed << PRIORITY_FIELD_BITS) + min(max(int(part), -half), half - 1) + half
+    return (1 << (PRIORITY_FIELD_BITS * PRIORITY_FIELDS)) - 1 - packed
+
+
 class ChunkedPolicy(SchedulingPolicy):
     """Divided rollout: every dispatch is one chunk of at most ``chunk_size`` new tokens, sent to the
     least-loaded instance that has room for it; the sample then returns to the buffer.
@@ -415,6 +431,7 @@ class ChunkedPolicy(SchedulingPolicy):
     def schedule(self, buffer: RequestBuffer, instances: list[InstanceView]) -> list[Dispatch]:
         by_instance: dict[int, Dispatch] = {}
         ordered = self.order(best_effort(buffer.pending()), buffer)
+        key = self.queue_rank()
         tail = self.whole_tail and ordered and self.in_tail(ordered, instances)
         for rank, sample in enumerate(ordered):
             budget = chunk_tokens(sample, None if tail else self.chunk_of(sample), self.page_size)
@@ -430,8 +447,13 @@ class ChunkedPolicy(SchedulingPolicy):
             d = by_instance.setdefault(target.index, Dispatch(target.index, []))
             d.samples.append(sample)
             d.max_new_tokens.append(budget)
-            d.priorities.append(len(ordered) - rank)
+            d.priorities.append(len(ordered) - rank if key is None else rank_priority(key(sample)))
         return list(by_instance.values())
+
+    def queue_rank(self):
+        """The rank key (sample -> tuple, lower first) the instances' queues follow, or None: a chunk's
+        priority is then its place in this call's order (arrival order is the same in every call)."""
+        return None
 
     def on_dispatch(self, sample: Sample) -> None:
         """Hook for policies that track waiting (starvation bound)."""
@@ -506,6 +528,14 @@ class ContextPolicy(ChunkedPolicy):
             return (2, -estimates.get(s.group_id, s.params.max_new_tokens), s.index if spread else 0)
 
         return rank
+
+    def queue_rank(self):
+        """The instances' queues follow ``rank_key`` too. A chunk's priority must compare with those
+        sent by earlier calls: most of a rollout is dispatched in the first call, and a continuation
+        sent later joins a queue of first chunks; ranked by its place in its own call, it would go
+        behind all of them whatever its group's estimate. The speculation budget reads the same
+        priorities to find a batch's long-tail requests."""
+        return self.rank_key()
 
     def order(self, pending: list[Sample], buffer: RequestBuffer) -> list[Sample]:
         """``rank_key`` order (ties: longest waiting first), with one underserved sample in front once

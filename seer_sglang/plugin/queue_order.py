@@ -1,10 +1,11 @@
 """Length-context queue order inside one SGLang instance.
 
-The router sends each chunk with a priority (its rank in the router's length-context order) and a
+The router sends each chunk with a priority (its place in the router's length-context order) and a
 rid ``<group>-<index>-c<chunk>``. After SGLang's own policy has sorted the waiting queue, this hook
-re-sorts it, stably: groups by the best priority among their waiting members, then the members of
-a group together. Requests that carry no priority keep SGLang's order among themselves. Requests with
-an SLO go before all of them, earliest TTFT deadline first (``slo_batching.deadline_first``).
+re-sorts it as ``core.queue_order`` orders a queue: groups by the best priority among their waiting
+members, then the members of a group together. Requests that carry no priority keep SGLang's order
+among themselves. Requests with an SLO go before all of them, earliest TTFT deadline first
+(``slo_batching.deadline_first``).
 
 Siblings share their prompt in the radix cache, but only once it is there: SGLang's prefill batch
 computes each request's uncached tokens on its own, so siblings admitted in the same batch would
@@ -23,6 +24,7 @@ import logging
 from typing import Any, Sequence
 
 from ..config import MIN_SHARED_PREFILL
+from ..core.queue_order import group_first_order
 from ..wire import parse_chunk_rid
 from .slo_batching import deadline_first
 
@@ -39,23 +41,8 @@ def group_of(rid: str) -> str | None:
 
 def length_context_order(queue: Sequence[Any]) -> list[Any] | None:
     """The new order of ``queue`` (items with ``rid`` and ``priority``), or None to keep SGLang's."""
-    tagged = [(group_of(r.rid), r.priority) for r in queue]
-    if not any(g is not None and p is not None for g, p in tagged):
-        return None
-    best: dict[str, int] = {}
-    for (group, prio), req in zip(tagged, queue):
-        key = group if group is not None else req.rid
-        value = prio if prio is not None else -(2**62)
-        best[key] = max(best.get(key, value), value)
-    first_pos: dict[str, int] = {}
-    keyed = []
-    for pos, ((group, prio), req) in enumerate(zip(tagged, queue)):
-        key = group if group is not None else req.rid
-        first_pos.setdefault(key, pos)
-        own = prio if prio is not None else -(2**62)
-        keyed.append(((-best[key], first_pos[key], -own, pos), req))
-    keyed.sort(key=lambda item: item[0])
-    return [req for _, req in keyed]
+    order = group_first_order([(group_of(r.rid), r.rid, r.priority) for r in queue])
+    return None if order is None else [queue[pos] for pos in order]
 
 
 def calc_priority_with_length_context(original, self, waiting_queue, *args, **kwargs):

@@ -33,6 +33,7 @@ from ..core.policy import InstanceView, SchedulingPolicy
 from ..core.request import Group, Sample, SampleState, SamplingParams
 from ..core.router import Launch, Router
 from ..core.slo import SLO, CreditBatcher, Pace, Waiting, attainment, plan_step, prefill_fits, screen, step_time
+from ..core.queue_order import group_first_order
 from ..speculative.budget import BudgetRequest, high_priority, make_budget, verify_layout, verify_width
 from .spec_model import SpecModel
 from ..core.step_model import Admission, StepModel
@@ -401,7 +402,13 @@ class Simulation:
         """SGLang's admission from the instance's queue (``Admission``); returns the prefill time it costs
         and the requests it admitted. Siblings whose prompt is not cached yet: plain SGLang's prefill
         batch computes it for each of them, the plugin's queue hook admits one and the rest a batch
-        later (``plugin.queue_order``)."""
+        later (``plugin.queue_order``). Before each prefill batch the plugin re-sorts seer's queues by
+        the router's priorities (``core.queue_order``); plain SGLang serves its queue first come, first
+        served."""
+        if not self.plain:
+            order = group_first_order([(s.sample.group_id, s.sample.rid, s.priority) for s in inst.waiting])
+            if order is not None:
+                inst.waiting = collections.deque(inst.waiting[pos] for pos in order)
         self._screen_slo(inst)
         paces = list(self._paces(inst).values()) if self.slo_mechanism else []
         new, cached = [], []

@@ -402,7 +402,42 @@ def test_context_dispatch_priorities_follow_the_order():
     buf = RequestBuffer()
     buf.add_group(group("a", n=3, max_new=100))
     (d,) = ContextPolicy(chunk_size=8).schedule(buf, [InstanceView(0, capacity_tokens=10_000)])
-    assert [s.rid for s in d.samples] == ["a-0", "a-1", "a-2"] and d.priorities == [3, 2, 1]
+    assert [s.rid for s in d.samples] == ["a-0", "a-1", "a-2"] and d.priorities == sorted(d.priorities, reverse=True)
+    assert len(set(d.priorities)) == 3
+
+
+def test_context_priorities_compare_across_dispatch_calls():
+    """A chunk sent later joins a queue of chunks sent earlier: its priority is its rank key's, not its
+    place in its own call, so a long group's continuation goes before a short group's first chunks."""
+    def priorities(groups, finished=()):
+        policy, buf = ContextPolicy(chunk_size=8), RequestBuffer()
+        for g in groups:
+            buf.add_group(g)
+        for sample, length in finished:
+            sample.output_ids = [0] * length
+            policy.on_sample_finished(sample)
+        ds = policy.schedule(buf, [InstanceView(0, capacity_tokens=100_000)])
+        return {s.rid: p for d in ds for s, p in zip(d.samples, d.priorities)}
+
+    a, b = group("a", n=4, max_new=100), group("b", n=4, max_new=100)
+    both, alone = priorities([a, b]), priorities([group("b", n=4, max_new=100)])
+    assert {rid: both[rid] for rid in alone} == alone  # the same whatever else the call ranks
+    short = priorities([group("a", n=4, max_new=100), group("b", n=4, max_new=100)],
+                       finished=[(group("a", n=1).samples[0], 10)])
+    assert short["b-1"] > short["a-1"] and short["a-0"] > short["b-1"]  # probes first, then by estimate
+    assert min(short.values()) >= 0 and max(short.values()) < 2**63  # SGLang's int64 priority field
+
+
+def test_rank_priority_orders_as_the_rank_key():
+    import random
+
+    from seer_sglang.core.policy import rank_priority
+
+    rng = random.Random(3)
+    keys = [tuple(rng.randint(-5000, 5000) for _ in range(rng.randint(1, 3))) for _ in range(500)]
+    keys = [(k + (0,) * (3 - len(k))) for k in keys]  # shorter keys pad with zeros, as rank_priority does
+    assert sorted(keys) == sorted(keys, key=rank_priority, reverse=True)
+    assert rank_priority((1, 0)) > rank_priority((2, -100, 0)) > rank_priority((2, -50, 0)) > rank_priority((2, -50, 3))
 
 
 def test_make_policy_passes_only_known_options():

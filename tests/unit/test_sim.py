@@ -665,3 +665,24 @@ def test_a_ragged_verify_on_a_replayed_text_costs_the_drafts_given_out():
         if layout == "auto":
             assert drafts[layout] == verified[0]
     assert drafts["bucketed"] >= 2 * drafts["auto"]
+
+
+def test_seers_instances_admit_by_the_routers_priority_plain_ones_first_come():
+    """The plugin re-sorts a seer instance's waiting queue by the router's priorities, groups by their
+    best member and siblings together (``core.queue_order``); plain SGLang admits first come, first served."""
+    from seer_sglang.config import MIN_SHARED_PREFILL
+    from seer_sglang.core.router import Launch
+    from seer_sglang.sim.simulator import Simulation, Slot
+    from seer_sglang.sim.workload import TraceSample
+
+    trace = [TraceSample(g, i, MIN_SHARED_PREFILL - 1, 8) for g in (0, 1) for i in (0, 1)]
+    order = {}
+    for plain in (False, True):
+        sim = Simulation(trace, make_policy("context"), dataclasses.replace(SMALL, max_running=3), 1, 8, plain=plain)
+        inst = sim.instances[0]
+        samples = [s for g in sim.groups for s in g.samples]
+        for sample, prio in zip(samples, [1, 5, 3, None]):
+            inst.waiting.append(Slot(Launch(sample, 0, 8, 0, None, prio)))
+        _, admitted = sim._admit(inst)
+        order[plain] = [slot.sample.rid for slot in admitted]
+    assert order[False] == ["g0-1", "g0-0", "g1-0"] and order[True] == ["g0-0", "g0-1", "g1-0"]
