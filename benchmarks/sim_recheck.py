@@ -9,8 +9,11 @@ steps, or idled its instances more. A run's result stays as its run wrote it: th
 ``--out`` stored as a result of its own, with the commit it ran at), never stored back. Its workload, step model, KV cap and admission
 rule are rebuilt from the run's config (``benchmarks.harness.simulate.rebuild``), and each repeat's
 workload is simulated as ``benchmarks.rollout`` simulated it, so an unchanged simulator gives the stored
-check back exactly; a difference is the simulator's change since the run. A run whose config predates a
-setting the rebuild needs is named and skipped.
+check back exactly; a difference is the simulator's change since the run. A run with a ``context`` mode
+also gets its ``targets`` again (``targets_now``: the simulator's bound policies on its workloads, and
+the checks they give). The newest stored recheck of a run is what the simulator must give now
+(``manifest.latest_recheck``; the unit tests hold it to that). A run whose config predates a setting
+the rebuild needs is named and skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from pathlib import Path
 
 from benchmarks.harness.manifest import load_run
 from benchmarks.harness.result import start as start_run
-from benchmarks.harness.simulate import recheck
+from benchmarks.harness.simulate import rebounds, recheck
+from benchmarks.harness.targets import check as check_targets
 
 
 def revision() -> str:
@@ -60,6 +64,9 @@ def main() -> None:
             print(f"{name} {mode}: {old.get('error', float('nan')):+.1%} -> {new['error']:+.1%}"
                   + (f"; {steps_line(new['steps'])}" if "steps" in new else ""))
         rechecks[str(name)] = {"stored": run["sim_check"], "now": check}
+        found = rebounds(run)
+        if found:  # the run's targets from the simulator's bound policies now, beside its stored ones
+            rechecks[str(name)]["targets_now"] = {"bounds": found, "checks": check_targets(run, found)}
     if out is not None:
         out.write({"label": "SIMULATED against EMULATED runs: each mode's stored simulator check and the "
                             "simulator's check of the same run now", "simulator_revision": revision(),

@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 
 from benchmarks.harness.manifest import load_run
-from benchmarks.harness.simulate import predict, rebuilt
-from benchmarks.harness.targets import bound_modes, bounds, check
+from benchmarks.harness.simulate import rebounds
+from benchmarks.harness.targets import check
 
 
 def main() -> None:
@@ -30,15 +30,11 @@ def main() -> None:
         run = load_run(name)
         if "ratios" not in run or not run["config"].get("emulate"):
             continue
-        extra = bound_modes(run["modes"])
-        found = {}
-        if extra:
-            try:
-                traces, model, rule, run_args = rebuilt(run)
-            except AttributeError as e:  # a config from before a setting existed
-                print(f"{name}: no bounds ({e})")
-            else:
-                found = bounds(predict(traces, model, rule, run_args, extra))
+        try:
+            found = rebounds(run)
+        except AttributeError as e:  # a config from before a setting existed
+            print(f"{name}: no bounds ({e})")
+            found = {}
         targets = {"bounds": found, "checks": check(run, found)}
         missed = [f"{r['mode']}: {r['target']}" for r in targets["checks"] if r["met"] is False]
         print(f"{name}: {len(targets['checks'])} targets, missed: {'; '.join(missed) or 'none'}")

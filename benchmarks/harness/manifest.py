@@ -114,6 +114,19 @@ def by_label(status: str | None = None, kind: str = "result", path: Path = MANIF
     return {e.label: e for e in read(path) if e.kind == kind and (status is None or e.status == status)}
 
 
+def latest_recheck(label: str, path: Path = MANIFEST) -> dict | None:
+    """The newest stored ``benchmarks.sim_recheck`` of the run ``label`` (its ``stored`` and ``now``
+    checks, and ``targets_now`` where it has bounds), or None where none covers it."""
+    runs = by_label(path=path)
+    target = runs[label].folder.resolve()
+    for entry in sorted((e for e in runs.values() if e.benchmark == "sim_recheck"), key=lambda e: e.path,
+                        reverse=True):
+        for name, checked in entry.load()["runs"].items():
+            if Path(resolve(name)).resolve() == target:
+                return checked
+    return None
+
+
 SIMULATED = ("sim", "sim_bounds", "sim_recheck")  # benchmarks whose runs run no engine
 RECORDINGS = ("record_text",)  # benchmarks whose runs are inputs of later runs
 

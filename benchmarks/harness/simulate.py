@@ -312,3 +312,15 @@ def recheck(run: dict) -> dict:
     """The run's ``sim_check`` from the current simulator."""
     traces, model, rule, args = rebuilt(run)
     return sim_check(traces, model, rule, args, run["modes"], emulation=run.get("emulation", {}).get("per_mode"))
+
+
+def rebounds(run: dict) -> dict:
+    """The simulator's bound policies (``targets.bound_modes``) on a stored run's workloads now, as the
+    run's ``targets.bounds`` were computed with it; {} for a run without a ``context`` mode."""
+    from benchmarks.harness.targets import bound_modes, bounds
+
+    extra = bound_modes(run["modes"])
+    if not extra:
+        return {}
+    traces, model, rule, args = rebuilt(run)
+    return bounds(predict(traces, model, rule, args, extra))
