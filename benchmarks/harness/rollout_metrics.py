@@ -32,7 +32,9 @@ def idle_shares(run: dict, instances: int, completion: float) -> list[float | No
 def metrics(run: dict, instances: int, calib: dict) -> dict:
     """One rollout's figures. ``retractions`` is the instances' own counter over the rollout where
     every instance gave it (``retractions_source`` says which); ``retractions_reported`` is what the
-    answers report of themselves, kept beside to compare."""
+    answers report of themselves, kept beside to compare. ``retracted_tokens`` is the prompt and
+    output tokens of the requests retracted, from the instances' counters: what readmitting them
+    prefills again, less what the radix cache still held (runs recorded before it was counted lack it)."""
     ends = sorted(f["t"] - run["start"] for f in run["finish"])
     completion = ends[-1]
     tokens = sum(f["tokens"] for f in run["finish"])
@@ -42,14 +44,17 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
     longest = max(f["tokens"] for f in run["finish"])
     bound = max(tokens / calib["peak_tok_s"], longest * calib["min_step_s"])
     reported = sum(f["retractions"] for f in run["finish"])
-    counted = (run.get("retraction_counter") or {}).get("total")
+    counter = run.get("retraction_counter") or {}
+    counted = counter.get("total")
     forced = [f["tokens"] == f["target"] for f in run["finish"] if f["target"] is not None]
     return {"completion_s": completion, "throughput_tok_s": tokens / completion, "tail_s": completion - p90,
             "idle_share": idle, "idle_s_per_instance": statistics.mean(known) * completion if known else None,
             "retractions": reported if counted is None else counted, "retractions_reported": reported,
             "retractions_source": "reported by the answers" if counted is None else "instances' counter " +
             "(sglang:num_retracted_requests_total)",
-            **({"retractions_per_instance": run["retraction_counter"]["per_instance"]} if counted is not None else {}),
+            **({"retractions_per_instance": counter["per_instance"]} if counted is not None else {}),
+            **({"retracted_tokens": counter["recomputed_tokens"]}
+               if counter.get("recomputed_tokens") is not None else {}),
             **({"on_target_share": sum(forced) / len(forced)} if forced else {}),
             "samples": len(ends), "longest_tokens": longest, "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
             "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
@@ -58,8 +63,8 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
                if run.get("spec") and run["spec"]["draft_steps"] else {})}
 
 
-SUMMARISED = ("completion_s", "throughput_tok_s", "tail_s", "retractions", "idle_s_per_instance", "efficiency",
-              "mean_acceptance_length")
+SUMMARISED = ("completion_s", "throughput_tok_s", "tail_s", "retractions", "retracted_tokens", "idle_s_per_instance",
+              "efficiency", "mean_acceptance_length")
 
 
 def summarise(repeats: list[dict]) -> dict:

@@ -53,7 +53,8 @@ def print_mode(mode: str, r: dict) -> None:
     kv = r.get("kv") or {}
     spread = r["spread"]["completion_s"]
     print(f"{mode:>13}: {r['completion_s']:7.1f} s (+-{spread['std']:.1f})  {r['throughput_tok_s']:8.0f} tok/s  "
-          f"tail {r['tail_s']:6.1f} s  retractions {r['retractions']:.0f}  efficiency {r['efficiency']:.2f}  "
+          f"tail {r['tail_s']:6.1f} s  retractions {r['retractions']:.0f} ({r.get('retracted_tokens', 0):.0f} tokens)  "
+          f"efficiency {r['efficiency']:.2f}  "
           f"re-prefill {kv.get('reprefill_tokens', '-')}  from pool {kv.get('pool', '-')}  "
           f"acceptance {r.get('mean_acceptance_length') or '-'}  "
           f"on target {r['repeats'][0].get('on_target_share', '-')}", flush=True)

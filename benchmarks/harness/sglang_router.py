@@ -14,9 +14,13 @@ puts back the ``custom_params`` of a ``/generate`` by its ``rid``. The router st
 instance by its own policy; the instance sees what the benchmark sent. The shim's hop is local.
 
 Retractions are counted where they happen: each SGLang instance started with ``--enable-metrics``
-keeps ``sglang:num_retracted_requests_total`` on its Prometheus ``/metrics``; a mode's retractions are
-the difference of the sum over instances before and after its rollout, the same counter for plain and
-seer modes, rather than what each answer reports of itself.
+keeps ``sglang:num_retracted_requests_total`` on its Prometheus ``/metrics``, and beside it the prompt
+and output tokens of the requests it retracted (``sglang:num_retracted_input_tokens_total``,
+``..._output_tokens_total``): what a retracted request has to prefill again when it is readmitted,
+less what the radix cache still holds of it. A mode's figures are the difference of the sums over
+instances before and after its rollout, the same counters for plain and seer modes, rather than what
+each answer reports of itself. Retraction is the only way a running request loses its place here: no
+instance of the rollout benchmark runs SGLang's priority scheduling, whose preemption is the other.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from seer_sglang.launch.instances import free_port
 from seer_sglang.launch.waiting import ProcessExited, wait_healthy, wait_until
 
 RETRACTIONS = "sglang:num_retracted_requests_total"
+RETRACTED_TOKENS = {"input_tokens": "sglang:num_retracted_input_tokens_total",
+                    "output_tokens": "sglang:num_retracted_output_tokens_total"}
 # A rollout's requests wait in the instances' queues, not in the router's: no rate limit, no timeout
 # shorter than an emulated rollout, no retries that would send a sample twice.
 REQUEST_TIMEOUT_S = 36000
@@ -165,22 +171,35 @@ def counter_value(text: str, name: str) -> float | None:
     return total if found else None
 
 
-def retraction_counts(urls: list[str]) -> list[float | None]:
-    """Each instance's retraction counter now (None where ``/metrics`` does not give it)."""
+def retraction_counts(urls: list[str]) -> list[dict | None]:
+    """Each instance's retraction counters now: ``requests`` and the retracted requests' ``input_tokens``
+    and ``output_tokens`` (None where ``/metrics`` does not give them)."""
     out = []
     for url in urls:
         try:
             r = httpx.get(f"{url}/metrics", timeout=30)
-            # an instance that has served with metrics on but never retracted has no sample of the counter yet
-            on = r.status_code == 200 and "sglang:" in r.text
-            out.append((counter_value(r.text, RETRACTIONS) or 0.0) if on else None)
         except httpx.HTTPError:
             out.append(None)
+            continue
+        # an instance that has served with metrics on but never retracted has no sample of the counters yet
+        if r.status_code != 200 or "sglang:" not in r.text:
+            out.append(None)
+            continue
+        out.append({"requests": counter_value(r.text, RETRACTIONS) or 0.0,
+                    **{key: counter_value(r.text, name) or 0.0 for key, name in RETRACTED_TOKENS.items()}})
     return out
 
 
-def retraction_delta(before: list[float | None], after: list[float | None]) -> dict:
-    """A rollout's retractions: the total and per instance; the total is None unless every instance
-    gave its counter both times."""
-    per = [None if a is None or b is None else a - b for b, a in zip(before, after)]
-    return {"total": sum(per) if per and None not in per else None, "per_instance": per}
+def retraction_delta(before: list[dict | None], after: list[dict | None]) -> dict:
+    """A rollout's retractions: the total and per instance, and the retracted requests' tokens
+    (``recomputed_tokens``, prompt and output); a total is None unless every instance gave its
+    counters both times."""
+    per = [None if a is None or b is None else {k: a[k] - b[k] for k in a} for b, a in zip(before, after)]
+    whole = bool(per) and None not in per
+
+    def total(key: str) -> float | None:
+        return sum(p[key] for p in per) if whole else None
+    inputs, outputs = total("input_tokens"), total("output_tokens")
+    return {"total": total("requests"), "per_instance": [None if p is None else p["requests"] for p in per],
+            "input_tokens": inputs, "output_tokens": outputs,
+            "recomputed_tokens": None if inputs is None else inputs + outputs}

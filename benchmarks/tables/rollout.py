@@ -125,6 +125,10 @@ def emulated_table(results: Results, stem: str) -> str:
     speculative = any(r.get("mean_acceptance_length") for r in run["modes"].values())
     if speculative:
         header.insert(7, "tokens per verify step")
+    # the retracted requests' tokens, in runs whose instances counted them
+    recounted = any("retracted_tokens" in r for r in run["modes"].values())
+    if recounted:
+        header.insert(7, "retracted tokens")
     # the paper's baseline beside the reference, where the run measured a stronger plain SGLang
     paper = PLAIN_GROUP if ref_mode != PLAIN_GROUP and PLAIN_GROUP in run.get("ratios_by_baseline", {}) else None
     if paper:
@@ -156,6 +160,8 @@ def emulated_table(results: Results, stem: str) -> str:
                      f"{check['error'] * 100:+.1f}%" if check else "-", overruns(emu["per_mode"].get(m, []))])
         if speculative:
             rows[-1].insert(7, mean_range("mean_acceptance_length", lambda x: f"{x:.2f}"))
+        if recounted:
+            rows[-1].insert(7, mean_range("retracted_tokens", fint))
         if paper:
             rows[-1].insert(3, fratio(run["ratios_by_baseline"][paper][m]["throughput"])
                             if paper not in invalid else "-")
@@ -187,6 +193,9 @@ def emulated_table(results: Results, stem: str) -> str:
                + ("The context policies of this run ordered equal length estimates in arrival order, as they "
                   "did before they went sibling by sibling across groups. "
                   if cfg.get("context_ties") == "arrival" and any("context" in m for m in run["modes"]) else "")
+               + ("Retractions and retracted tokens (their prompts and outputs: what readmitting them "
+                  "prefills again, less what the radix cache kept) are the instances' own SGLang counters. "
+                  if recounted else "")
                + regime_text(run) + f"Source: {source([stem])}.")
     return "\n".join(table(header, rows) + ["", caption])
 

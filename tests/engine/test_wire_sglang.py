@@ -44,3 +44,22 @@ def test_a_chunk_request_is_a_body_sglangs_generate_takes():
     body = ChunkRequest(rid="g-0-c0", input_ids=[1, 2], sampling_params={"max_new_tokens": 2}, return_logprob=True,
                         logprob_start_len=-1, top_logprobs_num=1, priority=2).to_json()
     GenerateReqInput(**body).normalize_batch_and_arguments()
+
+
+def test_the_retraction_counters_the_rollout_benchmark_reads_are_sglangs():
+    """A mode's retractions and retracted tokens are differences of these counters; a name SGLang does
+    not keep would read as 0 on every instance, so each must be one SGLang registers, and the tokens
+    the retracted requests' prompts and outputs as the scheduler counts them."""
+    import inspect
+
+    from sglang.srt.managers import scheduler
+    from sglang.srt.observability import metrics_collector
+
+    from benchmarks.harness.sglang_router import RETRACTED_TOKENS, RETRACTIONS
+
+    registered = inspect.getsource(metrics_collector)
+    for name in (RETRACTIONS, *RETRACTED_TOKENS.values()):
+        assert f'name="{name}"' in registered, name
+    counted = inspect.getsource(scheduler)
+    assert "len(r.origin_input_ids) for r in retracted_reqs" in counted
+    assert "len(r.output_ids) for r in retracted_reqs" in counted

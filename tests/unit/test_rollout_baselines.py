@@ -108,8 +108,14 @@ def test_retractions_come_from_the_instances_prometheus_counter():
                       'sglang:num_retracted_reqs{model_name="tiny"} 1.0'])
     assert counter_value(text, RETRACTIONS) == 5.0
     assert counter_value("sglang:other 1\n", RETRACTIONS) is None
-    assert retraction_delta([1.0, 0.0], [4.0, 2.0]) == {"total": 5.0, "per_instance": [3.0, 2.0]}
-    assert retraction_delta([1.0, None], [4.0, None])["total"] is None  # an instance without metrics
+    before = [{"requests": 1.0, "input_tokens": 300.0, "output_tokens": 40.0},
+              {"requests": 0.0, "input_tokens": 0.0, "output_tokens": 0.0}]
+    after = [{"requests": 4.0, "input_tokens": 1200.0, "output_tokens": 100.0},
+             {"requests": 2.0, "input_tokens": 500.0, "output_tokens": 30.0}]
+    assert retraction_delta(before, after) == {"total": 5.0, "per_instance": [3.0, 2.0], "input_tokens": 1400.0,
+                                               "output_tokens": 90.0, "recomputed_tokens": 1490.0}
+    gap = retraction_delta([before[0], None], [after[0], None])  # an instance without metrics
+    assert gap["total"] is None and gap["recomputed_tokens"] is None and gap["per_instance"] == [3.0, None]
 
 
 def test_the_router_runs_on_localhost_with_the_policy_and_without_retries():
