@@ -268,7 +268,8 @@ class Calibration:
 def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list[list[int]],
                          rollout: list[TraceSample], tag: str, replay: dict | None) -> dict:
     """One plain rollout through sglang-router. The router drops ``custom_params``: a shim per instance
-    puts each sample's back by rid."""
+    puts each sample's back by rid, and what each shim passed on is the router's placement (rid ->
+    instance index)."""
     eos = setup.works[0].eos
     targets = {baseline_rid(s): sample_params(prompts[s.group_id], s, eos, replay) for s in rollout}
     shims = []
@@ -279,9 +280,11 @@ def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list
         router = start_router([sh.url for sh in shims], ROUTER_POLICIES[mode],
                               setup.log_root / f"router-{tag}{mode}.log")
         try:
-            return asyncio.run(run_baseline(urls, prompts, rollout, setup.args, eos, replay, router=router.url))
+            run = asyncio.run(run_baseline(urls, prompts, rollout, setup.args, eos, replay, router=router.url))
         finally:
             stop_router(router)
+        run["placement"] = {rid: i for i, sh in enumerate(shims) for rid in sh.received}
+        return run
     finally:
         for sh in shims:
             sh.stop()

@@ -59,11 +59,13 @@ def is_held_out(label: str) -> bool:
 
 
 def checks(runs: list[tuple[str, dict]]) -> list[dict]:
-    """One row per mode of each held-out run (label, result): the simulator's error, and whether the mode
-    counts (its steps kept up with the profile)."""
+    """One row per mode of each held-out run (label, result): the simulator's error, whether the mode
+    counts (its steps kept up with the profile), and whether a random placement was checked on the draw
+    the run recorded."""
     rows = []
     for label, result in runs:
         for mode, check in result.get("sim_check", {}).items():
             rows.append({"run": label, "mode": mode, "error": check["error"],
-                         "valid": not is_invalid(mode_runs(result, mode))})
+                         "valid": not is_invalid(mode_runs(result, mode)),
+                         "recorded_placement": check.get("placement") == "recorded"})
     return rows

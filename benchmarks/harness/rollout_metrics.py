@@ -59,6 +59,7 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
             "samples": len(ends), "longest_tokens": longest, "output_tokens": tokens, "chunks": run.get("chunks"), "lower_bound_s": bound,
             "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
             **({"last_samples": run["last_samples"]} if run.get("last_samples") else {}),
+            **({"placement": run["placement"]} if run.get("placement") else {}),
             **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
                if run.get("spec") and run["spec"]["draft_steps"] else {})}
 

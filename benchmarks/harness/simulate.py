@@ -152,16 +152,37 @@ RANDOM_PLACEMENTS = {"sample-power-of-two-blind"}
 RANDOM_DRAWS = 8
 
 
+def recorded_placement(placement: dict[str, int]):
+    """A random placement as one run drew it (``placement``: the run's rid, ``b<group>-<sibling>``, -> the
+    instance the router sent it to): the simulator's check of that run replays the run's own draw, so
+    what it checks is the step model and admission, not how far one draw of a uniform placement falls
+    from the mean of its draws."""
+    from seer_sglang.core.policy import PerSamplePolicy
+
+    class RecordedPlacement(PerSamplePolicy):
+        name = "sample-recorded"
+
+        def pick(self, instances, sample):
+            rid = f"b{sample.group_id.removeprefix('g')}-{sample.index}"
+            if rid not in placement:
+                raise KeyError(f"the recorded placement has no request {rid}")
+            return instances[placement[rid]]
+
+    return RecordedPlacement()
+
+
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None,
-                  prompts: list[list[int]] | None = None):
+                  prompts: list[list[int]] | None = None, placement: dict[str, int] | None = None):
     """One simulated run of a benchmark mode on ``trace`` (a plain mode: plain SGLang fed as its trainer
     feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a
-    ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``."""
+    ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``. A random placement runs as
+    ``placement`` records it where given, else as the mean of ``RANDOM_DRAWS`` draws."""
     from seer_sglang.core.policy import BlindPowerOfTwoPolicy, make_policy
     from seer_sglang.sim.simulator import simulate
 
     name, options = mode_options(mode)
     plain = is_plain(mode)
+    recorded = placement
     placement = SIM_PLACEMENT[canonical(mode)] if plain else name
 
     def policy(draw: int = 0):
@@ -187,6 +208,10 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
 
     if placement not in RANDOM_PLACEMENTS:
         return run()
+    if recorded is not None:
+        return simulate(trace, recorded_placement(recorded), model, args.instances, args.max_tokens, spec=spec,
+                        admission=rule, plain=plain, arrival_s=arrivals,
+                        prompts=dict(enumerate(prompts)) if prompts else None)
     return mean_of_draws([run(d) for d in range(RANDOM_DRAWS)])
 
 
@@ -209,13 +234,15 @@ def run_acceptance(args, seed: int):
 
 
 def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, args, modes,
-            prompts: list[list[list[int]]] | None = None) -> dict:
+            prompts: list[list[list[int]]] | None = None,
+            placements: dict[str, list[dict[str, int]]] | None = None) -> dict:
     """The simulator's runs of ``modes`` on a run's repeats (each repeat's workload simulated once), on the
     step model the instances ran (emulated) or were fitted to (CPU). A ``+sd`` mode is left out without
     acceptance measured on the run's text (``--sim-acceptance``): there is nothing to hold it to. The
     plain-router modes are simulated with ``SIM_PLACEMENT``'s model of sglang-router's placement, which
     routes by the prompts' tokens: ``prompts`` (each trace's, by group; default the ``workload_prompts``
-    a rebuilt run's arguments carry) gives them."""
+    a rebuilt run's arguments carry) gives them. ``placements`` (mode -> each repeat's recorded placement)
+    has a random placement replay each repeat's own draw."""
     prompts = prompts or getattr(args, "workload_prompts", None)
     seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
     measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
@@ -225,12 +252,35 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
         if drafter is not None and (measured is None or drafter not in (*GROUP_DRAFTS, "sd-suffix")):
             continue
         # The step model's pool term is the profile's; "+pool" modes are simulated as recompute.
+        recorded = (placements or {}).get(mode)
+        if recorded:  # each repeat its own draw (repeats of one workload: that workload each time)
+            out[mode] = []
+            for r, record in enumerate(recorded):
+                w = r % len(traces)
+                out[mode].append(simulate_mode(mode, traces[w], model, rule, args,
+                                               measured[seeds[w]] if drafter else None,
+                                               prompts[w] if prompts else None, record))
+            continue
         sims = {}
         for r, (trace, seed) in enumerate(zip(traces, seeds)):
             if id(trace) not in sims:
                 sims[id(trace)] = simulate_mode(mode, trace, model, rule, args, measured[seed] if drafter else None,
                                                 prompts[r] if prompts else None)
         out[mode] = [sims[id(t)] for t in traces]
+    return out
+
+
+def recorded_placements(results: dict, traces: list[list[TraceSample]]) -> dict[str, list[dict[str, int]]]:
+    """The modes of a random placement whose every repeat recorded where each of its requests went
+    (``placement``, from the router's shims), with those records."""
+    out = {}
+    for mode, r in results.items():
+        if not is_plain(mode) or SIM_PLACEMENT.get(canonical(mode)) not in RANDOM_PLACEMENTS:
+            continue
+        records = [rep.get("placement") for rep in r.get("repeats", [])]
+        if records and len(traces) in (1, len(records)) and \
+                all(p and len(p) == len(traces[i % len(traces)]) for i, p in enumerate(records)):
+            out[mode] = records
     return out
 
 
@@ -241,7 +291,10 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
     one dict per repeat) ``steps`` puts the simulated steps beside the ones the instances ran, so a
     miss shows whether the simulator ran fewer or cheaper steps or idled its instances more."""
     out = {}
-    for mode, runs in predict(traces, model, rule, args, results, prompts).items():
+    placements = recorded_placements(results, traces)
+    # what the mean of the draws predicts, beside the check of each run's own draw
+    draws = predict(traces, model, rule, args, list(placements), prompts) if placements else {}
+    for mode, runs in predict(traces, model, rule, args, results, prompts, placements).items():
         real = results[mode]
         predicted = statistics.fmean(r.completion_s for r in runs)
         out[mode] = {"predicted_s": predicted, "real_s": real["completion_s"],
@@ -250,6 +303,9 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
                      "predicted_retractions": statistics.fmean(r.retractions for r in runs),
                      "real_retractions": real["retractions"],
                      "predicted_per_repeat_s": [r.completion_s for r in runs]}
+        if mode in draws:
+            out[mode]["placement"] = "recorded"
+            out[mode]["predicted_draws_s"] = statistics.fmean(r.completion_s for r in draws[mode])
         counters = (emulation or {}).get(mode)
         if counters:
             out[mode]["steps"] = step_split(runs, counters)

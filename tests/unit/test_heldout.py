@@ -35,7 +35,11 @@ def test_held_out_runs_cover_every_shape_at_seers_load():
 def test_the_report_reads_each_runs_sim_check_and_leaves_invalid_modes_out(tmp_path):
     from benchmarks.harness.heldout import checks
 
-    run = {"sim_check": {"plain-group": {"error": 0.02}, "context": {"error": -0.08}},
-           "emulation": {"per_mode": {"plain-group": [{"overrun_share": 0.0}], "context": [{"overrun_share": 0.2}]}}}
+    run = {"sim_check": {"plain-group": {"error": 0.02}, "context": {"error": -0.08},
+                         "plain-router-p2": {"error": 0.01, "placement": "recorded"}},
+           "emulation": {"per_mode": {"plain-group": [{"overrun_share": 0.0}], "context": [{"overrun_share": 0.2}],
+                                      "plain-router-p2": [{"overrun_share": 0.0}]}}}
     rows = checks([("heldout_x", json.loads(json.dumps(run)))])
-    assert [(r["mode"], r["valid"]) for r in rows] == [("plain-group", True), ("context", False)]
+    assert [(r["mode"], r["valid"]) for r in rows] == [("plain-group", True), ("context", False),
+                                                       ("plain-router-p2", True)]
+    assert [r["recorded_placement"] for r in rows] == [False, False, True]

@@ -97,6 +97,80 @@ def test_sglang_routers_random_placement_is_predicted_by_the_mean_of_its_draws()
     assert draw(make_policy("sample-power-of-two")) < predicted  # in-flight counts balance it better
 
 
+def test_a_runs_recorded_random_placement_is_what_the_simulators_check_replays():
+    """Where each repeat of ``plain-router-p2`` recorded where the router sent every request (the
+    shims' rids), the check replays that draw; the mean of the draws stays beside it. A record that
+    misses a request is not used."""
+    import argparse
+    import random
+
+    from benchmarks.harness.simulate import rebuild, sim_check, simulate_mode
+
+    config = by_label()["emulated_h100_moonlight_seerload_x45"].load()["config"]
+    traces, model, rule = rebuild(config, [0])
+    args = argparse.Namespace(**{**config, "vary_trace": False, "seed": 0, "sim_acceptance": None})
+    trace = traces[0]
+    rng = random.Random(5)
+    drawn = {f"b{s.group_id}-{s.sample_index}": rng.randrange(config["instances"]) for s in trace}
+    piled = {rid: 0 for rid in drawn}  # every request on the first instance
+    draws = simulate_mode("plain-router-p2", trace, model, rule, args).completion_s
+    one = simulate_mode("plain-router-p2", trace, model, rule, args, placement=drawn).completion_s
+    assert simulate_mode("plain-router-p2", trace, model, rule, args, placement=piled).completion_s > 2 * draws
+    assert one != draws
+
+    def results(*records):
+        return {"plain-router-p2": {"completion_s": 100.0, "tail_s": 10.0, "retractions": 0,
+                                    "repeats": [{"placement": r} for r in records]}}
+    check = sim_check(traces, model, rule, args, results(drawn, piled))["plain-router-p2"]
+    assert check["placement"] == "recorded" and check["predicted_draws_s"] == pytest.approx(draws, rel=1e-9)
+    assert check["predicted_per_repeat_s"][0] == pytest.approx(one, rel=1e-9)
+    assert check["predicted_per_repeat_s"][1] > 2 * draws
+    partial = dict(list(drawn.items())[1:])
+    check = sim_check(traces, model, rule, args, results(partial))["plain-router-p2"]
+    assert "placement" not in check and check["predicted_s"] == pytest.approx(draws, rel=1e-9)
+
+
+def test_the_routers_shims_restore_custom_params_and_record_each_requests_rid():
+    """Behind sglang-router each instance is reached through a ``ParamsShim``: it puts back a request's
+    ``custom_params`` by rid and keeps the rids it passed on, the router's placement."""
+    import threading
+
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from benchmarks.harness.sglang_router import ParamsShim
+    from seer_sglang.launch.instances import free_port
+    from seer_sglang.launch.waiting import wait_until
+
+    seen = []
+
+    async def generate(request):
+        seen.append(await request.json())
+        return JSONResponse({"ok": True})
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/generate", generate, methods=["POST"])]),
+                                           host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 30, what="stand-in instance")
+    shim = ParamsShim(f"http://127.0.0.1:{port}").start()
+    try:
+        shim.params = {"b0-1": {"target": 7}}
+        for rid in ("b0-1", "b2-0"):
+            r = httpx.post(f"{shim.url}/generate", json={"rid": rid, "sampling_params": {"temperature": 1.0}})
+            assert r.status_code == 200 and r.json() == {"ok": True}
+    finally:
+        shim.stop()
+        server.should_exit = True
+        thread.join(30)
+    assert shim.received == ["b0-1", "b2-0"]
+    assert seen[0]["sampling_params"] == {"temperature": 1.0, "custom_params": {"target": 7}}
+    assert "custom_params" not in seen[1]["sampling_params"]
+
+
 def test_each_mode_runs_on_the_seer_server_of_its_pool_drafter_and_budget():
     """``+sd`` verifies what the adaptive budget gives out, ``+sd-fixed`` every draft at every batch size
     (the GPU path's fixed verify width, at that path's draft tokens) with the same drafter; modes that
