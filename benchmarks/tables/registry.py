@@ -51,6 +51,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "emulated_h100_qwen2vl_seerload_d32_x45": lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_d32_x45"),
     "emulated_h100_moonlight_seerload_d32_x45":
         lambda r: emulated_table(r, "emulated_h100_moonlight_seerload_d32_x45"),
+    "emulated_h100_qwen2vl_seerload_p16_x45": lambda r: emulated_table(r, "emulated_h100_qwen2vl_seerload_p16_x45"),
     "sim_admission_qwen2vl": lambda r: sim_load_table(r, [f"sim_admission_qwen2vl_p{p}" for p in (64, 128)]),
     "sim_admission_moonlight": lambda r: sim_load_table(r, [f"sim_admission_moonlight_p{p}" for p in (64, 128)]),
     "sim_errors": sim_errors_table,
