@@ -63,7 +63,7 @@ from benchmarks.harness.simulate import (mode_options, mode_speculation, run_chu
                                          run_headroom, verify_layout_of)
 from benchmarks.harness.sglang_router import ParamsShim, start_router, stop_router
 from benchmarks.harness.telemetry import LoadPoller
-from benchmarks.harness.workload import Workload
+from benchmarks.harness.workload import Workload, baseline_rid
 from seer_sglang.config import EMULATION
 from seer_sglang.launch.emulation import instance_args
 from seer_sglang.launch.instances import (InstanceSpec, cpu_threads_per_instance, free_port, plan_gpus, start_instance,
@@ -79,11 +79,6 @@ def sample_params(ids: list[int], sample: TraceSample, eos: int, replay: dict | 
     from seer_sglang.benchmarking.force_length import custom_params
 
     return custom_params(len(ids), sample.output_len, eos, (replay or {}).get((sample.group_id, sample.sample_index)))
-
-
-def baseline_rid(sample: TraceSample) -> str:
-    """A plain SGLang request's rid (``benchmarks.step_log`` reads plain requests by it)."""
-    return f"b{sample.group_id}-{sample.sample_index}"
 
 
 def plain_instance(index: int, sample: TraceSample, instances: int, per_sample: bool) -> int:
@@ -107,7 +102,7 @@ async def run_baseline(urls: list[str], prompts: list[list[int]], trace: list[Tr
     finish: list[dict] = []
 
     async def one(http: httpx.AsyncClient, url: str, ids: list[int], sample: TraceSample) -> None:
-        body = {"input_ids": ids, "custom_logit_processor": processor, "rid": baseline_rid(sample),
+        body = {"input_ids": ids, "custom_logit_processor": processor, "rid": baseline_rid(sample.group_id, sample.sample_index),
                 "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 1.0,
                                     "custom_params": sample_params(ids, sample, eos, replay)}}
         r = (await http.post(f"{url}/generate", json=body)).json()
@@ -271,7 +266,7 @@ def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list
     puts each sample's back by rid, and what each shim passed on is the router's placement (rid ->
     instance index)."""
     eos = setup.works[0].eos
-    targets = {baseline_rid(s): sample_params(prompts[s.group_id], s, eos, replay) for s in rollout}
+    targets = {baseline_rid(s.group_id, s.sample_index): sample_params(prompts[s.group_id], s, eos, replay) for s in rollout}
     shims = []
     try:
         for u in urls:

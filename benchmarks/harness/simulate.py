@@ -13,7 +13,7 @@ import statistics
 from benchmarks.harness.baselines import canonical, is_plain
 from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import moved, resolve
-from benchmarks.harness.workload import build_workload, prompt_tokenizer, workload_seeds, workload_shape
+from benchmarks.harness.workload import baseline_rid, build_workload, prompt_tokenizer, workload_seeds, workload_shape
 from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
 from seer_sglang.launch.emulation import admission
@@ -153,17 +153,17 @@ RANDOM_DRAWS = 8
 
 
 def recorded_placement(placement: dict[str, int]):
-    """A random placement as one run drew it (``placement``: the run's rid, ``b<group>-<sibling>``, -> the
-    instance the router sent it to): the simulator's check of that run replays the run's own draw, so
-    what it checks is the step model and admission, not how far one draw of a uniform placement falls
-    from the mean of its draws."""
+    """A random placement as one run drew it (``placement``: the run's ``baseline_rid`` -> the instance the
+    router sent it to): the simulator's check of that run replays the run's own draw, so what it checks is
+    the step model and admission, not how far one draw of a uniform placement falls from the mean of its
+    draws."""
     from seer_sglang.core.policy import PerSamplePolicy
 
     class RecordedPlacement(PerSamplePolicy):
         name = "sample-recorded"
 
         def pick(self, instances, sample):
-            rid = f"b{sample.group_id.removeprefix('g')}-{sample.index}"
+            rid = baseline_rid(int(sample.group_id.removeprefix("g")), sample.index)  # the simulator's g<group>
             if rid not in placement:
                 raise KeyError(f"the recorded placement has no request {rid}")
             return instances[placement[rid]]
@@ -182,13 +182,15 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
 
     name, options = mode_options(mode)
     plain = is_plain(mode)
-    recorded = placement
-    placement = SIM_PLACEMENT[canonical(mode)] if plain else name
+    placer = SIM_PLACEMENT[canonical(mode)] if plain else name
+    replayed = placement is not None and placer in RANDOM_PLACEMENTS
 
     def policy(draw: int = 0):
-        if placement == BlindPowerOfTwoPolicy.name:
+        if replayed:
+            return recorded_placement(placement)
+        if placer == BlindPowerOfTwoPolicy.name:
             return BlindPowerOfTwoPolicy(seed=draw)
-        return make_policy(placement, chunk_size=run_chunk(mode, args), whole_tail="tail" in options,
+        return make_policy(placer, chunk_size=run_chunk(mode, args), whole_tail="tail" in options,
                            kv_headroom=run_headroom(mode, args),
                            spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread"
                            and "arrival" not in options)
@@ -206,12 +208,8 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
         return simulate(trace, policy(draw), model, args.instances, args.max_tokens, spec=spec, admission=rule,
                         plain=plain, arrival_s=arrivals, prompts=dict(enumerate(prompts)) if prompts else None)
 
-    if placement not in RANDOM_PLACEMENTS:
+    if placer not in RANDOM_PLACEMENTS or replayed:
         return run()
-    if recorded is not None:
-        return simulate(trace, recorded_placement(recorded), model, args.instances, args.max_tokens, spec=spec,
-                        admission=rule, plain=plain, arrival_s=arrivals,
-                        prompts=dict(enumerate(prompts)) if prompts else None)
     return mean_of_draws([run(d) for d in range(RANDOM_DRAWS)])
 
 

@@ -26,6 +26,12 @@ TEMPLATES = [
 ]
 
 
+def baseline_rid(group_id: int, sample_index: int) -> str:
+    """A plain SGLang request's rid: the benchmark sends it, ``benchmarks.step_log`` reads plain requests
+    by it, and the simulator's check replays the router's placement recorded by it."""
+    return f"b{group_id}-{sample_index}"
+
+
 def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     out = []

@@ -105,13 +105,14 @@ def test_a_runs_recorded_random_placement_is_what_the_simulators_check_replays()
     import random
 
     from benchmarks.harness.simulate import rebuild, sim_check, simulate_mode
+    from benchmarks.harness.workload import baseline_rid
 
     config = by_label()["emulated_h100_moonlight_seerload_x45"].load()["config"]
     traces, model, rule = rebuild(config, [0])
     args = argparse.Namespace(**{**config, "vary_trace": False, "seed": 0, "sim_acceptance": None})
     trace = traces[0]
     rng = random.Random(5)
-    drawn = {f"b{s.group_id}-{s.sample_index}": rng.randrange(config["instances"]) for s in trace}
+    drawn = {baseline_rid(s.group_id, s.sample_index): rng.randrange(config["instances"]) for s in trace}
     piled = {rid: 0 for rid in drawn}  # every request on the first instance
     draws = simulate_mode("plain-router-p2", trace, model, rule, args).completion_s
     one = simulate_mode("plain-router-p2", trace, model, rule, args, placement=drawn).completion_s

@@ -120,6 +120,7 @@ def test_a_stored_runs_targets_are_what_the_simulator_and_the_run_give_now():
     for mode, bound in now["bounds"].items():
         assert found[mode]["predicted_s"] == pytest.approx(bound["predicted_s"], rel=1e-9), mode
         assert found[mode]["predicted_tail_s"] == pytest.approx(bound["predicted_tail_s"], rel=1e-9), mode
+        assert found[mode]["predicted_s"] == pytest.approx(run["targets"]["bounds"][mode]["predicted_s"], rel=0.05), mode
     assert check(run, found) == now["checks"]
     assert check(run, run["targets"]["bounds"]) == run["targets"]["checks"]
 
