@@ -13,7 +13,7 @@ import statistics
 from benchmarks.harness.baselines import canonical, is_plain
 from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import moved, resolve
-from benchmarks.harness.workload import baseline_rid, build_workload, prompt_tokenizer, workload_seeds, workload_shape
+from benchmarks.harness.workload import baseline_rid, build_workload, parse_baseline_rid, prompt_tokenizer, workload_seeds, workload_shape
 from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
 from seer_sglang.launch.emulation import admission
@@ -150,13 +150,19 @@ SIM_PLACEMENT = {"plain-group": "round-robin", "plain-sample": "sample-round-rob
 # draw, and the draws of one workload end up to 15% apart.
 RANDOM_PLACEMENTS = {"sample-power-of-two-blind"}
 RANDOM_DRAWS = 8
+# The placements sglang-router decides. A run records them (its shims keep each instance's requests in the
+# order they came), and its check replays that record: where each request went and in what order each
+# instance got it. The client sends the rollout's burst concurrently, so the router sees the requests in an
+# order no client fixes; cache_aware's choice for a group's first request depends on that order (its miss
+# rule is the least-loaded instance), and the three held-out runs that recorded it each placed the groups
+# otherwise than the model's order does. What the check then holds the simulator to is its step model and
+# admission, not a draw of the router's order; the prediction without the record stays beside it.
+ROUTED_PLACEMENTS = {"sample-cache-aware", *RANDOM_PLACEMENTS}
 
 
 def recorded_placement(placement: dict[str, int]):
-    """A random placement as one run drew it (``placement``: the run's ``baseline_rid`` -> the instance the
-    router sent it to): the simulator's check of that run replays the run's own draw, so what it checks is
-    the step model and admission, not how far one draw of a uniform placement falls from the mean of its
-    draws."""
+    """A router's placement as one run recorded it (``placement``: the run's ``baseline_rid`` -> the
+    instance the router sent it to)."""
     from seer_sglang.core.policy import PerSamplePolicy
 
     class RecordedPlacement(PerSamplePolicy):
@@ -171,6 +177,18 @@ def recorded_placement(placement: dict[str, int]):
     return RecordedPlacement()
 
 
+def recorded_arrivals(placement: dict[str, int], instances: int) -> dict[tuple[int, int], float]:
+    """When each request of a recorded placement reaches its instance: in the order that instance's shim
+    received them (the record keeps it), the client's spacing between two requests of the burst times the
+    instances, as the burst spreads over them."""
+    seen = dict.fromkeys(range(instances), 0)
+    out = {}
+    for rid, instance in placement.items():
+        out[parse_baseline_rid(rid)] = seen[instance] * CLIENT_SEND_INTERVAL_S * instances
+        seen[instance] += 1
+    return out
+
+
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None,
                   prompts: list[list[int]] | None = None, placement: dict[str, int] | None = None):
     """One simulated run of a benchmark mode on ``trace`` (a plain mode: plain SGLang fed as its trainer
@@ -183,7 +201,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
     name, options = mode_options(mode)
     plain = is_plain(mode)
     placer = SIM_PLACEMENT[canonical(mode)] if plain else name
-    replayed = placement is not None and placer in RANDOM_PLACEMENTS
+    replayed = placement is not None and placer in ROUTED_PLACEMENTS
 
     def policy(draw: int = 0):
         if replayed:
@@ -202,7 +220,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
                                    budget_kv_read=getattr(args, "budget_kv_read", False),
                                    verify_layout=verify_layout_of(mode))
-    arrivals = client_arrivals(trace) if plain else None
+    arrivals = (recorded_arrivals(placement, args.instances) if replayed else client_arrivals(trace)) if plain else None
 
     def run(draw: int = 0):
         return simulate(trace, policy(draw), model, args.instances, args.max_tokens, spec=spec, admission=rule,
@@ -240,7 +258,7 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
     plain-router modes are simulated with ``SIM_PLACEMENT``'s model of sglang-router's placement, which
     routes by the prompts' tokens: ``prompts`` (each trace's, by group; default the ``workload_prompts``
     a rebuilt run's arguments carry) gives them. ``placements`` (mode -> each repeat's recorded placement)
-    has a random placement replay each repeat's own draw."""
+    has a router's mode replay each repeat's own record."""
     prompts = prompts or getattr(args, "workload_prompts", None)
     seeds = workload_seeds(args) if getattr(args, "vary_trace", False) else [args.seed] * len(traces)
     measured = {seed: run_acceptance(args, seed) for seed in set(seeds)} if args.sim_acceptance else None
@@ -269,11 +287,11 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
 
 
 def recorded_placements(results: dict, traces: list[list[TraceSample]]) -> dict[str, list[dict[str, int]]]:
-    """The modes of a random placement whose every repeat recorded where each of its requests went
+    """The modes placed by the router whose every repeat recorded where each of its requests went
     (``placement``, from the router's shims), with those records."""
     out = {}
     for mode, r in results.items():
-        if not is_plain(mode) or SIM_PLACEMENT.get(canonical(mode)) not in RANDOM_PLACEMENTS:
+        if not is_plain(mode) or SIM_PLACEMENT.get(canonical(mode)) not in ROUTED_PLACEMENTS:
             continue
         records = [rep.get("placement") for rep in r.get("repeats", [])]
         if records and len(traces) in (1, len(records)) and \
@@ -290,8 +308,9 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
     miss shows whether the simulator ran fewer or cheaper steps or idled its instances more."""
     out = {}
     placements = recorded_placements(results, traces)
-    # what the mean of the draws predicts, beside the check of each run's own draw
-    draws = predict(traces, model, rule, args, list(placements), prompts) if placements else {}
+    # what the simulator predicts without the record (the model's placement; a random one's mean of draws),
+    # beside the check of the run's own record
+    unrecorded = predict(traces, model, rule, args, list(placements), prompts) if placements else {}
     for mode, runs in predict(traces, model, rule, args, results, prompts, placements).items():
         real = results[mode]
         predicted = statistics.fmean(r.completion_s for r in runs)
@@ -301,9 +320,9 @@ def sim_check(traces: list[list[TraceSample]], model: StepModel, rule: Admission
                      "predicted_retractions": statistics.fmean(r.retractions for r in runs),
                      "real_retractions": real["retractions"],
                      "predicted_per_repeat_s": [r.completion_s for r in runs]}
-        if mode in draws:
+        if mode in unrecorded:
             out[mode]["placement"] = "recorded"
-            out[mode]["predicted_draws_s"] = statistics.fmean(r.completion_s for r in draws[mode])
+            out[mode]["predicted_unrecorded_s"] = statistics.fmean(r.completion_s for r in unrecorded[mode])
         counters = (emulation or {}).get(mode)
         if counters:
             out[mode]["steps"] = step_split(runs, counters)

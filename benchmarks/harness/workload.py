@@ -32,6 +32,12 @@ def baseline_rid(group_id: int, sample_index: int) -> str:
     return f"b{group_id}-{sample_index}"
 
 
+def parse_baseline_rid(rid: str) -> tuple[int, int]:
+    """``baseline_rid``'s (group, sample index) back from its rid."""
+    group, index = rid.removeprefix("b").split("-")
+    return int(group), int(index)
+
+
 def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     out = []

@@ -123,12 +123,47 @@ def test_a_runs_recorded_random_placement_is_what_the_simulators_check_replays()
         return {"plain-router-p2": {"completion_s": 100.0, "tail_s": 10.0, "retractions": 0,
                                     "repeats": [{"placement": r} for r in records]}}
     check = sim_check(traces, model, rule, args, results(drawn, piled))["plain-router-p2"]
-    assert check["placement"] == "recorded" and check["predicted_draws_s"] == pytest.approx(draws, rel=1e-9)
+    assert check["placement"] == "recorded" and check["predicted_unrecorded_s"] == pytest.approx(draws, rel=1e-9)
     assert check["predicted_per_repeat_s"][0] == pytest.approx(one, rel=1e-9)
     assert check["predicted_per_repeat_s"][1] > 2 * draws
     partial = dict(list(drawn.items())[1:])
     check = sim_check(traces, model, rule, args, results(partial))["plain-router-p2"]
     assert "placement" not in check and check["predicted_s"] == pytest.approx(draws, rel=1e-9)
+
+
+def test_a_recorded_cache_aware_placement_is_replayed_with_each_instances_order():
+    """``plain-router`` (cache_aware) is decided by the order the burst reaches the router, which the
+    client does not fix: a run's record is replayed, where each request went and in the order each
+    instance got it; the model's own placement stays beside as the prediction without the record."""
+    import argparse
+
+    from benchmarks.harness.simulate import recorded_arrivals, rebuild, sim_check, simulate_mode
+    from benchmarks.harness.workload import baseline_rid, parse_baseline_rid
+
+    config = by_label()["emulated_h100_moonlight_seerload_x45"].load()["config"]
+    traces, model, rule = rebuild(config, [0])
+    args = argparse.Namespace(**{**config, "vary_trace": False, "seed": 0, "sim_acceptance": None})
+    trace, n = traces[0], config["instances"]
+    assert parse_baseline_rid(baseline_rid(12, 3)) == (12, 3)
+    # whole groups in turn, each instance getting its groups last first
+    record = {}
+    for s in sorted(trace, key=lambda s: (-s.group_id, s.sample_index)):
+        record[baseline_rid(s.group_id, s.sample_index)] = s.group_id % n
+    arrivals = recorded_arrivals(record, n)
+    for instance in range(n):
+        order = [parse_baseline_rid(r) for r, i in record.items() if i == instance]
+        assert [arrivals[k] for k in order] == sorted(arrivals[k] for k in order)
+        assert order[0][0] > order[-1][0] and arrivals[order[0]] == 0.0
+    model_s = simulate_mode("plain-router", trace, model, rule, args).completion_s
+    whole = simulate_mode("plain-router", trace, model, rule, args, placement=record).completion_s
+    piled = simulate_mode("plain-router", trace, model, rule, args,
+                          placement=dict.fromkeys(record, 0)).completion_s
+    assert piled > 2 * whole
+    results = {"plain-router": {"completion_s": whole, "tail_s": 10.0, "retractions": 0,
+                                "repeats": [{"placement": record}]}}
+    check = sim_check(traces, model, rule, args, results)["plain-router"]
+    assert check["placement"] == "recorded" and check["error"] == pytest.approx(0.0, abs=1e-9)
+    assert check["predicted_unrecorded_s"] == pytest.approx(model_s, rel=1e-9)
 
 
 def test_the_routers_shims_restore_custom_params_and_record_each_requests_rid():
