@@ -64,6 +64,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "recheck_router_miss_rule": lambda r: sim_recheck_table(r, "recheck_router_miss_rule", every_mode=True),
     "recheck_queue_order_targets": lambda r: sim_recheck_table(r, "recheck_queue_order_targets", every_mode=True),
     "recheck_seerload_runs": lambda r: sim_recheck_table(r, "recheck_seerload_runs", every_mode=True),
+    "recheck_heldout_r3_router_record":
+        lambda r: sim_recheck_table(r, "recheck_heldout_r3_router_record", every_mode=True),
     "sim_plain_sample_qwen2vl_seerload_ablation":
         lambda r: sim_bounds_table(r, "sim_plain_sample_qwen2vl_seerload_ablation"),
     "sim_plain_sample_moonlight_seerload": lambda r: sim_bounds_table(r, "sim_plain_sample_moonlight_seerload"),

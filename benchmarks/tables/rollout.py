@@ -355,8 +355,9 @@ def sim_heldout_table(results: Results) -> str:
     caption = (f"HELD OUT: simulated against EMULATED runs of configurations fixed before they ran and used to "
                f"tune nothing. {within} of {len(errors)} valid mode-runs within 5%"
                + (f" (largest miss {max(errors, key=abs) * 100:+.1f}%)" if errors else "") + ". "
-               + ("A random placement marked with its recorded placement is simulated as the router placed that "
-                  "run's requests (the shims' record), not as the mean of 8 draws. " if recorded else "")
+               + ("A router's mode marked with its recorded placement is simulated as the router placed that run's "
+                  "requests, in the order each instance got them (the shims' record), not as the simulator would "
+                  "place them. " if recorded else "")
                + f"Source: {source(stems)}.")
     return "\n".join(table(["run", "configuration", "mode", "simulator error"], rows) + ["", caption])
 
