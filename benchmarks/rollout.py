@@ -264,7 +264,7 @@ def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list
                          rollout: list[TraceSample], tag: str, replay: dict | None) -> dict:
     """One plain rollout through sglang-router. The router drops ``custom_params``: a shim per instance
     puts each sample's back by rid, and what each shim passed on is the router's placement (rid ->
-    instance index)."""
+    instance index) and when each request reached its instance (``arrivals``)."""
     eos = setup.works[0].eos
     targets = {baseline_rid(s.group_id, s.sample_index): sample_params(prompts[s.group_id], s, eos, replay) for s in rollout}
     shims = []
@@ -279,6 +279,8 @@ def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list
         finally:
             stop_router(router)
         run["placement"] = {rid: i for i, sh in enumerate(shims) for rid in sh.received}
+        # when each request reached its instance, from the rollout's start
+        run["arrivals"] = {rid: t - run["start"] for sh in shims for rid, t in zip(sh.received, sh.arrived)}
         return run
     finally:
         for sh in shims:

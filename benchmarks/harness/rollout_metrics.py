@@ -60,6 +60,7 @@ def metrics(run: dict, instances: int, calib: dict) -> dict:
             "efficiency": bound / completion, "finish_s": ends, **({"kv": run["kv"]} if run.get("kv") else {}),
             **({"last_samples": run["last_samples"]} if run.get("last_samples") else {}),
             **({"placement": run["placement"]} if run.get("placement") else {}),
+            **({"arrivals": run["arrivals"]} if run.get("arrivals") else {}),
             **({"spec": run["spec"], "mean_acceptance_length": run["spec"]["mean_acceptance_length"]}
                if run.get("spec") and run["spec"]["draft_steps"] else {})}
 

@@ -177,10 +177,14 @@ def recorded_placement(placement: dict[str, int]):
     return RecordedPlacement()
 
 
-def recorded_arrivals(placement: dict[str, int], instances: int) -> dict[tuple[int, int], float]:
-    """When each request of a recorded placement reaches its instance: in the order that instance's shim
+def recorded_arrivals(placement: dict[str, int], instances: int,
+                      arrived: dict[str, float] | None = None) -> dict[tuple[int, int], float]:
+    """When each request of a recorded placement reaches its instance: as the shims timed it (``arrived``,
+    seconds from the rollout's start) where the run kept that, else in the order that instance's shim
     received them (the record keeps it), the client's spacing between two requests of the burst times the
     instances, as the burst spreads over them."""
+    if arrived:
+        return {parse_baseline_rid(rid): max(0.0, arrived[rid]) for rid in placement}
     seen = dict.fromkeys(range(instances), 0)
     out = {}
     for rid, instance in placement.items():
@@ -190,7 +194,8 @@ def recorded_arrivals(placement: dict[str, int], instances: int) -> dict[tuple[i
 
 
 def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: Admission, args, spec=None,
-                  prompts: list[list[int]] | None = None, placement: dict[str, int] | None = None):
+                  prompts: list[list[int]] | None = None, placement: dict[str, int] | None = None,
+                  arrived: dict[str, float] | None = None):
     """One simulated run of a benchmark mode on ``trace`` (a plain mode: plain SGLang fed as its trainer
     feeds it, its requests arriving as ``client_arrivals`` has them); ``spec``, the acceptance of a
     ``+sd`` mode, drafts from the group unless the mode says ``+sd-suffix``. A random placement runs as
@@ -220,7 +225,8 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
                                    budget_name="full" if drafter == FIXED_WIDTH else DRAFT.budget,
                                    budget_kv_read=getattr(args, "budget_kv_read", False),
                                    verify_layout=verify_layout_of(mode))
-    arrivals = (recorded_arrivals(placement, args.instances) if replayed else client_arrivals(trace)) if plain else None
+    arrivals = ((recorded_arrivals(placement, args.instances, arrived) if replayed else client_arrivals(trace))
+                if plain else None)
 
     def run(draw: int = 0):
         return simulate(trace, policy(draw), model, args.instances, args.max_tokens, spec=spec, admission=rule,
@@ -275,7 +281,8 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
                 w = r % len(traces)
                 out[mode].append(simulate_mode(mode, traces[w], model, rule, args,
                                                measured[seeds[w]] if drafter else None,
-                                               prompts[w] if prompts else None, record))
+                                               prompts[w] if prompts else None, record["placement"],
+                                               record.get("arrivals")))
             continue
         sims = {}
         for r, (trace, seed) in enumerate(zip(traces, seeds)):
@@ -286,16 +293,17 @@ def predict(traces: list[list[TraceSample]], model: StepModel, rule: Admission, 
     return out
 
 
-def recorded_placements(results: dict, traces: list[list[TraceSample]]) -> dict[str, list[dict[str, int]]]:
+def recorded_placements(results: dict, traces: list[list[TraceSample]]) -> dict[str, list[dict]]:
     """The modes placed by the router whose every repeat recorded where each of its requests went
-    (``placement``, from the router's shims), with those records."""
+    (``placement``, from the router's shims), with those records: each repeat's ``placement`` and, where
+    the run timed them, its ``arrivals`` (rid -> seconds from the rollout's start)."""
     out = {}
     for mode, r in results.items():
         if not is_plain(mode) or SIM_PLACEMENT.get(canonical(mode)) not in ROUTED_PLACEMENTS:
             continue
-        records = [rep.get("placement") for rep in r.get("repeats", [])]
+        records = [{"placement": rep.get("placement"), "arrivals": rep.get("arrivals")} for rep in r.get("repeats", [])]
         if records and len(traces) in (1, len(records)) and \
-                all(p and len(p) == len(traces[i % len(traces)]) for i, p in enumerate(records)):
+                all(p["placement"] and len(p["placement"]) == len(traces[i % len(traces)]) for i, p in enumerate(records)):
             out[mode] = records
     return out
 

@@ -159,11 +159,19 @@ def test_a_recorded_cache_aware_placement_is_replayed_with_each_instances_order(
     piled = simulate_mode("plain-router", trace, model, rule, args,
                           placement=dict.fromkeys(record, 0)).completion_s
     assert piled > 2 * whole
+    # where the shims timed each request, it arrives then: a burst that reached the instances 30 s late
+    late = {rid: 30.0 + 0.001 * k for k, rid in enumerate(record)}
+    assert recorded_arrivals(record, n, late)[parse_baseline_rid(next(iter(record)))] == 30.0
+    delayed = simulate_mode("plain-router", trace, model, rule, args, placement=record, arrived=late).completion_s
+    assert delayed == pytest.approx(whole + 30.0, abs=1.0)
     results = {"plain-router": {"completion_s": whole, "tail_s": 10.0, "retractions": 0,
                                 "repeats": [{"placement": record}]}}
     check = sim_check(traces, model, rule, args, results)["plain-router"]
     assert check["placement"] == "recorded" and check["error"] == pytest.approx(0.0, abs=1e-9)
     assert check["predicted_unrecorded_s"] == pytest.approx(model_s, rel=1e-9)
+    results["plain-router"]["repeats"][0]["arrivals"] = late
+    check = sim_check(traces, model, rule, args, results)["plain-router"]
+    assert check["predicted_s"] == pytest.approx(delayed, rel=1e-9)
 
 
 def test_the_routers_shims_restore_custom_params_and_record_each_requests_rid():
@@ -203,6 +211,7 @@ def test_the_routers_shims_restore_custom_params_and_record_each_requests_rid():
         server.should_exit = True
         thread.join(30)
     assert shim.received == ["b0-1", "b2-0"]
+    assert len(shim.arrived) == 2 and shim.arrived[0] <= shim.arrived[1]
     assert seen[0]["sampling_params"] == {"temperature": 1.0, "custom_params": {"target": 7}}
     assert "custom_params" not in seen[1]["sampling_params"]
 
