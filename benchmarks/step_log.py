@@ -25,9 +25,8 @@ from collections import defaultdict
 
 from benchmarks.harness.baselines import is_plain
 from benchmarks.harness.manifest import load_run
+from benchmarks.harness.workload import BASELINE_RID
 from seer_sglang.wire import parse_chunk_rid
-
-BASELINE_RID = re.compile(r"^b(?P<group>\d+)-(?P<index>\d+)$")  # benchmarks.rollout's plain SGLang requests
 
 
 def load(prefix: str) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:

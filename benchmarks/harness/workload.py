@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import random
+import re
 
 from benchmarks.harness.manifest import resolve
 from seer_sglang.models import resolve_model_path
@@ -26,6 +27,9 @@ TEMPLATES = [
 ]
 
 
+BASELINE_RID = re.compile(r"^b(?P<group>\d+)-(?P<index>\d+)$")  # what ``baseline_rid`` writes
+
+
 def baseline_rid(group_id: int, sample_index: int) -> str:
     """A plain SGLang request's rid: the benchmark sends it, ``benchmarks.step_log`` reads plain requests
     by it, and the simulator's check replays the router's placement recorded by it."""
@@ -34,8 +38,10 @@ def baseline_rid(group_id: int, sample_index: int) -> str:
 
 def parse_baseline_rid(rid: str) -> tuple[int, int]:
     """``baseline_rid``'s (group, sample index) back from its rid."""
-    group, index = rid.removeprefix("b").split("-")
-    return int(group), int(index)
+    match = BASELINE_RID.match(rid)
+    if match is None:
+        raise ValueError(f"{rid!r} is not a plain SGLang request's rid")
+    return int(match["group"]), int(match["index"])
 
 
 def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
