@@ -280,7 +280,7 @@ def plain_router_rollout(setup: Setup, urls: list[str], mode: str, prompts: list
             stop_router(router)
         run["placement"] = {rid: i for i, sh in enumerate(shims) for rid in sh.received}
         # when each request reached its instance, from the rollout's start
-        run["arrivals"] = {rid: t - run["start"] for sh in shims for rid, t in zip(sh.received, sh.arrived)}
+        run["arrivals"] = {rid: t - run["start"] for sh in shims for rid, t in sh.received.items()}
         return run
     finally:
         for sh in shims:

@@ -106,14 +106,13 @@ def stop_router(router: Router, grace_s: float = 15) -> None:
 class ParamsShim:
     """One instance behind a local pass-through that restores each ``/generate``'s ``custom_params`` by
     its ``rid`` (``params``, filled before a rollout), served from a thread of this process. It also
-    keeps the rids it passed on (``received``) and when each came (``arrived``, wall-clock seconds): where
-    and when the router delivered each sample, which its order (``cache_aware``) or its draws
-    (``power_of_two`` in front of SGLang 0.5.23) decide, and no other run repeats."""
+    keeps each rid it passed on with when it came (``received``: rid -> wall-clock seconds, in the order
+    they came): where and when the router delivered each sample, which its order (``cache_aware``) or its
+    draws (``power_of_two`` in front of SGLang 0.5.23) decide, and no other run repeats."""
 
     def __init__(self, target: str):
         self.target, self.params = target, {}
-        self.received: list[str] = []
-        self.arrived: list[float] = []
+        self.received: dict[str, float] = {}
         self.url, self._server, self._thread = None, None, None
 
     def _app(self):
@@ -132,8 +131,7 @@ class ParamsShim:
             body = await request.body()
             if request.method == "POST" and request.url.path == "/generate":
                 data = json.loads(body)
-                self.received.append(data.get("rid"))
-                self.arrived.append(time.time())
+                self.received.setdefault(data.get("rid"), time.time())  # a resent rid keeps its first arrival
                 restored = self.params.get(data.get("rid"))
                 if restored is not None:
                     data.setdefault("sampling_params", {})["custom_params"] = restored

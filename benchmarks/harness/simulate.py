@@ -18,7 +18,7 @@ from seer_sglang.config import DRAFT, EmulationConfig
 from seer_sglang.core.step_model import Admission, StepModel
 from seer_sglang.launch.emulation import admission
 from seer_sglang.speculative.budget import draft_tokens_for, verify_layout
-from seer_sglang.sim.workload import TraceSample
+from seer_sglang.sim.workload import TraceSample, trace_group
 
 
 def mode_options(mode: str) -> tuple[str, set[str]]:
@@ -169,7 +169,7 @@ def recorded_placement(placement: dict[str, int]):
         name = "sample-recorded"
 
         def pick(self, instances, sample):
-            rid = baseline_rid(int(sample.group_id.removeprefix("g")), sample.index)  # the simulator's g<group>
+            rid = baseline_rid(trace_group(sample.group_id), sample.index)
             if rid not in placement:
                 raise KeyError(f"the recorded placement has no request {rid}")
             return instances[placement[rid]]

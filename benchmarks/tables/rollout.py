@@ -352,12 +352,15 @@ def sim_heldout_table(results: Results) -> str:
     errors = [c["error"] for c in checked if c["valid"]]
     within = sum(abs(e) <= 0.05 for e in errors)
     recorded = any(c.get("recorded_placement") for c in checked)
+    timed = any(rep.get("arrivals") for stem in stems for m in results[stem]["modes"].values()
+                for rep in m.get("repeats", []))
     caption = (f"HELD OUT: simulated against EMULATED runs of configurations fixed before they ran and used to "
                f"tune nothing. {within} of {len(errors)} valid mode-runs within 5%"
                + (f" (largest miss {max(errors, key=abs) * 100:+.1f}%)" if errors else "") + ". "
                + ("A router's mode marked with its recorded placement is simulated as the router placed that run's "
-                  "requests, in the order each instance got them (the shims' record), not as the simulator would "
-                  "place them. " if recorded else "")
+                  "requests, " + ("each reaching its instance when the shims timed it" if timed else
+                                  "in the order each instance got them (the shims' record)")
+                  + ", not as the simulator would place them. " if recorded else "")
                + f"Source: {source(stems)}.")
     return "\n".join(table(["run", "configuration", "mode", "simulator error"], rows) + ["", caption])
 

@@ -37,7 +37,7 @@ from ..core.queue_order import group_first_order
 from ..speculative.budget import BudgetRequest, high_priority, make_budget, verify_layout, verify_width
 from .spec_model import SpecModel
 from ..core.step_model import Admission, StepModel
-from .workload import SLOArrival, TraceSample, groups_of
+from .workload import SLOArrival, TraceSample, sim_group_id, groups_of
 
 MAX_MACRO_STEPS = 32  # decode steps simulated at once while the batch does not change
 
@@ -139,6 +139,9 @@ class SimInstance:
     prefill_steps: int = 0  # prefill batches run (each admits one or more requests)
     prefill_time: float = 0.0  # their modelled time (pool loads included), part of busy_time
     new_token_ratio: float = Admission.init_ratio  # SGLang's reserve for future decode tokens (Admission)
+    # SGLang's ``batch_is_full``: a request that found no KV room closes admission until a running
+    # request leaves (or none runs), however far the reserve ratio falls meanwhile
+    full: bool = False
     batcher: CreditBatcher = field(default_factory=CreditBatcher)
     best_effort_decoded: int = 0  # rollout request-steps while SLO requests ran
     best_effort_deferred: int = 0  # rollout request-steps that sat out for them
@@ -283,7 +286,7 @@ class Simulation:
             # a group's prompt tokens where the run's are given (a load balancer may route by them), else
             # stand-ins of the prompt's length
             prompt = list(prompts[gid]) if prompts and gid in prompts else [0] * members[0].prompt_len
-            group = Group.make(f"g{gid}", prompt, len(members), params,
+            group = Group.make(sim_group_id(gid), prompt, len(members), params,
                                [m.output_len for m in members])
             for s, m in zip(group.samples, members):
                 s.output_ids = TokenCount()  # type: ignore[assignment]
@@ -410,6 +413,10 @@ class Simulation:
             if order is not None:
                 inst.waiting = collections.deque(inst.waiting[pos] for pos in order)
         self._screen_slo(inst)
+        if not inst.running:
+            inst.full = False
+        if inst.full:
+            return 0.0, []
         paces = list(self._paces(inst).values()) if self.slo_mechanism else []
         new, cached = [], []
         load_s = 0.0
@@ -434,6 +441,7 @@ class Simulation:
             own = sample.generated if sample.group_id in held and not duplicate else slot.context
             need = own + min(slot.budget, clip)
             if inst.running and kv + reserved + need > self.model.capacity_tokens:
+                inst.full = True  # SGLang's NO_TOKEN: no prefill again until a request leaves
                 break
             prompt_hit = 0 if duplicate else min(inst.cached(f"p:{sample.group_id}"), len(sample.prompt_ids))
             hit = max(inst.cached(f"s:{sample.rid}"), prompt_hit)
@@ -479,6 +487,7 @@ class Simulation:
             self.changed = True
             retracted = True
         if retracted:
+            inst.full = False  # the batch shrank: SGLang tries a prefill again
             written = sum(s.produced for s in inst.running)
             budgets = sum(s.budget for s in inst.running)
             inst.new_token_ratio = min(1.0, (written + self.admission.retract_steps * len(inst.running))
@@ -654,6 +663,8 @@ class Simulation:
                 slot.first_s = self.now
         done = [s for s in inst.running if s.steps_left <= 0]
         inst.running = [s for s in inst.running if s.steps_left > 0]
+        if done:
+            inst.full = False  # a request left the batch: SGLang tries a prefill again
         for slot in done:
             if slot.slo is None:
                 self._push(self.now + self.model.request_overhead_s, -1)

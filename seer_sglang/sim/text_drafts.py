@@ -29,6 +29,7 @@ from ..config import DRAFT
 from ..speculative.budget import AUTO_DRAFT_TOKENS, BudgetRequest
 from ..speculative.draft import accepted_length
 from ..speculative.drafters import make_drafter
+from .workload import sim_group_id
 
 
 class TextDrafts:
@@ -48,7 +49,7 @@ class TextDrafts:
         self._seq = 0
         for d in self.drafters:
             for group, prompt in prompts.items():
-                d.register_group(f"g{group}", list(prompt))
+                d.register_group(sim_group_id(group), list(prompt))
 
     def covers(self, keys: Sequence[tuple[int, int] | None]) -> bool:
         return all(key in self.texts for key in keys)
@@ -56,7 +57,7 @@ class TextDrafts:
     def _update(self, replica: int, key: tuple[int, int], rid: str, generated: int) -> None:
         start = self.fed[replica].get(rid, 0)
         if generated > start:
-            self.fed[replica][rid] = self.drafters[replica].update(f"g{key[0]}", rid, start,
+            self.fed[replica][rid] = self.drafters[replica].update(sim_group_id(key[0]), rid, start,
                                                                    list(self.texts[key][start:generated]))
 
     def feed(self, key: tuple[int, int], rid: str, generated: int, replica: int = 0, at: float = 0.0) -> None:
@@ -87,7 +88,7 @@ class TextDrafts:
         drafts, orders, asks = [], [], []
         for (key, rid, pos), h in zip(requests, high):
             self._update(replica, key, rid, pos)
-            draft = drafter.draft(f"g{key[0]}", rid, self.draft_tokens, self.draft_paths)
+            draft = drafter.draft(sim_group_id(key[0]), rid, self.draft_tokens, self.draft_paths)
             order = draft.best_first()
             scores = draft.node_scores()
             drafts.append(draft)

@@ -54,6 +54,18 @@ class TraceSample:
     output_len: int
 
 
+def sim_group_id(group_id: int) -> str:
+    """The simulated group of trace group ``group_id``: the id its requests carry to the router."""
+    return f"g{group_id}"
+
+
+def trace_group(name: str) -> int:
+    """``sim_group_id``'s trace group back from the simulated group's id."""
+    if not (name.startswith("g") and name[1:].isdigit()):
+        raise ValueError(f"{name!r} is not a simulated group's id")
+    return int(name[1:])
+
+
 def _mu_for_mean(spec: WorkloadSpec) -> float:
     """Log-mean of group means so that the clipped overall mean lands near ``mean_tokens``."""
     s2 = spec.group_sigma ** 2 + spec.within_sigma ** 2
