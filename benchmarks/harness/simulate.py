@@ -15,7 +15,7 @@ from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import moved, resolve
 from benchmarks.harness.workload import baseline_rid, build_workload, parse_baseline_rid, prompt_tokenizer, workload_seeds, workload_shape
 from seer_sglang.config import DRAFT, EmulationConfig
-from seer_sglang.core.step_model import Admission, StepModel
+from seer_sglang.core.step_model import Admission, StepModel, profile_names
 from seer_sglang.launch.emulation import admission
 from seer_sglang.speculative.budget import draft_tokens_for, verify_layout
 from seer_sglang.sim.workload import TraceSample, trace_group
@@ -368,6 +368,8 @@ def rebuild(config: dict, seeds: list[int], prompts: list | None = None):
     traces = [w.trace for w in works]
     if prompts is not None:
         prompts.extend(w.prompts for w in works)
+    if args.emulate and args.emulate not in profile_names():  # a profile file, where it is stored now
+        args.emulate = str(resolve(args.emulate))
     emulated, length_scale = emulation_settings(args)
     if emulated is None:
         raise SystemExit("--from must be an emulated run (benchmarks.rollout --emulate)")

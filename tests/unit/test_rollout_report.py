@@ -4,6 +4,7 @@ chunk by chunk, and a simulator check that the current simulator gives back."""
 import pytest
 
 from benchmarks.harness.manifest import by_label
+from benchmarks.harness.result import ROOT
 
 
 def test_last_samples_are_the_latest_to_end_with_their_chunks_from_the_rollouts_start():
@@ -55,6 +56,17 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
         assert predicted["decode_steps"] == pytest.approx(real["decode_steps"], rel=0.1), mode
         assert predicted["decode_s"] + predicted["prefill_s"] == pytest.approx(
             real["decode_s"] + real["prefill_s"], rel=0.1), mode
+
+
+def test_a_run_emulated_on_a_profile_file_is_rebuilt_from_where_the_file_is_stored_now():
+    """A run names its profile file by the path it had when the run was made; the recheck finds it in
+    its run folder now (``manifest.resolve``) and pads to the same measured profile."""
+    from benchmarks.harness.simulate import rebuilt
+
+    run = by_label()["emulated_h100_measured_qwen2vl_sd_x45_t0.6_4k"].load()
+    assert not (ROOT / run["config"]["emulate"]).exists()
+    _, model, _, _ = rebuilt(run)
+    assert model.name.startswith("h100-70b-measured@")
 
 
 def test_the_step_split_sums_each_repeats_instances_and_averages_the_repeats():
