@@ -365,12 +365,14 @@ def sim_heldout_table(results: Results) -> str:
     return "\n".join(table(["run", "configuration", "mode", "simulator error"], rows) + ["", caption])
 
 
-def sim_recheck_table(results: Results, stem: str, every_mode: bool = False) -> str:
+def sim_recheck_table(results: Results, stem: str, every_mode: bool = False, moved: float | None = None) -> str:
     """A stored ``benchmarks.sim_recheck``: each run's ``plain-router-p2`` check (``every_mode``: every
     mode's) as stored and as the simulator gives it now, and the held-out runs' every mode, with how
-    many valid mode-runs are within 5%."""
+    many valid mode-runs are within 5%, held-out and in-sample apart. With ``moved``, only the rows
+    whose error moved by at least that much are listed (a recheck of many runs), and the caption
+    says how many were left out."""
     data = results[stem]
-    rows, counts = [], {"stored": [], "now": []}
+    rows, counts, hidden = [], {(h, k): [] for h in (True, False) for k in ("stored", "now")}, 0
     for path, entry in data["runs"].items():
         label = label_of(path)
         run = results.get(label)
@@ -379,17 +381,24 @@ def sim_recheck_table(results: Results, stem: str, every_mode: bool = False) -> 
         for mode in modes:
             valid = run is None or not is_invalid(mode_runs(run, mode))
             old, new = entry["stored"].get(mode, {}).get("error"), entry["now"][mode]["error"]
-            if held and valid:
-                counts["stored"].append(old)
-                counts["now"].append(new)
+            if valid and old is not None:
+                counts[held, "stored"].append(old)
+                counts[held, "now"].append(new)
+            if moved is not None and valid and old is not None and abs(new - old) < moved:
+                hidden += 1
+                continue
             rows.append([f"`{label}`" + (" (held out)" if held else ""), mode_name(mode),
                          "-" if old is None else f"{old * 100:+.1f}%",
                          f"{new * 100:+.1f}%" if valid else "INVALID"])
-    within = {k: sum(abs(e) <= 0.05 for e in v if e is not None) for k, v in counts.items()}
+    within = {k: sum(abs(e) <= 0.05 for e in v) for k, v in counts.items()}
+    parts = [f"{name}, every valid mode listed: {within[held, 'stored']} of {len(counts[held, 'stored'])} within 5% "
+             f"as stored, {within[held, 'now']} of {len(counts[held, 'now'])} now"
+             for held, name in ((True, "Held-out runs"), (False, "In-sample runs")) if counts[held, "now"]]
+    left_out = (f" Left out: {hidden} valid mode-runs whose error moved by less than {moved * 100:.1f} points."
+                if moved is not None else "")
     caption = (f"SIMULATED against EMULATED runs: the simulator's signed error on each run as the run stored it "
                f"and as the simulator at `{data['simulator_revision']}` gives it (the run's result is not rewritten). "
-               f"Held-out runs, every valid mode: {within['stored']} of {len(counts['stored'])} within 5% as stored, "
-               f"{within['now']} of {len(counts['now'])} now. Source: {source([stem])}.")
+               + "; ".join(parts) + "." + left_out + f" Source: {source([stem])}.")
     return "\n".join(table(["run", "mode", "stored check", "simulator now"], rows) + ["", caption])
 
 
