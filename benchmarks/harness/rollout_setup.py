@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks.harness.emulation import emulation_settings
 from benchmarks.harness.manifest import resolve
+from benchmarks.harness.simulate import MOVE_COST
 from benchmarks.harness.workload import (Workload, build_workload, compact_vocabulary, load_recording,
                                          prompt_tokenizer, replay_for_warmup, workload_seeds, workload_shape)
 from seer_sglang.config import DRAFT, SCHEDULER, EmulationConfig, PluginConfig
@@ -77,6 +78,8 @@ def prepare(args: argparse.Namespace) -> Setup:
     args.draft_tokens = draft_tokens_for(verify_layout("auto", cpu=not has_cuda()))
     # and the instances' draft paths (the server's default), recorded likewise
     args.draft_paths = DRAFT.draft_paths
+    # and how the frontend prices a move (by the emulated profile where the instances are emulated)
+    args.move_cost = MOVE_COST
     preset = PRESETS[args.workload]
     args.group_size = args.group_size or preset.group_size
     args.kv_share = args.kv_share if args.kv_share is not None else preset.kv_share

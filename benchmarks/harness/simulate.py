@@ -139,6 +139,19 @@ def client_arrivals(trace: list[TraceSample]) -> dict[tuple[int, int], float]:
 # config keeps it, and the simulator rechecks a run with the order the run had ("arrival" before).
 CONTEXT_TIES = "spread"
 
+# How the frontend prices moving a continuation in the runs this version measures: on emulated instances
+# by their profile (``StepModel.migration_cost``); a run's config keeps it, and one without the key ran
+# the fixed defaults (``MigrationCost()``).
+MOVE_COST = "profile"
+
+
+def run_migration(args, model: StepModel):
+    """The move cost a run's frontend had: the instances' profile where the run says so and emulated, else
+    None (the policy's fixed defaults)."""
+    if getattr(args, "move_cost", "fixed") == "profile" and getattr(args, "emulate", None):
+        return model.migration_cost()
+    return None
+
 
 # plain mode -> the simulator's model of how its requests are placed (``core.policy``): whole groups in
 # turn, one request per sample in turn, or one per sample through sglang-router's cache_aware or
@@ -214,7 +227,7 @@ def simulate_mode(mode: str, trace: list[TraceSample], model: StepModel, rule: A
         if placer == BlindPowerOfTwoPolicy.name:
             return BlindPowerOfTwoPolicy(seed=draw)
         return make_policy(placer, chunk_size=run_chunk(mode, args), whole_tail="tail" in options,
-                           kv_headroom=run_headroom(mode, args),
+                           kv_headroom=run_headroom(mode, args), migration=run_migration(args, model),
                            spread_ties=getattr(args, "context_ties", CONTEXT_TIES) == "spread"
                            and "arrival" not in options)
     if spec is not None:

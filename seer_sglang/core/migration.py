@@ -19,6 +19,12 @@ class MigrationCost:
     decode_s_per_token: float = 2e-2  # one decode step of the sample, for the overhead share
     page_size: int = KV_POOL.page_size
     page_io_s: float = 0.0  # per page read or written (a file pool opens one file per page)
+    # A recompute is a prefill step, priced as the instances' step model prices one (``StepModel.prefill``):
+    # a fixed part (kernel launches), at least the weight read while the step is memory-bound, and
+    # attention that grows with the context's square. All 0: a recompute is linear in its tokens.
+    prefill_fixed_s: float = 0.0
+    prefill_memory_s: float = 0.0
+    attention_per_pair_s: float = 0.0
 
     def load_s(self, pooled_tokens: int) -> float:
         """Reading ``pooled_tokens`` (whole pages) from the pool."""
@@ -32,16 +38,23 @@ class MigrationCost:
         pooled = self.pooled(tokens)
         return self.load_s_per_token * pooled + self.page_io_s * (pooled // self.page_size)
 
+    def recompute_s(self, tokens: int) -> float:
+        """Prefilling ``tokens`` of context from nothing, as one prefill step."""
+        if tokens <= 0:
+            return 0.0
+        compute = self.prefill_s_per_token * tokens + self.attention_per_pair_s * tokens * tokens / 2
+        return self.prefill_fixed_s + max(self.prefill_memory_s, compute)
+
     def move_s(self, context_tokens: int, pooled_tokens: int = 0) -> float:
         """Seconds a continuation of ``context_tokens`` spends before decoding on a new instance."""
         pooled = min(pooled_tokens, context_tokens)
-        return self.load_s(pooled) + self.prefill_s_per_token * (context_tokens - pooled)
+        return self.load_s(pooled) + self.recompute_s(context_tokens - pooled)
 
     def saved_s(self, pooled_tokens: int) -> float:
         """Time a pool hit of ``pooled_tokens`` saves over recomputing them."""
         if pooled_tokens <= 0:
             return 0.0
-        return max(0.0, self.prefill_s_per_token * pooled_tokens - self.load_s(pooled_tokens))
+        return max(0.0, self.recompute_s(pooled_tokens) - self.load_s(pooled_tokens))
 
     def overhead_share(self, context_tokens: int, new_tokens: int, pooled_tokens: int = 0) -> float:
         """Share of the chunk's time a move adds: how much less loaded the target must be to pay."""

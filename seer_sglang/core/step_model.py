@@ -141,11 +141,17 @@ class StepModel:
         return f * (self.decode_base_s + self.prefill_base_s) + max(f * self.weight_read_s, compute)
 
     def migration_cost(self, page_size: int = KV_POOL.page_size) -> MigrationCost:
-        """The router's move cost on this model. Without a pool no sample holds pooled tokens, so
+        """The router's move cost on this model: a re-prefill costs what ``prefill`` says one of that
+        many tokens costs (its fixed part and weight read too, where the model has them), and a token
+        of the chunk a lone request's decode step. Without a pool no sample holds pooled tokens, so
         the same object prices every move as a re-prefill."""
+        f, gpu = self.prefill_fixed_scale, bool(self.weight_read_s)
         return MigrationCost(prefill_s_per_token=self.prefill_per_token_s, load_s_per_token=self.pool_load_s_per_token,
                              load_fixed_s=self.decode_base_s, decode_s_per_token=self.decode_step(1, 0),
-                             page_size=page_size)
+                             page_size=page_size,
+                             prefill_fixed_s=f * (self.decode_base_s + self.prefill_base_s) if gpu else 0.0,
+                             prefill_memory_s=f * self.weight_read_s if gpu else 0.0,
+                             attention_per_pair_s=self.attention_per_pair_s)
 
     def scaled(self, length_scale: float, time_scale: float) -> "StepModel":
         """This model for a workload whose lengths are scaled by ``length_scale`` (< 1: shorter), and
@@ -261,6 +267,14 @@ def emulated_model(profile: str | None, length_scale: float, time_scale: float) 
     if not profile:
         return None
     return load_profile(profile).scaled(length_scale, time_scale)
+
+
+def emulated_move_cost(profile: str | None, length_scale: float, time_scale: float) -> MigrationCost | None:
+    """What moving a continuation costs on emulated instances (``StepModel.migration_cost`` of the model they
+    pad their steps to), for the router's affinity rule; None without ``--emulate``: the policy's fixed
+    defaults."""
+    model = emulated_model(profile, length_scale, time_scale)
+    return model.migration_cost() if model is not None else None
 
 
 def load_profile(name_or_path: str) -> StepModel:

@@ -13,6 +13,7 @@ from sglang.srt.utils.auth import add_api_key_middleware
 
 from ..config import SeerConfig
 from ..core.policy import make_policy
+from ..core.step_model import emulated_move_cost
 from .engine import EngineHooks, RolloutEngine
 from .errors import install_error_handlers
 from .instance_client import InstanceClient
@@ -81,7 +82,13 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
         clients = [InstanceClient(url, i, **keys) for i, url in enumerate(instance_urls)]
         model = await describe_model(clients[0] if clients else None, model_path)
         tokenizer = await asyncio.to_thread(PromptTokenizer, model.model_path)
-        policy = make_policy(config.scheduler.name, page_size=model.page_size, **config.scheduler.policy_kwargs())
+        e = config.emulation
+        migration = emulated_move_cost(e.profile, e.length_scale, e.time_scale)
+        if migration is not None:
+            logger.info("moves priced by the emulated profile: a 1,000-token re-prefill %.3f s, a decode token %.3f s",
+                        migration.recompute_s(1000), migration.decode_s_per_token)
+        policy = make_policy(config.scheduler.name, page_size=model.page_size, migration=migration,
+                             **config.scheduler.policy_kwargs())
         def weights_changed(version: str) -> None:
             """Pages of earlier weights can no longer be loaded (they are keyed by version): drop them."""
             asyncio.get_running_loop().create_task(pool.clear())
@@ -103,7 +110,7 @@ def create_app(instance_urls: list[str], config: SeerConfig | None = None, *, mo
                                       group_window_s=config.frontend.group_window_ms / 1000,
                                       max_request_samples=config.frontend.max_request_samples,
                                       max_samples_in_flight=config.frontend.max_samples_in_flight,
-                                      instance_args=keys)
+                                      instance_args=keys, move_cost=migration)
         app.state.loop = asyncio.get_running_loop()
         if supervisor is not None:  # a restarted instance takes work once it runs the current weights
             supervisor.on_exit = app.state.frontend.hold

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..core.accounting import chunk_sources, spec_totals
+from ..core.migration import MigrationCost
 from ..config import FRONTEND
 from ..core.request import Group, Sample, SampleState, SamplingParams, group_seed_key
 from ..wire import SPEC_ALGORITHM, ChunkJSON, SampleJSON, sample_rid
@@ -51,8 +52,9 @@ class Frontend:
                  pool: PoolAccess | None = None, group_window_s: float = FRONTEND.group_window_ms / 1000,
                  max_request_samples: int = FRONTEND.max_request_samples,
                  max_samples_in_flight: int = FRONTEND.max_samples_in_flight,
-                 instance_args: dict[str, Any] | None = None):
+                 instance_args: dict[str, Any] | None = None, move_cost: MigrationCost | None = None):
         self.instance_args = instance_args or {}  # InstanceClient's keys and config, for instances added later
+        self.move_cost = move_cost  # every policy's price of a move (None: the policy's fixed defaults)
         self.max_request_samples = max_request_samples
         self.max_samples_in_flight = max_samples_in_flight
         self.engine = engine

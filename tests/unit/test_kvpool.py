@@ -324,3 +324,45 @@ def test_the_supervisor_holds_an_exited_instance_and_hands_back_the_restarted_on
     sup = asyncio.run(run())
     assert events[:3] == [("exit", 0), ("start", "spec"), ("started", 0)], events
     assert sup.status() == {"restarts": {"0": 1}, "restarting": [], "down_for_good": [0]}
+
+
+@pytest.mark.parametrize("profile,length_scale,time_scale", [("h100-70b", 0.003125, 20.0), ("h100-70b-v2", 0.00625, 45.0),
+                                                             ("moe-kimi-k2", 0.0013, 20.0), ("cpu-smollm2", 1.0, 1.0)])
+def test_a_move_recomputes_at_the_price_of_the_instances_prefill_step(profile, length_scale, time_scale):
+    """The router prices a re-prefill as the emulated instances run one (``StepModel.prefill``: fixed part,
+    weight read, attention), so a short context costs a whole prefill step and a long one its square."""
+    from seer_sglang.core.step_model import emulated_model, emulated_move_cost
+
+    model = emulated_model(profile, length_scale, time_scale)
+    cost = emulated_move_cost(profile, length_scale, time_scale)
+    assert cost == model.migration_cost()
+    for tokens in (1, 16, 300, 2000):
+        assert cost.move_s(tokens) == pytest.approx(model.prefill(tokens), rel=1e-12)
+    assert cost.move_s(0) == 0.0 and cost.decode_s_per_token == model.decode_step(1, 0)
+    assert emulated_move_cost(None, 1.0, 1.0) is None
+
+
+def test_fixed_move_costs_recompute_linearly_as_before():
+    cost = MigrationCost(prefill_s_per_token=1e-3, load_s_per_token=1e-4, load_fixed_s=0.01)
+    assert cost.move_s(700) == pytest.approx(0.7) and cost.saved_s(640) == pytest.approx(0.64 - cost.load_s(640))
+
+
+def test_on_an_emulated_gpu_a_continuation_leaves_a_crowded_instance_for_an_idle_one():
+    """A GPU's prefill of a short context costs a few decode steps, not the CPU-like 1 ms per token of the
+    fixed defaults: on the profile's prices a continuation moves off an instance whose chunks claim 60%
+    of its KV to an idle one, where the defaults keep it (a move looked like 70% of the chunk's time)."""
+    from seer_sglang.core.step_model import emulated_move_cost
+
+    group = Group.make("g", list(range(600)), 1, SamplingParams(max_new_tokens=128))
+    sample = group.samples[0]
+    sample.output_ids = [1] * 64
+    sample.chunks.append(ChunkRecord(instance=0, start=0.0, max_new_tokens=16))
+
+    def choose(migration) -> int:
+        policy = ChunkedPolicy(chunk_size=16, migration=migration)
+        views = [InstanceView(0, capacity_tokens=4062, reserved_tokens=2400, inflight=30, groups={"g": 1}),
+                 InstanceView(1, capacity_tokens=4062, reserved_tokens=0, inflight=0)]
+        return policy.select_instance(views, sample, 16, 0, policy.move_share(sample, 16)).index
+
+    assert choose(None) == 0
+    assert choose(emulated_move_cost("h100-70b", 0.003125, 20.0)) == 1

@@ -24,7 +24,8 @@ async def set_scheduler(body: SchedulerRequest, request: Request):
     fe = frontend(request)
     try:
         page_size = None if body.align_to_pages is False else fe.model.page_size
-        policy = make_policy(body.name, page_size=page_size, **body.model_dump(exclude={"name", "align_to_pages"}))
+        policy = make_policy(body.name, page_size=page_size, migration=fe.move_cost,
+                             **body.model_dump(exclude={"name", "align_to_pages"}))
     except ValueError as e:
         raise APIError(str(e), param="name") from e
     try:
