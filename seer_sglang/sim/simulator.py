@@ -142,18 +142,21 @@ class SimInstance:
     # SGLang's ``batch_is_full``: a request that found no KV room closes admission until a running
     # request leaves (or none runs), however far the reserve ratio falls meanwhile
     full: bool = False
+    # Under SGLang's overlap scheduler, the requests that ended on their last step by a token it could
+    # not foresee (EOS rather than ``max_new_tokens``): still in the batch SGLang formed before it saw
+    # that token, holding their KV until the step after (``Simulation._step``)
+    lingering: list[Slot] = field(default_factory=list)
     batcher: CreditBatcher = field(default_factory=CreditBatcher)
     best_effort_decoded: int = 0  # rollout request-steps while SLO requests ran
     best_effort_deferred: int = 0  # rollout request-steps that sat out for them
 
-    def kv_running(self) -> int:
-        return sum(s.context for s in self.running)
-
     def kv_held(self) -> int:
-        """KV tokens the running requests hold: siblings share their prompt's pages (SGLang's radix
-        cache), so a prompt counts once however many of its samples run; each reads it in full."""
-        prompts = {s.sample.group_id: s.prompt_len for s in self.running}
-        return sum(prompts.values()) + sum(s.sample.output_ids.n for s in self.running)
+        """KV tokens the running (and lingering) requests hold: siblings share their prompt's pages
+        (SGLang's radix cache), so a prompt counts once however many of its samples run; each reads it
+        in full."""
+        held = [*self.running, *self.lingering]
+        prompts = {s.sample.group_id: s.prompt_len for s in held}
+        return sum(prompts.values()) + sum(s.sample.output_ids.n for s in held)
 
     def cached(self, key: str) -> int:
         """Tokens cached under ``key``: ``p:<group>`` its prompt, ``s:<rid>`` a sample's whole context
@@ -236,11 +239,15 @@ class Simulation:
                  admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (),
                  slo_mechanism: bool = True, slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
                  arrival_s: Mapping[tuple[int, int], float] | None = None,
-                 prompts: Mapping[int, Sequence[int]] | None = None):
+                 prompts: Mapping[int, Sequence[int]] | None = None, overlap: bool | None = None):
         # A sample's first request reaches its instance this long after it is sent, by (group, sample
         # index) of the trace: a client that posts many requests at once delivers them over a while.
         self.arrival_s = dict(arrival_s or {})
         self.plain = plain  # instances without the seer plugin (plain SGLang's admission of siblings)
+        # SGLang's overlap scheduler, under which a request that ends on EOS runs one more decode step
+        # (``_step``). SGLang 0.5.23 runs it unless it speculates on CPU (``_disable_overlap_schedule_for_cpu``),
+        # so by default (None) the instances overlap unless they speculate, as the emulated ones do.
+        self.overlap = spec is None if overlap is None else bool(overlap)
         self.admission = admission
         self.spec = spec
         self.draft_budget = spec.budget(model) if spec is not None else None
@@ -494,12 +501,30 @@ class Simulation:
                                        / (budgets + 1))
 
     def _step(self, inst: SimInstance) -> None:
-        """Start the next (macro) step of an instance at ``now``."""
+        """Start the next (macro) step of an instance at ``now``.
+
+        Under SGLang's overlap scheduler the next batch is formed before the last step's tokens are
+        processed. A request whose last token was predictable (its ``max_new_tokens``-th) is left out
+        of it (``Scheduler._reqs_finishing_inflight``); one that ended on EOS is not: it holds its KV
+        through this step's admission, runs this decode step (its KV read, its token discarded) and
+        leaves when SGLang processes the last step's tokens, after this step, or after the prefill if
+        this step prefills first. Its answer goes out then."""
         prefill_s, admitted = self._admit(inst)
         if admitted:
             inst.prefill_steps += 1
             inst.prefill_time += prefill_s
+            for slot in inst.lingering:  # the prefill ran first: they leave before the next decode
+                self._send_back(inst, slot, self.now + prefill_s)
+            inst.lingering = []
         self._retract_until_fits(inst)
+        ghosts, inst.lingering = inst.lingering, []
+        if ghosts and not inst.running:  # only they are left: SGLang runs their decode step all the same
+            dt = self.model.decode_step(len(ghosts), sum(s.context for s in ghosts),
+                                        longest=max(s.context for s in ghosts))
+            self._decoded(inst, 1, len(ghosts), dt)
+            for slot in ghosts:
+                self._send_back(inst, slot, inst.busy_until)
+            return
         if not inst.running:
             inst.busy_until = None
             if not inst.waiting:  # SGLang's on_idle
@@ -519,10 +544,14 @@ class Simulation:
             inst.busy_until = self.now + prefill_s
             self._push(inst.busy_until, inst.index)
             self._note_finishing(inst)
+            for slot in ghosts:
+                self._send_back(inst, slot, inst.busy_until)
             return
-        batch, kv = len(decoding), sum(s.context for s in decoding)
         rates, drafts, verified = self._spec_rates(decoding, inst)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
+        if ghosts:
+            steps = 1  # they leave after this step
+        batch, kv = len(decoding) + len(ghosts), sum(s.context for s in [*decoding, *ghosts])
         if self.slo_traffic and (any(s.slo is not None for s in inst.running)
                                  or any(s.slo is not None for s in inst.waiting)):
             steps = 1  # interactive requests: every token's time counts
@@ -533,11 +562,12 @@ class Simulation:
         steps = max(1, min(steps, (self.model.capacity_tokens - kv) // batch))
         extra_s = self.spec.token_cost(self.model) * drafts if self.spec is not None else 0.0
 
-        longest, longest_rate = max(((s.context, r) for s, r in zip(decoding, rates)), key=lambda x: x[0])
+        longest, longest_rate = max(((s.context, r) for s, r in [*zip(decoding, rates), *((g, 1.0) for g in ghosts)]),
+                                    key=lambda x: x[0])
 
         def span(k: int) -> float:
-            return prefill_s + self.model.decode_steps(k, batch, kv, batch + drafts, sum(rates), longest,
-                                                       longest_rate) + k * extra_s
+            return prefill_s + self.model.decode_steps(k, batch, kv, batch + drafts, sum(rates) + len(ghosts),
+                                                       longest, longest_rate) + k * extra_s
 
         steps = self._until_next_event(inst, steps, span)
         dt = span(steps)
@@ -553,6 +583,12 @@ class Simulation:
             self._feed(slot, inst, self.now + dt)
             if self.spec is not None:
                 inst.spec_tokens += made
+        self._decoded(inst, steps, batch, dt)
+        for slot in ghosts:
+            self._send_back(inst, slot, inst.busy_until)
+
+    def _decoded(self, inst: SimInstance, steps: int, batch: int, dt: float) -> None:
+        """Account ``steps`` decode steps of ``batch`` requests, ``dt`` from now, and wake the instance then."""
         inst.new_token_ratio = max(self.admission.min_ratio, inst.new_token_ratio - self.admission.decay * steps)
         inst.decode_steps += steps
         inst.request_steps += steps * batch
@@ -666,11 +702,17 @@ class Simulation:
         if done:
             inst.full = False  # a request left the batch: SGLang tries a prefill again
         for slot in done:
-            if slot.slo is None:
-                self._push(self.now + self.model.request_overhead_s, -1)
-                self.returning[self._seq] = (inst, slot)
-            else:
+            if slot.slo is not None:
                 self._return_chunk(inst, slot)
+            elif self.overlap and slot.produced < slot.budget:
+                inst.lingering.append(slot)  # ended on EOS: SGLang sees it a step late (``_step``)
+            else:
+                self._send_back(inst, slot, self.now)
+
+    def _send_back(self, inst: SimInstance, slot: Slot, at: float) -> None:
+        """A finished chunk reaches the router ``request_overhead_s`` after ``at`` (HTTP, detokenizing)."""
+        self._push(at + self.model.request_overhead_s, -1)
+        self.returning[self._seq] = (inst, slot)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -770,9 +812,11 @@ def simulate(trace: list[TraceSample], policy: SchedulingPolicy, model: StepMode
              admission: Admission = Admission(), slo_traffic: list[SLOArrival] = (), slo_mechanism: bool = True,
              slo_headroom: float = SLO_CONFIG.headroom, plain: bool = False,
              arrival_s: Mapping[tuple[int, int], float] | None = None,
-             prompts: Mapping[int, Sequence[int]] | None = None) -> SimResult:
+             prompts: Mapping[int, Sequence[int]] | None = None, overlap: bool | None = None) -> SimResult:
     """``plain``: the instances run SGLang without the seer plugin (the baseline). ``arrival_s``: when
     each sample's first request reaches its instance, by (group, sample index); at once by default.
-    ``prompts``: each group's prompt tokens, by group id (default: stand-ins of the trace's lengths)."""
+    ``prompts``: each group's prompt tokens, by group id (default: stand-ins of the trace's lengths).
+    ``overlap``: model SGLang's overlap scheduler (True), not (False), or as SGLang 0.5.23 runs it on
+    the emulated instances' CPU (None, the default: unless speculating)."""
     return Simulation(trace, policy, model, instances, max_tokens, pool, spec, admission, slo_traffic,
-                      slo_mechanism, slo_headroom, plain, arrival_s, prompts).run()
+                      slo_mechanism, slo_headroom, plain, arrival_s, prompts, overlap).run()

@@ -29,10 +29,10 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     """The tables quote each run's ``sim_check`` and the newest stored recheck of it: a change to the
     simulator must be rechecked into a stored recheck (``python -m benchmarks.sim_recheck --out``), which
     the simulator then gives back to the last digit. A recheck rebuilds the run's workload, step model,
-    KV and admission exactly, so where the simulator's model of a mode is unchanged since the run
-    (plain SGLang's, here) it gives the run's own check back too. Seer's modes have changed since (the
-    simulator serves seer's queues in the router's priority order, as the plugin does, and the context
-    policy's priorities compare across dispatch calls), which moves ``context+sd`` by under 1% here."""
+    KV and admission exactly, so it gives the run's own check back up to what the simulator changed
+    since: seer's queues served in the router's priority order and priorities that compare across
+    dispatch calls (``context+sd``, under 1% here), and SGLang's overlap scheduler, under which a
+    request that ends on EOS runs one more decode step (plain SGLang, under 1% here; no retraction)."""
     from benchmarks.harness.manifest import latest_recheck
     from benchmarks.harness.simulate import recheck
 
@@ -43,10 +43,9 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     for mode, stored in run["sim_check"].items():
         assert check[mode]["predicted_s"] == pytest.approx(latest[mode]["predicted_s"], rel=1e-9), mode
         assert check[mode]["predicted_retractions"] == latest[mode]["predicted_retractions"], mode
-        exact = mode.startswith("plain")
-        assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=1e-9 if exact else 0.01), mode
-        if exact:
-            assert check[mode]["predicted_retractions"] == stored["predicted_retractions"], mode
+        assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=0.01), mode
+        assert check[mode]["predicted_s"] != pytest.approx(stored["predicted_s"], rel=1e-9), mode
+        assert check[mode]["predicted_retractions"] == stored["predicted_retractions"] == 0, mode
         # beside it, the steps: the instances' own counters, and the simulator's within a few percent
         real = check[mode]["steps"]["real"]
         counters = run["emulation"]["per_mode"][mode]

@@ -106,7 +106,8 @@ def test_speculation_runs_the_engines_draft_budget(trace):
     from seer_sglang.sim.spec_model import SpecModel
 
     policy = lambda: make_policy("context", chunk_size=512)  # noqa: E731
-    plain = simulate(trace, policy(), SMALL, instances=4, max_tokens=4096)
+    # SGLang runs speculation on CPU without its overlap scheduler: the plain run is held to the same
+    plain = simulate(trace, policy(), SMALL, instances=4, max_tokens=4096, overlap=False)
     useless = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel(own_alpha=0.0, group_alpha=0.0))
     assert useless.completion_s == pytest.approx(plain.completion_s) and useless.mean_acceptance_length == 1.0
     grouped = simulate(trace, policy(), SMALL, 4, 4096, spec=SpecModel())
@@ -457,7 +458,8 @@ def test_a_prefill_samples_each_admitted_requests_first_token():
     assert single.decode_steps == [0]
     pair = simulate([TraceSample(0, 0, 100, 10), TraceSample(0, 1, 100, 4)], make_policy("round-robin"), m,
                     instances=2, max_tokens=10)
-    assert pair.decode_steps == [9, 0] and pair.request_steps == [9 + 3, 0]  # one group: one instance
+    # one group: one instance; the 4-token sample ends on EOS, so it runs one more step (overlap scheduler)
+    assert pair.decode_steps == [9, 0] and pair.request_steps == [9 + 3 + 1, 0]
 
 
 def test_siblings_share_an_uncached_prompt_only_with_the_plugin():
@@ -712,3 +714,25 @@ def test_a_request_without_kv_room_closes_admission_until_a_request_leaves():
     # the short request ends last: it was admitted once a long one left, not as soon as it would fit
     assert min(result.finish_times) == pytest.approx(long_end, rel=0.05)
     assert result.completion_s > long_end
+
+
+def test_under_the_overlap_scheduler_a_request_ending_on_eos_runs_one_more_step():
+    """SGLang forms the next batch before it has seen the last step's tokens and leaves out only the
+    requests whose next token is their ``max_new_tokens``-th (``Scheduler._reqs_finishing_inflight``).
+    A request that ends on EOS runs one more decode step, and its answer goes out after it; one that
+    ends on its length does not."""
+    from seer_sglang.sim.workload import TraceSample
+
+    m = dataclasses.replace(SMALL, decode_per_kv_token_s=0.0)
+    step = m.decode_step(1, 0)
+
+    def run(output_len: int, max_tokens: int, overlap: bool):
+        return simulate([TraceSample(0, 0, 10, output_len)], make_policy("round-robin"), m, instances=1,
+                        max_tokens=max_tokens, plain=True, overlap=overlap)
+
+    eos, eos_overlap = run(5, 8, False), run(5, 8, True)
+    assert sum(eos_overlap.decode_steps) == sum(eos.decode_steps) + 1
+    assert eos_overlap.completion_s == pytest.approx(eos.completion_s + step)
+    by_length, by_length_overlap = run(8, 8, False), run(8, 8, True)
+    assert sum(by_length_overlap.decode_steps) == sum(by_length.decode_steps)
+    assert by_length_overlap.completion_s == pytest.approx(by_length.completion_s)
