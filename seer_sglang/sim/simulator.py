@@ -544,8 +544,6 @@ class Simulation:
             inst.busy_until = self.now + prefill_s
             self._push(inst.busy_until, inst.index)
             self._note_finishing(inst)
-            for slot in ghosts:
-                self._send_back(inst, slot, inst.busy_until)
             return
         rates, drafts, verified = self._spec_rates(decoding, inst)
         steps = min(MAX_MACRO_STEPS, min(math.ceil(s.steps_left / r) for s, r in zip(decoding, rates)))
