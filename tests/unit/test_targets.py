@@ -111,7 +111,7 @@ def test_a_stored_runs_targets_are_what_the_simulator_and_the_run_give_now():
     from benchmarks.harness.manifest import latest_recheck
     from benchmarks.harness.simulate import rebounds
 
-    label = "heldout_moonlight_2x16_r7"
+    label = "heldout_moonlight_2x16_r8"
     run = by_label()[label].load()
     latest = latest_recheck(label)
     now = latest["targets_now"] if latest else run["targets"]
