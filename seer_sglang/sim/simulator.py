@@ -233,6 +233,28 @@ class SimResult:
         return d
 
 
+def shared_prefixes(prompts: Mapping[str, Sequence[int]]) -> dict[str, dict[str, int]]:
+    """For each prompt, the others that start with the same tokens and for how many (only those sharing
+    any): sorted, the common prefix of two prompts is the least of the adjacent ones' between them."""
+    keys = sorted(prompts, key=lambda k: list(prompts[k]))
+    adjacent = []
+    for a, b in zip(keys, keys[1:]):
+        pa, pb = prompts[a], prompts[b]
+        n = 0
+        while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
+            n += 1
+        adjacent.append(n)
+    out: dict[str, dict[str, int]] = {k: {} for k in keys}
+    for i, a in enumerate(keys):
+        common = None
+        for j in range(i + 1, len(keys)):
+            common = adjacent[j - 1] if common is None else min(common, adjacent[j - 1])
+            if common == 0:
+                break
+            out[a][keys[j]] = out[keys[j]][a] = common
+    return out
+
+
 class Simulation:
     def __init__(self, trace: list[TraceSample], policy: SchedulingPolicy, model: StepModel, instances: int,
                  max_tokens: int, pool: MigrationCost | None = None, spec: SpecModel | None = None,
@@ -300,6 +322,10 @@ class Simulation:
                 self.trace_key[s.rid] = (gid, m.sample_index)
             self.groups.append(group)
             self.group_of[group.group_id] = group
+        # The runs' prompts share leading tokens (a chat template at least), which SGLang's radix cache
+        # matches across groups: by group, the other groups whose prompt starts the same and for how many
+        # tokens (none where the prompts are stand-ins)
+        self.shared_prefix = shared_prefixes({g.group_id: g.prompt_ids for g in self.groups}) if prompts else {}
 
     # ---- router side: the real policy ---------------------------------------------------------
     def dispatch(self) -> None:
@@ -450,7 +476,10 @@ class Simulation:
             if inst.running and kv + reserved + need > self.model.capacity_tokens:
                 inst.full = True  # SGLang's NO_TOKEN: no prefill again until a request leaves
                 break
-            prompt_hit = 0 if duplicate else min(inst.cached(f"p:{sample.group_id}"), len(sample.prompt_ids))
+            # what another group's cached prompt holds of this one's (not a prompt this batch computes)
+            shared = self._shared_hit(inst, sample.group_id, computing)
+            prompt_hit = shared if duplicate else \
+                max(shared, min(inst.cached(f"p:{sample.group_id}"), len(sample.prompt_ids)))
             hit = max(inst.cached(f"s:{sample.rid}"), prompt_hit)
             if slot.slo is None and paces and not prefill_fits(
                     paces, self.now, self.model.prefill_batch([*new, max(0, slot.context - hit)],
@@ -472,6 +501,15 @@ class Simulation:
             reserved += min(slot.budget, clip)
         inst.prefill_tokens += sum(new)
         return self.model.prefill_batch(new, cached) + load_s, inst.running[len(inst.running) - len(new):]
+
+    def _shared_hit(self, inst: SimInstance, group: str, computing: Mapping[str, int]) -> int:
+        """The tokens of ``group``'s prompt that SGLang's radix cache matches on ``inst`` in other groups'
+        cached prompts, leaving out those this prefill batch computes (not in the cache until it ends)."""
+        best = 0
+        for other, tokens in self.shared_prefix.get(group, {}).items():
+            if tokens > best and other not in computing:
+                best = max(best, min(tokens, inst.cache.get(f"p:{other}", 0)))
+        return best
 
     def _retract_until_fits(self, inst: SimInstance) -> None:
         """Like SGLang: when the next step's KV does not fit, retract requests back to the queue.

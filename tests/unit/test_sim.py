@@ -736,3 +736,31 @@ def test_under_the_overlap_scheduler_a_request_ending_on_eos_runs_one_more_step(
     by_length, by_length_overlap = run(8, 8, False), run(8, 8, True)
     assert sum(by_length_overlap.decode_steps) == sum(by_length.decode_steps)
     assert by_length_overlap.completion_s == pytest.approx(by_length.completion_s)
+
+
+def test_prompts_that_start_alike_share_their_common_prefix():
+    from seer_sglang.sim.simulator import shared_prefixes
+
+    template = [7, 7, 7]
+    out = shared_prefixes({"a": template + [1, 2], "b": template + [1, 3], "c": template + [4], "d": [5, 6]})
+    assert out["a"] == {"b": 4, "c": 3} and out["b"] == {"a": 4, "c": 3} and out["c"] == {"a": 3, "b": 3}
+    assert out["d"] == {}
+
+
+def test_a_prompt_computes_only_what_no_cached_prompt_of_another_group_holds():
+    """SGLang's radix cache matches a new group's prompt against every cached prompt, so a chat template
+    that all prompts start with is computed once an instance holds any of them; siblings computed in
+    the same prefill batch (plain SGLang's) each compute what is not cached before that batch."""
+    from seer_sglang.sim.workload import TraceSample
+
+    template = list(range(100, 140))
+    prompts = {0: template + [1] * 20, 1: template + [2] * 30}
+    trace = [TraceSample(0, 0, 60, 4), TraceSample(1, 0, 70, 4), TraceSample(1, 1, 70, 4)]
+
+    def tokens(given):
+        return simulate(trace, make_policy("round-robin"), SMALL, instances=1, max_tokens=8, plain=True,
+                        arrival_s={(0, 0): 0.0, (1, 0): 1.0, (1, 1): 1.0}, prompts=given).prefill_tokens
+
+    # group 0's 60 tokens, then group 1's two siblings in one batch: 30 each past the template
+    assert tokens(prompts) == 60 + 2 * 30
+    assert tokens(None) == 60 + 2 * 70  # stand-in prompts share nothing
