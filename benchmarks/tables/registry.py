@@ -71,6 +71,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
         lambda r: sim_recheck_table(r, "recheck_admission_latch", every_mode=True, moved=0.01),
     "recheck_overlap_linger":
         lambda r: sim_recheck_table(r, "recheck_overlap_linger", every_mode=True, moved=0.01),
+    "recheck_shared_prefix":
+        lambda r: sim_recheck_table(r, "recheck_shared_prefix", every_mode=True, moved=0.01),
     "sim_plain_sample_qwen2vl_seerload_ablation":
         lambda r: sim_bounds_table(r, "sim_plain_sample_qwen2vl_seerload_ablation"),
     "sim_plain_sample_moonlight_seerload": lambda r: sim_bounds_table(r, "sim_plain_sample_moonlight_seerload"),

@@ -31,8 +31,10 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     the simulator then gives back to the last digit. A recheck rebuilds the run's workload, step model,
     KV and admission exactly, so it gives the run's own check back up to what the simulator changed
     since: seer's queues served in the router's priority order and priorities that compare across
-    dispatch calls (``context+sd``, under 1% here), and SGLang's overlap scheduler, under which a
-    request that ends on EOS runs one more decode step (plain SGLang, under 1% here; no retraction)."""
+    dispatch calls (``context+sd``, under 1% here), SGLang's overlap scheduler, under which a
+    request that ends on EOS runs one more decode step, and the radix cache matching a prompt against
+    other groups' cached ones, which makes plain SGLang's duplicate prompts cheaper (plain SGLang, the
+    two together under 2% here; no retraction)."""
     from benchmarks.harness.manifest import latest_recheck
     from benchmarks.harness.simulate import recheck
 
@@ -43,7 +45,7 @@ def test_a_stored_emulated_runs_simulator_check_is_what_the_simulator_gives_now(
     for mode, stored in run["sim_check"].items():
         assert check[mode]["predicted_s"] == pytest.approx(latest[mode]["predicted_s"], rel=1e-9), mode
         assert check[mode]["predicted_retractions"] == latest[mode]["predicted_retractions"], mode
-        assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=0.01), mode
+        assert check[mode]["predicted_s"] == pytest.approx(stored["predicted_s"], rel=0.02), mode
         assert check[mode]["predicted_s"] != pytest.approx(stored["predicted_s"], rel=1e-9), mode
         assert check[mode]["predicted_retractions"] == stored["predicted_retractions"] == 0, mode
         # beside it, the steps: the instances' own counters, and the simulator's within a few percent
