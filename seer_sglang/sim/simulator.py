@@ -24,6 +24,7 @@ import collections
 import dataclasses
 import heapq
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -237,13 +238,7 @@ def shared_prefixes(prompts: Mapping[str, Sequence[int]]) -> dict[str, dict[str,
     """For each prompt, the others that start with the same tokens and for how many (only those sharing
     any): sorted, the common prefix of two prompts is the least of the adjacent ones' between them."""
     keys = sorted(prompts, key=lambda k: list(prompts[k]))
-    adjacent = []
-    for a, b in zip(keys, keys[1:]):
-        pa, pb = prompts[a], prompts[b]
-        n = 0
-        while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
-            n += 1
-        adjacent.append(n)
+    adjacent = [len(os.path.commonprefix([list(prompts[a]), list(prompts[b])])) for a, b in zip(keys, keys[1:])]
     out: dict[str, dict[str, int]] = {k: {} for k in keys}
     for i, a in enumerate(keys):
         common = None
